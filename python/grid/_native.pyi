@@ -1,0 +1,23 @@
+"""Type stubs for the Rust extension ``grid._native``."""
+
+from collections.abc import Sequence
+from typing import final
+
+__all__ = ["FRAME_OVERHEAD", "KEY_LEN", "MAX_FRAME_LEN", "Keyring", "__version__"]
+
+__version__: str
+FRAME_OVERHEAD: int
+KEY_LEN: int
+MAX_FRAME_LEN: int
+
+@final
+class Keyring:
+    """A SWIM keyring: the primary key seals, every key opens."""
+
+    def __new__(cls, primary: bytes, others: Sequence[bytes] = ...) -> Keyring: ...
+    def install(self, key: bytes) -> str: ...
+    def use_key(self, key: bytes) -> None: ...
+    def remove(self, key: bytes) -> None: ...
+    def key_ids(self) -> list[str]: ...
+    def seal(self, plaintext: bytes) -> bytes: ...
+    def open(self, frame: bytes) -> bytes: ...

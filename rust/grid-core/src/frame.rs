@@ -1,0 +1,380 @@
+//! The encrypted UDP frame that carries every SWIM datagram.
+//!
+//! ```text
+//! offset  size  field
+//! ------  ----  -----------------------------------------------------------
+//!      0     4  magic        b"GRID"
+//!      4     1  version      0x01
+//!      5    12  nonce        fresh from the OS RNG for every frame
+//!     17     n  ciphertext   AES-256-GCM of the foca datagram
+//!   17+n    16  tag          GCM tag; AAD = the 5 bytes of magic + version
+//! ```
+//!
+//! Overhead is [`OVERHEAD`] = 33 bytes; keys are [`KEY_LEN`] = 32 bytes. A frame that is
+//! too short, carries another magic or version, or authenticates under no key of the ring
+//! is refused with a [`DropReason`]; callers drop it silently and count the reason.
+
+use aes_gcm::aead::{AeadInPlace, KeyInit};
+use aes_gcm::{Aes256Gcm, Nonce, Tag};
+
+pub const MAGIC: [u8; 4] = *b"GRID";
+pub const VERSION: u8 = 0x01;
+pub const HEADER_LEN: usize = MAGIC.len() + 1;
+pub const NONCE_LEN: usize = 12;
+pub const TAG_LEN: usize = 16;
+pub const OVERHEAD: usize = HEADER_LEN + NONCE_LEN + TAG_LEN;
+pub const KEY_LEN: usize = 32;
+/// Frames never exceed this: one UDP payload that crosses common paths unfragmented.
+pub const MAX_FRAME_LEN: usize = 1400;
+/// The most plaintext one frame can carry; foca's `max_packet_size` is set to this.
+pub const MAX_PLAINTEXT_LEN: usize = MAX_FRAME_LEN - OVERHEAD;
+
+const AAD: [u8; HEADER_LEN] = [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], VERSION];
+
+/// Why a received frame was dropped. Dropping never changes membership state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DropReason {
+    /// Shorter than the 33 bytes of overhead: cannot hold a tag, let alone a message.
+    TooShort,
+    /// The first four bytes are not `GRID`: not our protocol (or another cluster's noise).
+    BadMagic,
+    /// A version this build does not speak; the frame is not even tried against the keys.
+    UnknownVersion,
+    /// No key in the ring authenticates it: wrong key, tampering, or garbage.
+    AuthFailed,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 4] = [
+        DropReason::TooShort,
+        DropReason::BadMagic,
+        DropReason::UnknownVersion,
+        DropReason::AuthFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::TooShort => "too_short",
+            DropReason::BadMagic => "bad_magic",
+            DropReason::UnknownVersion => "unknown_version",
+            DropReason::AuthFailed => "auth_failed",
+        }
+    }
+}
+
+/// Errors of keyring management; none of them alters the ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeyringError {
+    /// A key was not exactly 32 bytes.
+    BadKeyLength(usize),
+    /// The key named is not in the ring.
+    UnknownKey,
+    /// The primary key seals every outgoing frame and cannot be removed; make another
+    /// key primary first.
+    RemovePrimary,
+}
+
+impl core::fmt::Display for KeyringError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            KeyringError::BadKeyLength(n) => {
+                write!(f, "SWIM keys must be {KEY_LEN} bytes, got {n}")
+            }
+            KeyringError::UnknownKey => f.write_str("key is not in the keyring"),
+            KeyringError::RemovePrimary => {
+                f.write_str("the primary key cannot be removed; make another key primary first")
+            }
+        }
+    }
+}
+
+impl std::error::Error for KeyringError {}
+
+struct RingKey {
+    id: KeyId,
+    bytes: [u8; KEY_LEN],
+    cipher: Aes256Gcm,
+}
+
+/// A public name for a key, safe to log: the first 8 bytes of the GCM tag the key
+/// produces over a fixed message, which tells keys apart without revealing them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KeyId(pub [u8; 8]);
+
+impl KeyId {
+    fn of(cipher: &Aes256Gcm) -> KeyId {
+        let mut block = [0u8; 8];
+        let tag = cipher
+            .encrypt_in_place_detached(
+                Nonce::from_slice(&[0u8; NONCE_LEN]),
+                b"grid key id",
+                &mut block,
+            )
+            .expect("8 bytes are within AES-GCM limits");
+        let mut id = [0u8; 8];
+        id.copy_from_slice(&tag[..8]);
+        KeyId(id)
+    }
+
+    pub fn to_hex(self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The keys a node holds: the primary seals, every key opens.
+///
+/// Rotation with no dropped frames: install the new key on every node, then make it
+/// primary everywhere, then remove the old key.
+pub struct Keyring {
+    /// `keys[0]` is the primary.
+    keys: Vec<RingKey>,
+}
+
+impl Keyring {
+    pub fn new(primary: &[u8], others: &[&[u8]]) -> Result<Keyring, KeyringError> {
+        let mut ring = Keyring {
+            keys: vec![ring_key(primary)?],
+        };
+        for key in others {
+            ring.install(key)?;
+        }
+        Ok(ring)
+    }
+
+    /// Adds a key that may open frames; installing a key already present changes nothing.
+    pub fn install(&mut self, key: &[u8]) -> Result<KeyId, KeyringError> {
+        let new = ring_key(key)?;
+        let id = new.id;
+        if !self.keys.iter().any(|k| k.bytes == new.bytes) {
+            self.keys.push(new);
+        }
+        Ok(id)
+    }
+
+    /// Makes an installed key the one that seals.
+    pub fn use_key(&mut self, key: &[u8]) -> Result<(), KeyringError> {
+        let pos = self.position(key)?;
+        let chosen = self.keys.remove(pos);
+        self.keys.insert(0, chosen);
+        Ok(())
+    }
+
+    pub fn remove(&mut self, key: &[u8]) -> Result<(), KeyringError> {
+        match self.position(key)? {
+            0 => Err(KeyringError::RemovePrimary),
+            pos => {
+                self.keys.remove(pos);
+                Ok(())
+            }
+        }
+    }
+
+    /// Key ids, primary first.
+    pub fn key_ids(&self) -> Vec<KeyId> {
+        self.keys.iter().map(|k| k.id).collect()
+    }
+
+    /// Appends the sealed frame of `plaintext` to `out`.
+    pub fn seal_into(&self, plaintext: &[u8], out: &mut Vec<u8>) {
+        let start = out.len();
+        out.extend_from_slice(&AAD);
+        let mut nonce = [0u8; NONCE_LEN];
+        getrandom::fill(&mut nonce).expect("the OS RNG is available");
+        out.extend_from_slice(&nonce);
+        let body = out.len();
+        out.extend_from_slice(plaintext);
+        let tag = self.keys[0]
+            .cipher
+            .encrypt_in_place_detached(Nonce::from_slice(&nonce), &AAD, &mut out[body..])
+            .expect("frames are far below the AES-GCM length limit");
+        out.extend_from_slice(&tag);
+        debug_assert_eq!(out.len() - start, plaintext.len() + OVERHEAD);
+    }
+
+    pub fn seal(&self, plaintext: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(plaintext.len() + OVERHEAD);
+        self.seal_into(plaintext, &mut out);
+        out
+    }
+
+    /// Opens a frame, trying the primary key first. On success `scratch` holds the
+    /// plaintext; on failure its contents are unspecified.
+    pub fn open_into(&self, frame: &[u8], scratch: &mut Vec<u8>) -> Result<(), DropReason> {
+        if frame.len() < OVERHEAD {
+            return Err(DropReason::TooShort);
+        }
+        if frame[..MAGIC.len()] != MAGIC {
+            return Err(DropReason::BadMagic);
+        }
+        if frame[MAGIC.len()] != VERSION {
+            return Err(DropReason::UnknownVersion);
+        }
+        let nonce = Nonce::from_slice(&frame[HEADER_LEN..HEADER_LEN + NONCE_LEN]);
+        let body = &frame[HEADER_LEN + NONCE_LEN..frame.len() - TAG_LEN];
+        let tag = Tag::from_slice(&frame[frame.len() - TAG_LEN..]);
+        for key in &self.keys {
+            scratch.clear();
+            scratch.extend_from_slice(body);
+            if key
+                .cipher
+                .decrypt_in_place_detached(nonce, &AAD, scratch, tag)
+                .is_ok()
+            {
+                return Ok(());
+            }
+        }
+        Err(DropReason::AuthFailed)
+    }
+
+    pub fn open(&self, frame: &[u8]) -> Result<Vec<u8>, DropReason> {
+        let mut out = Vec::with_capacity(frame.len().saturating_sub(OVERHEAD));
+        self.open_into(frame, &mut out)?;
+        Ok(out)
+    }
+
+    fn position(&self, key: &[u8]) -> Result<usize, KeyringError> {
+        let bytes = key_bytes(key)?;
+        self.keys
+            .iter()
+            .position(|k| k.bytes == bytes)
+            .ok_or(KeyringError::UnknownKey)
+    }
+}
+
+impl core::fmt::Debug for Keyring {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let ids: Vec<String> = self.keys.iter().map(|k| k.id.to_hex()).collect();
+        f.debug_struct("Keyring").field("key_ids", &ids).finish()
+    }
+}
+
+fn key_bytes(key: &[u8]) -> Result<[u8; KEY_LEN], KeyringError> {
+    key.try_into()
+        .map_err(|_| KeyringError::BadKeyLength(key.len()))
+}
+
+fn ring_key(key: &[u8]) -> Result<RingKey, KeyringError> {
+    let bytes = key_bytes(key)?;
+    let cipher = Aes256Gcm::new_from_slice(&bytes).expect("length checked above");
+    Ok(RingKey {
+        id: KeyId::of(&cipher),
+        bytes,
+        cipher,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const K1: [u8; 32] = [1; 32];
+    const K2: [u8; 32] = [2; 32];
+
+    #[test]
+    fn round_trip_and_layout() {
+        let ring = Keyring::new(&K1, &[]).unwrap();
+        let frame = ring.seal(b"hello");
+        assert_eq!(frame.len(), 5 + OVERHEAD);
+        assert_eq!(&frame[..4], b"GRID");
+        assert_eq!(frame[4], 1);
+        assert_eq!(ring.open(&frame).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn nonces_differ() {
+        let ring = Keyring::new(&K1, &[]).unwrap();
+        assert_ne!(ring.seal(b"x")[5..17], ring.seal(b"x")[5..17]);
+    }
+
+    #[test]
+    fn known_vector_opens() {
+        // Sealed independently with AES-256-GCM, key = 32 x 0x01, nonce = 0..12, AAD = b"GRID\x01".
+        let mut frame = b"GRID\x01".to_vec();
+        frame.extend_from_slice(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+        let cipher = Aes256Gcm::new_from_slice(&K1).unwrap();
+        let mut body = b"vector".to_vec();
+        let tag = cipher
+            .encrypt_in_place_detached(Nonce::from_slice(&frame[5..17]), &AAD, &mut body)
+            .unwrap();
+        frame.extend_from_slice(&body);
+        frame.extend_from_slice(&tag);
+        assert_eq!(
+            Keyring::new(&K1, &[]).unwrap().open(&frame).unwrap(),
+            b"vector"
+        );
+    }
+
+    #[test]
+    fn drop_reasons() {
+        let ring = Keyring::new(&K1, &[]).unwrap();
+        let good = ring.seal(b"payload");
+        assert_eq!(ring.open(&good[..32]), Err(DropReason::TooShort));
+        let mut bad = good.clone();
+        bad[0] = b'X';
+        assert_eq!(ring.open(&bad), Err(DropReason::BadMagic));
+        let mut bad = good.clone();
+        bad[4] = 2;
+        assert_eq!(ring.open(&bad), Err(DropReason::UnknownVersion));
+        let mut bad = good.clone();
+        bad[20] ^= 1;
+        assert_eq!(ring.open(&bad), Err(DropReason::AuthFailed));
+        let other = Keyring::new(&K2, &[]).unwrap();
+        assert_eq!(other.open(&good), Err(DropReason::AuthFailed));
+    }
+
+    #[test]
+    fn rotation() {
+        let mut a = Keyring::new(&K1, &[]).unwrap();
+        let mut b = Keyring::new(&K1, &[]).unwrap();
+        b.install(&K2).unwrap();
+        b.use_key(&K2).unwrap();
+        // a has not installed K2 yet: b's frames fail at a until it does.
+        assert_eq!(a.open(&b.seal(b"x")), Err(DropReason::AuthFailed));
+        a.install(&K2).unwrap();
+        assert_eq!(a.open(&b.seal(b"x")).unwrap(), b"x");
+        assert_eq!(b.open(&a.seal(b"y")).unwrap(), b"y");
+        assert_eq!(b.remove(&K2), Err(KeyringError::RemovePrimary));
+        b.remove(&K1).unwrap();
+        assert_eq!(b.key_ids().len(), 1);
+        assert_eq!(b.remove(&K1), Err(KeyringError::UnknownKey));
+        assert_eq!(
+            Keyring::new(&[0; 31], &[]).err(),
+            Some(KeyringError::BadKeyLength(31))
+        );
+    }
+
+    #[test]
+    fn debug_never_shows_key_bytes() {
+        let ring = Keyring::new(&[0xAB; 32], &[]).unwrap();
+        let text = format!("{ring:?}");
+        assert!(!text.contains("171"), "{text}");
+        assert!(!text.to_lowercase().contains("abab"), "{text}");
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_open(data in proptest::collection::vec(any::<u8>(), 0..1500)) {
+            let ring = Keyring::new(&K1, &[&K2]).unwrap();
+            prop_assert!(ring.open(&data).is_err());
+        }
+
+        #[test]
+        fn any_single_bit_flip_is_refused(
+            payload in proptest::collection::vec(any::<u8>(), 0..200),
+            bit in any::<prop::sample::Index>(),
+        ) {
+            let ring = Keyring::new(&K1, &[]).unwrap();
+            let mut frame = ring.seal(&payload);
+            let i = bit.index(frame.len() * 8);
+            frame[i / 8] ^= 1 << (i % 8);
+            prop_assert!(ring.open(&frame).is_err());
+        }
+
+        #[test]
+        fn seal_open_round_trip(payload in proptest::collection::vec(any::<u8>(), 0..MAX_PLAINTEXT_LEN)) {
+            let ring = Keyring::new(&K1, &[&K2]).unwrap();
+            prop_assert_eq!(ring.open(&ring.seal(&payload)).unwrap(), payload);
+        }
+    }
+}
