@@ -111,7 +111,7 @@ def test_primary_cannot_be_removed() -> None:
 
 
 def test_repr_names_keys_by_id_only() -> None:
-    key = bytes.fromhex("c0ffee" * 10 + "c0")
+    key = bytes.fromhex("c0ffee" * 10 + "c0ff")
     text = repr(_native.Keyring(key))
     assert "c0ffee" not in text
     assert key.hex() not in text
