@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 
 from grid import __version__
 
+# Each module defines ``register(subparsers)``, which adds its subcommands and sets
+# ``handler`` (args -> exit code) on each of them.
+COMMAND_MODULES: tuple[str, ...] = ()
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grid", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="grid", description="Grid: route AI inference across sites."
+    )
     parser.add_argument("--version", action="version", version=f"grid {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(subparsers)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""Pydantic models of Grid's custom resources, their statuses and phases."""
