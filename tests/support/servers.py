@@ -1,0 +1,313 @@
+"""Real servers on 127.0.0.1 for tests.
+
+- :class:`TlsServer`: a TLS endpoint presenting a given certificate, optionally requiring a
+  client certificate; it holds each session open until the client leaves.
+- :class:`PlainTcpServer`: accepts TCP and either answers with fixed bytes (a peer that does
+  not speak TLS) or says nothing at all (for timeouts).
+- :func:`closed_port`: a loopback port where nothing listens.
+- :class:`ProviderEndpoint`: an HTTP server with ``/healthz`` and ``/metrics`` (Prometheus
+  text from a real registry). Tests set metric values at runtime and switch either path to
+  fail, hang, or return garbage, non-UTF-8 or oversized bodies. It runs on the test's event
+  loop (``async with``) or on its own thread (``with endpoint.serve_in_thread()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import threading
+from collections.abc import Iterator
+from enum import Enum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+
+from grid.trust import PemFiles
+
+LOOPBACK = "127.0.0.1"
+
+
+def closed_port() -> int:
+    """A loopback port that nothing listens on (bound once, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+class _StreamServer:
+    """An asyncio stream server on 127.0.0.1 that waits for its connection handlers when
+    it stops, so no handler outlives the test."""
+
+    def __init__(self, context: ssl.SSLContext | None) -> None:
+        self._context = context
+        self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> str:
+        assert self._server is not None, "server not started"
+        return f"{LOOPBACK}:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aenter__(self) -> Self:
+        handshake_timeout = 5.0 if self._context is not None else None
+        self._server = await asyncio.start_server(
+            self._track, LOOPBACK, 0, ssl=self._context, ssl_handshake_timeout=handshake_timeout
+        )
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _track(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._serve(reader, writer)
+        except (OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self._handlers.discard(task)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class TlsServer(_StreamServer):
+    """A TLS server on 127.0.0.1 presenting ``certificate``; each session stays open until
+    the client leaves.
+
+    With ``client_ca_file`` it asks for a client certificate signed by that CA, and with
+    ``require_client_cert`` it refuses clients without one. ``client_names`` lists the
+    common name of each accepted client certificate (``None`` for clients without one).
+    """
+
+    def __init__(
+        self,
+        certificate: PemFiles,
+        *,
+        client_ca_file: Path | None = None,
+        require_client_cert: bool = False,
+    ) -> None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(certificate.certificate, certificate.private_key)
+        if client_ca_file is not None:
+            context.load_verify_locations(client_ca_file)
+            context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+        super().__init__(context)
+        self.client_names: list[str | None] = []
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Only sessions whose handshake completed get here.
+        peer = writer.get_extra_info("peercert")
+        self.client_names.append(_common_name(peer) if peer else None)
+        await reader.read()
+
+
+def _common_name(peercert: dict[str, Any]) -> str | None:
+    for rdn in peercert.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName":
+                return str(value)
+    return None
+
+
+class PlainTcpServer(_StreamServer):
+    """A TCP server on 127.0.0.1 that answers every connection with ``reply`` and closes,
+    or, with ``reply=None``, accepts and stays silent until the client leaves."""
+
+    def __init__(self, reply: bytes | None) -> None:
+        super().__init__(None)
+        self._reply = reply
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._reply is None:
+            await reader.read()
+            return
+        await reader.read(1024)
+        writer.write(self._reply)
+        await writer.drain()
+
+
+class Mode(Enum):
+    """How a :class:`ProviderEndpoint` path answers."""
+
+    NORMAL = "normal"
+    ERROR = "error"  # HTTP 500
+    HANG = "hang"  # never answers (until the server stops)
+    GARBAGE = "garbage"  # 200 with ``garbage_body``
+    NOT_UTF8 = "not_utf8"  # 200 with bytes that are not UTF-8
+    OVERSIZED = "oversized"  # 200 streaming ``oversized_bytes`` bytes
+
+
+_STOPPED_WRITING = (ConnectionError, OSError, RuntimeError)
+
+
+class ProviderEndpoint:
+    """An inference provider's health and metrics endpoints on 127.0.0.1."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.health_mode = Mode.NORMAL
+        self.metrics_mode = Mode.NORMAL
+        self.health_status = 200
+        self.garbage_body = b"this is { not prometheus text\n"
+        self.oversized_bytes = 4 * 1024 * 1024
+        # How much of each oversized body got out before the client hung up.
+        self.oversized_sent: list[int] = []
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self._gauges: dict[str, Gauge] = {}
+        self._histograms: dict[str, Histogram] = {}
+        self._runner: web.AppRunner | None = None
+        self._port = 0
+        self._release: asyncio.Event | None = None
+
+    # --- what the endpoint serves ----------------------------------------------------
+
+    def set_gauge(self, name: str, value: float, **labels: str) -> None:
+        """Set gauge ``name`` (created on first use with these label names) to ``value``."""
+        gauge = self._gauges.get(name)
+        if gauge is None:
+            gauge = Gauge(name, f"test gauge {name}", sorted(labels), registry=self.registry)
+            self._gauges[name] = gauge
+        (gauge.labels(**labels) if labels else gauge).set(value)
+
+    def observe(
+        self, name: str, value: float, buckets: tuple[float, ...] = Histogram.DEFAULT_BUCKETS
+    ) -> None:
+        """Record ``value`` in histogram ``name`` (created on first use with ``buckets``)."""
+        histogram = self._histograms.get(name)
+        if histogram is None:
+            histogram = Histogram(
+                name, f"test histogram {name}", buckets=buckets, registry=self.registry
+            )
+            self._histograms[name] = histogram
+        histogram.observe(value)
+
+    # --- where --------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        assert self._port, "server not started"
+        return f"http://{LOOPBACK}:{self._port}"
+
+    @property
+    def health_url(self) -> str:
+        return f"{self.base_url}/healthz"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"{self.base_url}/metrics"
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._release = asyncio.Event()
+        app = web.Application()
+        app.router.add_get("/healthz", self._health)
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, LOOPBACK, 0)
+        await site.start()
+        self._port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        if self._release is not None:
+            self._release.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @contextlib.contextmanager
+    def serve_in_thread(self) -> Iterator[Self]:
+        """Serve from a private event loop on a daemon thread, for synchronous tests or
+        for code under test that runs its own loop."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="provider-endpoint", daemon=True)
+        thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self.start(), loop).result(timeout=10)
+            yield self
+        finally:
+            asyncio.run_coroutine_threadsafe(self.stop(), loop).result(timeout=10)
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=10)
+            loop.close()
+
+    # --- handlers -----------------------------------------------------------------------
+
+    async def _health(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, self.health_mode, self.health_status, b"ok\n")
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        return await self._answer(request, self.metrics_mode, 200, generate_latest(self.registry))
+
+    async def _answer(
+        self, request: web.Request, mode: Mode, status: int, body: bytes
+    ) -> web.StreamResponse:
+        self.requests.append((request.path, dict(request.headers)))
+        match mode:
+            case Mode.NORMAL:
+                return web.Response(status=status, body=body, content_type="text/plain")
+            case Mode.ERROR:
+                return web.Response(status=500, text="internal error\n")
+            case Mode.HANG:
+                assert self._release is not None
+                await self._release.wait()
+                return web.Response(status=503, text="stopping\n")
+            case Mode.GARBAGE:
+                return web.Response(body=self.garbage_body, content_type="text/plain")
+            case Mode.NOT_UTF8:
+                return web.Response(body=b"up \xff\xfe 1\n", content_type="text/plain")
+            case Mode.OVERSIZED:
+                return await self._stream_oversized(request)
+
+    async def _stream_oversized(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/plain"})
+        await response.prepare(request)
+        line = b"# padding " + b"x" * 53 + b"\n"
+        chunk = line * 1024
+        sent = 0
+        try:
+            while sent < self.oversized_bytes:
+                await response.write(chunk)
+                sent += len(chunk)
+            await response.write_eof()
+        except _STOPPED_WRITING:
+            pass
+        finally:
+            self.oversized_sent.append(sent)
+        return response
