@@ -1,0 +1,270 @@
+"""GridNetwork: the tenancy boundary. One mesh of sites sharing SWIM keys, trust roots,
+scoring settings, tenant budgets and the gateways that receive its routing overlay."""
+
+from __future__ import annotations
+
+import uuid
+from enum import StrEnum
+from typing import Annotated, Literal, Protocol, Self
+
+from pydantic import AfterValidator, AwareDatetime, Field, model_validator
+
+from grid.models.common import GridModel, ScoringConfig
+from grid.models.conditions import Conditions
+from grid.models.fields import (
+    DNS_LABEL_PATTERN,
+    HEX64_PATTERN,
+    LIST_SET,
+    DnsLabel,
+    DnsSubdomain,
+    Duration,
+    HostPort,
+    SecretKey,
+    Token,
+    Topology,
+    list_map,
+    unique_by,
+    unique_values,
+    within,
+)
+from grid.models.meta import API_VERSION, ObjectMeta, SecretKeyRef, SecretObjectRef
+
+DEFAULT_CONFIG_MAP_KEY = "grid-config.json"
+DEFAULT_ROUTE_FILTER = "grid_route"
+DEFAULT_CREDENTIAL_FILTER = "grid_credential_inject"
+DEFAULT_SWIM_PORT = 7946
+
+_FILTER_NAME = r"^[a-z][a-z0-9_]*$"
+
+
+class ConsumerConfig(GridModel):
+    """Have Grid render a complete gateway configuration (listener, filter chain with the
+    routing and credential filters, load balancer, admin listener) next to the overlay."""
+
+    enabled: bool = False
+    listener_port: int = Field(8080, ge=1, le=65535, description="Public listener port.")
+    admin_address: HostPort = Field(
+        "127.0.0.1:9901", description="Address of the gateway's admin listener."
+    )
+    model_header: str = Field(
+        "X-Model",
+        pattern=r"^[A-Za-z0-9-]+$",
+        max_length=128,
+        description="Header the request's model field is copied into for routing.",
+    )
+    credential_mount_base: str = Field(
+        "/etc/grid/credentials",
+        pattern=r"^/[^\s]*$",
+        max_length=1024,
+        description="Directory where provider credential Secrets are mounted "
+        "(<base>/<secret name>/<key>).",
+    )
+    tls_mount_path: str = Field(
+        "/etc/grid/tls",
+        pattern=r"^/[^\s]*$",
+        max_length=1024,
+        description="Directory holding ca.crt, tls.crt and tls.key for mutual TLS upstreams.",
+    )
+    config_map_name: DnsSubdomain | None = Field(
+        None, description="ConfigMap for the rendered configuration; default <gateway>-praxis."
+    )
+    config_map_key: SecretKey = Field(
+        "praxis.yaml", description="Key of the rendered configuration in that ConfigMap."
+    )
+
+
+class GatewayRef(GridModel):
+    """A gateway that receives this network's routing overlay in a ConfigMap."""
+
+    name: DnsSubdomain = Field(description="Name of the gateway (Deployment).")
+    namespace: DnsLabel = Field(description="Namespace of the gateway and its ConfigMaps.")
+    config_map_name: DnsSubdomain | None = Field(
+        None, description="ConfigMap that holds the overlay; default <gateway>-grid-config."
+    )
+    config_map_key: SecretKey = Field(
+        DEFAULT_CONFIG_MAP_KEY,
+        description="Key of the overlay in the ConfigMap (routing-overlay.json for gateways "
+        "after the filter rename).",
+    )
+    route_filter_name: str = Field(
+        DEFAULT_ROUTE_FILTER,
+        pattern=_FILTER_NAME,
+        max_length=128,
+        description="Routing filter name (intelligent_route for gateways after the rename).",
+    )
+    credential_filter_name: str = Field(
+        DEFAULT_CREDENTIAL_FILTER,
+        pattern=_FILTER_NAME,
+        max_length=128,
+        description="Credential filter name (credential_inject after the rename).",
+    )
+    consumer_config: ConsumerConfig | None = None
+
+    @property
+    def overlay_config_map(self) -> str:
+        """The ConfigMap the overlay is written to."""
+        return self.config_map_name or f"{self.name}-grid-config"
+
+    @property
+    def consumer_config_map(self) -> str:
+        """The ConfigMap the rendered gateway configuration is written to."""
+        explicit = self.consumer_config.config_map_name if self.consumer_config else None
+        return explicit or f"{self.name}-praxis"
+
+
+class SwimSettings(GridModel):
+    """SWIM membership tuning."""
+
+    gossip_nodes: int = Field(
+        3, ge=1, le=32, description="Peers each update is gossiped to per round."
+    )
+    probe_interval: Annotated[Duration, within(0.1, 300)] = Field(
+        Duration.parse("5s"), description="Time between probes of a random peer."
+    )
+    suspicion_timeout: Annotated[Duration, within(0.1, 3600)] = Field(
+        Duration.parse("10s"), description="How long a suspected peer has to refute."
+    )
+    port: int = Field(DEFAULT_SWIM_PORT, ge=1, le=65535, description="UDP port of SWIM.")
+
+    @model_validator(mode="after")
+    def _suspicion_outlasts_probe(self) -> Self:
+        if self.suspicion_timeout.seconds < self.probe_interval.seconds:
+            raise ValueError(
+                "suspicionTimeout must be at least probeInterval, or live peers are declared "
+                "down before they can be probed again"
+            )
+        return self
+
+
+class TlsSettings(GridModel):
+    """Secrets holding the network's trust material (references only)."""
+
+    ca_secret_ref: SecretKeyRef | None = Field(
+        None, description="CA certificate (PEM) that signs site certificates."
+    )
+    site_cert_secret_ref: SecretObjectRef | None = Field(
+        None, description="kubernetes.io/tls Secret with this site's tls.crt and tls.key."
+    )
+    swim_key_ref: SecretKeyRef | None = Field(
+        None, description="32 random bytes that encrypt SWIM traffic (AES-256-GCM)."
+    )
+
+
+class TenantBudget(GridModel):
+    """A tenant's spending cap over a rolling window, counted with a G-Counter across
+    sites (under a partition each site sees a lower bound)."""
+
+    tenant: Token
+    cap: int = Field(ge=0, le=2**53, description="Budget in whole units per window.")
+    window: Annotated[Duration, within(60, 366 * 86400)] = Field(
+        description="Window length, e.g. 24h."
+    )
+    unit: str = Field(
+        "tokens",
+        pattern=DNS_LABEL_PATTERN,
+        max_length=63,
+        description="What the cap counts (tokens, requests, microdollars, ...).",
+    )
+
+
+class GridNetworkSpec(GridModel):
+    """Desired state of a GridNetwork."""
+
+    grid_id: DnsLabel | None = Field(
+        None, description="Mesh identity; generated on first join and kept if unset."
+    )
+    seeds: Annotated[list[HostPort], AfterValidator(unique_values), LIST_SET] = Field(
+        default_factory=list, max_length=64, description="SWIM seed peers (host:port)."
+    )
+    gateway_refs: Annotated[
+        list[GatewayRef], unique_by("namespace", "name"), list_map("namespace", "name")
+    ] = Field(default_factory=list, max_length=64)
+    region: Topology | None = None
+    zone: Topology | None = None
+    swim: SwimSettings = Field(default_factory=SwimSettings)
+    tls: TlsSettings | None = None
+    stale_candidate_ttl_seconds: int = Field(
+        300, ge=1, le=86400, description="Age after which a remote candidate is evicted."
+    )
+    scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    budgets: Annotated[list[TenantBudget], unique_by("tenant"), list_map("tenant")] = Field(
+        default_factory=list, max_length=1024
+    )
+
+
+class GridNetworkPhase(StrEnum):
+    PENDING = "Pending"
+    INITIALIZING = "Initializing"
+    ACTIVE = "Active"
+    DEGRADED = "Degraded"
+
+
+class GatewayOverlayStatus(GridModel):
+    """The last overlay written for one gateway."""
+
+    name: DnsSubdomain
+    namespace: DnsLabel
+    revision: str | None = Field(None, pattern=HEX64_PATTERN, description="Overlay revision.")
+    candidates: int = Field(0, ge=0)
+    rendered_at: AwareDatetime | None = None
+    message: str = Field("", max_length=4096, description="Why the last render was refused.")
+
+
+class TenantBudgetStatus(GridModel):
+    """Spending of one tenant in the current window."""
+
+    tenant: Token
+    used: int = Field(ge=0, description="Units used in the current window (lower bound).")
+    cap: int = Field(ge=0)
+    window_start: AwareDatetime | None = None
+    exhausted: bool = False
+
+
+class GridNetworkStatus(GridModel):
+    """Observed state of a GridNetwork, written by Grid."""
+
+    phase: GridNetworkPhase = GridNetworkPhase.PENDING
+    phase_transition_time: AwareDatetime | None = None
+    observed_generation: int | None = Field(None, ge=0)
+    conditions: Conditions = Field(default_factory=list)
+    grid_id: DnsLabel | None = None
+    connected_sites: int = Field(0, ge=0, description="Sites currently Active.")
+    provider_count: int = Field(0, ge=0)
+    gateways: Annotated[
+        list[GatewayOverlayStatus], unique_by("namespace", "name"), list_map("namespace", "name")
+    ] = Field(default_factory=list)
+    budgets: Annotated[list[TenantBudgetStatus], unique_by("tenant"), list_map("tenant")] = Field(
+        default_factory=list
+    )
+
+
+class GridNetwork(GridModel):
+    """The tenancy boundary: a mesh of sites that share SWIM keys, trust roots, scoring
+    settings and tenant budgets, and the gateways that receive its routing overlay."""
+
+    api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
+    kind: Literal["GridNetwork"] = "GridNetwork"
+    metadata: ObjectMeta
+    spec: GridNetworkSpec
+    status: GridNetworkStatus | None = None
+
+
+class RandomBits(Protocol):
+    """Anything that yields random bits (``random.Random``, ``secrets.SystemRandom``)."""
+
+    def getrandbits(self, k: int, /) -> int: ...
+
+
+def generate_grid_id(rng: RandomBits) -> str:
+    """A fresh grid id: a version-4 UUID drawn from ``rng``."""
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def resolve_grid_id(network: GridNetwork, rng: RandomBits) -> str:
+    """The network's grid id: the one in spec if set, else the one already recorded in
+    status (so it is kept across restarts), else a new one."""
+    if network.spec.grid_id:
+        return network.spec.grid_id
+    if network.status is not None and network.status.grid_id:
+        return network.status.grid_id
+    return generate_grid_id(rng)

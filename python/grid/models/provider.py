@@ -1,0 +1,326 @@
+"""InferenceProvider: inference capacity offered to the grid, where it sits, what it costs,
+how to check it, how to authenticate to it (by Secret reference only) and how to read its
+load from Prometheus metrics."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
+
+from pydantic import AfterValidator, AwareDatetime, Field, model_validator
+
+from grid.models.common import AuthStrategy, BackendKind, GridModel, ProviderKind
+from grid.models.conditions import Conditions
+from grid.models.fields import (
+    LIST_SET,
+    DnsSubdomain,
+    Duration,
+    Price,
+    Token,
+    list_map,
+    split_host_port,
+    unique_by,
+    unique_values,
+    within,
+)
+from grid.models.meta import API_VERSION, ObjectMeta, SecretKeyRef
+from grid.models.selectors import LabelSelector
+
+ENDPOINT_PATTERN = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"
+MODEL_NAME_PATTERN = r"^[^\s]+$"
+CAPABILITY_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
+PROMETHEUS_METRIC_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+_PROMETHEUS_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
+_MAX_OVERLAY_NAME_BYTES = 256
+
+SECRET_STRATEGIES = frozenset(
+    {
+        AuthStrategy.API_KEY,
+        AuthStrategy.BEARER_TOKEN,
+        AuthStrategy.OAUTH2,
+        AuthStrategy.SIGV4,
+        AuthStrategy.CUSTOM,
+    }
+)
+"""Strategies that need a credential from a Secret (the others use the mesh's mutual TLS or
+the workload's service account)."""
+
+
+def check_http_url(url: str) -> str:
+    """``url`` if it is an http(s) URL with a host and no credentials, query or fragment."""
+    if not re.fullmatch(ENDPOINT_PATTERN, url):
+        raise ValueError(
+            "must be an http:// or https:// URL with a host and an optional path, without "
+            "user:password@, query string or fragment (credentials belong in auth.secretRef)"
+        )
+    parts = urlsplit(url)
+    default_port = 443 if parts.scheme == "https" else 80
+    netloc = (
+        parts.netloc if re.search(r":[0-9]+$", parts.netloc) else (f"{parts.netloc}:{default_port}")
+    )
+    split_host_port(netloc)
+    return url
+
+
+def _check_model_name(name: str) -> str:
+    if len(name.encode()) > _MAX_OVERLAY_NAME_BYTES:
+        raise ValueError(f"must be at most {_MAX_OVERLAY_NAME_BYTES} bytes in UTF-8")
+    return name
+
+
+HttpUrl = Annotated[
+    str,
+    AfterValidator(check_http_url),
+    Field(json_schema_extra={"pattern": ENDPOINT_PATTERN, "maxLength": 2048}),
+]
+Capability = Annotated[str, Field(pattern=CAPABILITY_PATTERN, min_length=1, max_length=63)]
+
+
+class ModelOffer(GridModel):
+    """One model a provider serves."""
+
+    name: Annotated[str, AfterValidator(_check_model_name)] = Field(
+        pattern=MODEL_NAME_PATTERN,
+        min_length=1,
+        max_length=256,
+        description="Model name requests ask for (the gateway matches it exactly).",
+    )
+    capabilities: Annotated[list[Capability], AfterValidator(unique_values), LIST_SET] = Field(
+        default_factory=list, max_length=64, description="e.g. chat, completion, embeddings."
+    )
+    context_window: int | None = Field(
+        None, ge=1, le=100_000_000, description="Maximum tokens per request (prompt + output)."
+    )
+
+
+class Cost(GridModel):
+    """Price per million tokens, as a whole number or a quoted decimal ("0.25")."""
+
+    input_per_million: Price
+    output_per_million: Price
+
+
+class HealthCheck(GridModel):
+    """Active HTTP health check against the provider's endpoint."""
+
+    path: str = Field("/health", pattern=r"^/[^\s?#]*$", max_length=1024)
+    interval: Annotated[Duration, within(1, 3600)] = Duration.parse("10s")
+    timeout: Annotated[Duration, within(0.1, 300)] = Duration.parse("2s")
+    healthy_threshold: int = Field(
+        2, ge=1, le=100, description="Consecutive passes before the provider is Available."
+    )
+    unhealthy_threshold: int = Field(
+        3, ge=1, le=100, description="Consecutive failures before it is Unavailable."
+    )
+    expected_status: int = Field(200, ge=100, le=599)
+
+    @model_validator(mode="after")
+    def _timeout_within_interval(self) -> Self:
+        if self.timeout.seconds >= self.interval.seconds:
+            raise ValueError("timeout must be shorter than interval")
+        return self
+
+
+class ProviderAuth(GridModel):
+    """How the gateway authenticates to the provider. Only a Secret *reference* is held;
+    the gateway reads the mounted file."""
+
+    strategy: AuthStrategy
+    secret_ref: SecretKeyRef | None = None
+
+    @model_validator(mode="after")
+    def _secret_when_needed(self) -> Self:
+        if self.strategy in SECRET_STRATEGIES and self.secret_ref is None:
+            raise ValueError(
+                f"strategy {self.strategy} needs secretRef (name, namespace, key of the "
+                "Secret holding the credential)"
+            )
+        return self
+
+
+class AccessPolicy(GridModel):
+    """Which sites may consume this provider."""
+
+    site_selector: LabelSelector = Field(description="Labels of the GridSites allowed.")
+
+
+class Aggregation(StrEnum):
+    """How several matching series combine into one value."""
+
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+    AVG = "avg"
+
+
+def _check_matchers(labels: dict[str, str]) -> dict[str, str]:
+    for name in labels:
+        if not _PROMETHEUS_LABEL.fullmatch(name):
+            raise ValueError(
+                "Prometheus label names are letters, digits and '_', not starting with a digit"
+            )
+    return labels
+
+
+class MetricSelector(GridModel):
+    """A Prometheus metric (and label matchers) read as one signal."""
+
+    metric: str = Field(pattern=PROMETHEUS_METRIC_PATTERN, max_length=256)
+    labels: Annotated[dict[str, str], AfterValidator(_check_matchers)] = Field(
+        default_factory=dict, description="Label values a series must have to count."
+    )
+    aggregation: Aggregation = Aggregation.MAX
+    quantile: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="When set, metric names a histogram (its _bucket series) and this "
+        "quantile of it is the value, e.g. 0.99 for p99 latency.",
+    )
+    scale: float = Field(
+        1.0, gt=0, le=1e9, description="Multiplier applied to the value (1000: s to ms)."
+    )
+
+
+class SignalMapping(GridModel):
+    """Which metric feeds each scraped signal. ``health`` is healthy when non-zero."""
+
+    queue_depth: MetricSelector | None = None
+    kv_cache_utilization: MetricSelector | None = None
+    prefix_cache_hit_ratio: MetricSelector | None = None
+    p99_latency_ms: MetricSelector | None = None
+    health: MetricSelector | None = None
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> Self:
+        if not any(
+            (
+                self.queue_depth,
+                self.kv_cache_utilization,
+                self.prefix_cache_hit_ratio,
+                self.p99_latency_ms,
+                self.health,
+            )
+        ):
+            raise ValueError(
+                "map at least one of queueDepth, kvCacheUtilization, prefixCacheHitRatio, "
+                "p99LatencyMs, health"
+            )
+        return self
+
+
+class OnMetricsError(StrEnum):
+    """What a failed scrape means for scoring."""
+
+    NEUTRAL = "neutral"
+    """Missing signals score a neutral 0.5."""
+    PESSIMISTIC = "pessimistic"
+    """Missing signals score as worst (0)."""
+
+
+class MetricsConfig(GridModel):
+    """Prometheus scrape of the provider's load. Either ``url``, or ``port`` (and ``path``,
+    default /metrics) on the endpoint's host."""
+
+    url: HttpUrl | None = None
+    path: str | None = Field(None, pattern=r"^/[^\s?#]*$", max_length=1024)
+    port: int | None = Field(None, ge=1, le=65535)
+    interval: Annotated[Duration, within(1, 3600)] = Duration.parse("15s")
+    timeout: Annotated[Duration, within(0.1, 300)] = Duration.parse("5s")
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    signals: SignalMapping
+    on_error: OnMetricsError = OnMetricsError.NEUTRAL
+
+    @model_validator(mode="after")
+    def _one_target(self) -> Self:
+        if (self.url is None) == (self.port is None):
+            raise ValueError("set either url, or port (with an optional path), not both")
+        if self.url is not None and self.path is not None:
+            raise ValueError("path goes with port; with url put the path in the url")
+        if self.timeout.seconds >= self.interval.seconds:
+            raise ValueError("timeout must be shorter than interval")
+        return self
+
+
+class InferenceProviderSpec(GridModel):
+    """Desired state of an InferenceProvider."""
+
+    grid_network_ref: DnsSubdomain = Field(description="Name of the parent GridNetwork.")
+    backend_kind: BackendKind
+    provider_kind: ProviderKind
+    models: Annotated[list[ModelOffer], unique_by("name"), list_map("name")] = Field(
+        min_length=1, max_length=256
+    )
+    endpoint: HttpUrl
+    cluster: Token | None = Field(
+        None, description="Upstream cluster name in the gateway; default the provider name."
+    )
+    site_selector: LabelSelector | None = Field(
+        None, description="Labels of the GridSites this provider sits at."
+    )
+    cost: Cost | None = None
+    health_check: HealthCheck | None = None
+    auth: ProviderAuth | None = None
+    access_policy: AccessPolicy | None = Field(
+        None, description="Sites allowed to consume the provider; all sites when unset."
+    )
+    metrics_config: MetricsConfig | None = None
+
+
+class InferenceProviderPhase(StrEnum):
+    PENDING = "Pending"
+    AVAILABLE = "Available"
+    DEGRADED = "Degraded"
+    UNAVAILABLE = "Unavailable"
+
+
+class HealthCheckStatus(GridModel):
+    """The last health check and the current run of equal results."""
+
+    at: AwareDatetime
+    healthy: bool
+    status_code: int | None = Field(None, ge=100, le=599)
+    latency_ms: float | None = Field(None, ge=0)
+    consecutive_successes: int = Field(0, ge=0)
+    consecutive_failures: int = Field(0, ge=0)
+    message: str = Field("", max_length=4096)
+
+
+class ScrapeStatus(GridModel):
+    """The last metrics scrape."""
+
+    at: AwareDatetime
+    ok: bool
+    message: str = Field("", max_length=4096)
+
+
+class InferenceProviderStatus(GridModel):
+    """Observed state of an InferenceProvider, written by Grid."""
+
+    phase: InferenceProviderPhase = InferenceProviderPhase.PENDING
+    phase_transition_time: AwareDatetime | None = None
+    observed_generation: int | None = Field(None, ge=0)
+    conditions: Conditions = Field(default_factory=list)
+    matching_sites: Annotated[list[DnsSubdomain], AfterValidator(unique_values), LIST_SET] = Field(
+        default_factory=list, description="GridSites the provider sits at."
+    )
+    last_health_check: HealthCheckStatus | None = None
+    last_metrics_scrape: ScrapeStatus | None = None
+
+
+class InferenceProvider(GridModel):
+    """Inference capacity offered to the grid: the models it serves, where it sits, what it
+    costs, how to check and authenticate to it, and how to read its load."""
+
+    api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
+    kind: Literal["InferenceProvider"] = "InferenceProvider"
+    metadata: ObjectMeta
+    spec: InferenceProviderSpec
+    status: InferenceProviderStatus | None = None
+
+    @property
+    def cluster(self) -> str:
+        """Upstream cluster name in the gateway: ``spec.cluster`` or the provider's name."""
+        return self.spec.cluster or self.metadata.name

@@ -1,0 +1,163 @@
+"""GridSite: one participating cluster, created by hand or discovered through SWIM, and
+trusted only once its certificate matches a pinned SHA-256 fingerprint."""
+
+from __future__ import annotations
+
+import hmac
+from enum import StrEnum
+from typing import Literal, Self
+
+from pydantic import AwareDatetime, Field, model_validator
+
+from grid.models.common import GridModel
+from grid.models.conditions import Conditions
+from grid.models.fields import (
+    HEX64_PATTERN,
+    DnsSubdomain,
+    Fingerprint,
+    HostPort,
+    Topology,
+    normalize_fingerprint,
+)
+from grid.models.meta import API_VERSION, ObjectMeta
+
+AUTO_DISCOVER_LABEL = "grid.praxis-proxy.io/auto-discover"
+"""Label (value ``"true"``) marking a GridSite that follows SWIM: it is Discovered only once
+its peer is seen alive. The operator sets it on the sites it creates from membership."""
+
+
+class EgressTlsMode(StrEnum):
+    """How peers connect to a site's egress endpoint."""
+
+    MUTUAL_TLS = "mutual_tls"
+    """TLS with client certificates on both sides (the default, and the only mode a
+    production mesh should use)."""
+    TLS = "tls"
+    """Server-authenticated TLS only."""
+    PLAINTEXT = "plaintext"
+    """No TLS: for a lab on one host. The site is still pinned by the certificate it
+    announces through SWIM, but its traffic is readable on the wire."""
+
+
+class Egress(GridModel):
+    """Where other sites send this site's traffic."""
+
+    address: HostPort = Field(description="host:port of the site's egress gateway.")
+    tls_mode: EgressTlsMode = EgressTlsMode.MUTUAL_TLS
+    server_name: DnsSubdomain | None = Field(
+        None, description="TLS server name (SNI); default the host of address."
+    )
+
+
+class TrustPin(StrEnum):
+    """Which configured fingerprint a certificate matched."""
+
+    CURRENT = "current"
+    PREVIOUS = "previous"
+
+
+class SiteTrust(GridModel):
+    """Pinned SHA-256 fingerprints of the site's certificate. During a rotation both the new
+    (``certFingerprint``) and the old (``previousCertFingerprint``) are accepted."""
+
+    cert_fingerprint: Fingerprint | None = Field(
+        None, description="SHA-256 of the site certificate (hex, or AB:CD:.. pairs)."
+    )
+    previous_cert_fingerprint: Fingerprint | None = Field(
+        None, description="Second pin, accepted during a certificate rotation."
+    )
+
+    @model_validator(mode="after")
+    def _previous_needs_current(self) -> Self:
+        if self.previous_cert_fingerprint is not None:
+            if self.cert_fingerprint is None:
+                raise ValueError("previousCertFingerprint needs certFingerprint to be set too")
+            if self.previous_cert_fingerprint == self.cert_fingerprint:
+                raise ValueError(
+                    "previousCertFingerprint equals certFingerprint; remove it or set the "
+                    "old certificate's fingerprint"
+                )
+        return self
+
+    def match(self, observed: str | None) -> TrustPin | None:
+        """Which pin ``observed`` (a fingerprint in either accepted form) matches, if any."""
+        if observed is None:
+            return None
+        try:
+            normalized = normalize_fingerprint(observed)
+        except ValueError:
+            return None
+        for pin, expected in (
+            (TrustPin.CURRENT, self.cert_fingerprint),
+            (TrustPin.PREVIOUS, self.previous_cert_fingerprint),
+        ):
+            if expected is not None and hmac.compare_digest(expected, normalized):
+                return pin
+        return None
+
+
+class GridSiteSpec(GridModel):
+    """Desired state of a GridSite."""
+
+    grid_network_ref: DnsSubdomain = Field(description="Name of the parent GridNetwork.")
+    egress: Egress | None = Field(
+        None, description="Egress endpoint; learned through SWIM when left out."
+    )
+    region: Topology | None = None
+    zone: Topology | None = None
+    sovereignty_zone: Topology | None = Field(
+        None, description="Jurisdiction the site's data stays in."
+    )
+    trust: SiteTrust = Field(default_factory=SiteTrust)
+
+
+class GridSitePhase(StrEnum):
+    PENDING = "Pending"
+    DISCOVERED = "Discovered"
+    CONNECTING = "Connecting"
+    ACTIVE = "Active"
+    UNREACHABLE = "Unreachable"
+    LEFT = "Left"
+
+
+class ProbeStatus(GridModel):
+    """The last TCP/TLS probe of the site's egress endpoint."""
+
+    at: AwareDatetime
+    reachable: bool
+    latency_ms: float | None = Field(None, ge=0)
+    message: str = Field("", max_length=4096)
+
+
+class GridSiteStatus(GridModel):
+    """Observed state of a GridSite, written by Grid."""
+
+    phase: GridSitePhase = GridSitePhase.PENDING
+    phase_transition_time: AwareDatetime | None = None
+    observed_generation: int | None = Field(None, ge=0)
+    conditions: Conditions = Field(default_factory=list)
+    last_probe: ProbeStatus | None = None
+    observed_fingerprint: str | None = Field(
+        None, pattern=HEX64_PATTERN, description="SHA-256 of the certificate last presented."
+    )
+    matched_pin: TrustPin | None = None
+    egress_address: HostPort | None = Field(
+        None, description="Egress address in use (from spec or learned through SWIM)."
+    )
+    last_seen_alive: AwareDatetime | None = None
+
+
+class GridSite(GridModel):
+    """A participating cluster, created by hand or discovered through SWIM. It becomes
+    Active only after its certificate matches a pinned SHA-256 fingerprint."""
+
+    api_version: Literal["grid.praxis-proxy.io/v1alpha1"] = API_VERSION
+    kind: Literal["GridSite"] = "GridSite"
+    metadata: ObjectMeta
+    spec: GridSiteSpec
+    status: GridSiteStatus | None = None
+
+    @property
+    def auto_discover(self) -> bool:
+        """Whether the site carries the auto-discover label."""
+        return self.metadata.labels.get(AUTO_DISCOVER_LABEL) == "true"
