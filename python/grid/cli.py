@@ -11,7 +11,11 @@ from grid import __version__
 
 # Each module defines ``register(subparsers)``, which adds its subcommands and sets
 # ``handler`` (args -> exit code) on each of them.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "grid.commands.crds",
+    "grid.commands.overlay",
+    "grid.commands.render",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

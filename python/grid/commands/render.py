@@ -1,0 +1,201 @@
+"""``grid render`` and ``grid explain``: what-if rendering from a directory of resources,
+with no network. ``render`` prints the overlay a site's gateway would receive (or its
+complete gateway configuration); ``explain`` prints why the candidates are in that order
+and why each missing provider is missing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grid.errors import ConfigError, EmptyOverlayError, OverlayRenderError
+from grid.models.network import ConsumerConfig
+from grid.models.resources import load_resources_from_dir
+from grid.render.consumer import consumer_config_yaml
+from grid.render.overlay import render_overlay, select_candidates
+from grid.render.whatif import MetricsReport, WhatIf, build_what_if, parse_metrics_report
+from grid.scoring.explain import explain
+from grid.scoring.ranking import Ranking, rank_candidates
+
+EXIT_OK = 0
+EXIT_NO_OVERLAY = 1
+EXIT_USAGE = 2
+
+
+def register(subparsers: Any) -> None:
+    """Add ``grid render`` and ``grid explain``."""
+    render = subparsers.add_parser(
+        "render",
+        help="print the overlay a site's gateway would receive (what-if, no network)",
+        description="Exit status: 0 rendered, 1 no candidate left (the gateway would keep "
+        "its previous overlay), 2 unreadable or invalid input.",
+    )
+    _add_inputs(render)
+    render.add_argument(
+        "--consumer-config",
+        action="store_true",
+        help="print the complete gateway configuration (YAML) instead of the overlay",
+    )
+    render.set_defaults(handler=render_command)
+    explain_parser = subparsers.add_parser(
+        "explain",
+        help="explain a site's candidate order and every provider left out (what-if)",
+        description="Exit status: 0 explained, 2 unreadable or invalid input.",
+    )
+    _add_inputs(explain_parser)
+    explain_parser.set_defaults(handler=explain_command)
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--resources",
+        required=True,
+        metavar="DIR",
+        help="directory of GridNetwork, GridSite and InferenceProvider YAML",
+    )
+    parser.add_argument("--site", required=True, help="the consuming site (GridSite name)")
+    parser.add_argument("--gateway", required=True, metavar="NAME", help="the gateway's name")
+    parser.add_argument("--namespace", metavar="NS", help="the gateway's namespace")
+    parser.add_argument(
+        "--metrics",
+        metavar="FILE",
+        help="YAML or JSON with per-provider signal values and health (see docs/scoring.md)",
+    )
+    parser.add_argument(
+        "--now",
+        metavar="RFC3339",
+        help="the moment to render at (default: the current time)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    what_if: WhatIf
+    ranking: Ranking
+    now: datetime
+
+
+def _fail(message: str) -> int:
+    print(f"grid: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _parse_now(text: str | None) -> datetime:
+    if text is None:
+        return datetime.now(UTC)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ConfigError(f"--now {text!r} is not an RFC 3339 timestamp") from None
+    if moment.utcoffset() is None:
+        raise ConfigError("--now needs a time zone (e.g. 2026-07-29T00:00:00Z)")
+    return moment
+
+
+def _read_metrics(path: str | None) -> MetricsReport:
+    if path is None:
+        return MetricsReport()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
+        raise ConfigError(f"cannot read metrics file {path}: {reason}") from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"metrics file {path} is not valid YAML or JSON{where}") from None
+    return parse_metrics_report(document)
+
+
+def _prepare(args: argparse.Namespace) -> _Prepared | int:
+    try:
+        now = _parse_now(args.now)
+        resources = load_resources_from_dir(args.resources)
+        if resources.errors:
+            for error in resources.errors:
+                print(f"grid: {error}", file=sys.stderr)
+            return _fail(f"{len(resources.errors)} invalid resource(s) in {args.resources}")
+        what_if = build_what_if(
+            resources,
+            site=args.site,
+            gateway=args.gateway,
+            namespace=args.namespace,
+            metrics=_read_metrics(args.metrics),
+        )
+        network = what_if.network.spec
+        ranking = rank_candidates(
+            what_if.candidates,
+            what_if.consumer,
+            network.scoring,
+            now,
+            stale_after_seconds=network.stale_candidate_ttl_seconds,
+        )
+    except ConfigError as error:
+        return _fail(str(error))
+    for note in what_if.notes:
+        print(f"grid: note: {note}", file=sys.stderr)
+    return _Prepared(what_if, ranking, now)
+
+
+def render_command(args: argparse.Namespace) -> int:
+    """Print the overlay (or the gateway configuration) for ``--site``'s gateway."""
+    prepared = _prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    what_if = prepared.what_if
+    try:
+        overlay = render_overlay(prepared.ranking, what_if.scope, what_if.source, prepared.now)
+    except EmptyOverlayError as error:
+        print(f"grid: {error}", file=sys.stderr)
+        print(explain(prepared.ranking, not_offered=what_if.not_offered), file=sys.stderr)
+        return EXIT_NO_OVERLAY
+    except OverlayRenderError as error:
+        return _fail(str(error))
+    if overlay.truncated:
+        print(
+            f"grid: note: {len(overlay.truncated)} candidates cut to fit the overlay limit",
+            file=sys.stderr,
+        )
+    if not args.consumer_config:
+        print(json.dumps(overlay.document, indent=2, ensure_ascii=False))
+        return EXIT_OK
+    gateway = what_if.gateway
+    try:
+        text = consumer_config_yaml(
+            overlay,
+            what_if.endpoints,
+            gateway.consumer_config or ConsumerConfig(),
+            route_filter=gateway.route_filter_name,
+            credential_filter=gateway.credential_filter_name,
+        )
+    except OverlayRenderError as error:
+        return _fail(str(error))
+    print(text, end="")
+    return EXIT_OK
+
+
+def explain_command(args: argparse.Namespace) -> int:
+    """Print the candidate table and the left-out table for ``--site``."""
+    prepared = _prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    published, cut = select_candidates(prepared.ranking.candidates)
+    print(
+        explain(
+            prepared.ranking,
+            published=published,
+            extra_left_out=cut,
+            not_offered=prepared.what_if.not_offered,
+        ),
+        end="",
+    )
+    return EXIT_OK

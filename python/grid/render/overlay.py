@@ -1,0 +1,220 @@
+"""The routing overlay document (``grid-config.json``) per the overlay contract, version
+1.0.0: envelope, content digest, scope, provenance and the ordered candidates."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from grid import __version__
+from grid.errors import EmptyOverlayError, OverlayRenderError, ScoringInputError
+from grid.render.digest import content_digest, stable_id
+from grid.scoring.inputs import check_name
+from grid.scoring.ranking import LeftOut, LeftOutReason, RankedCandidate, Ranking
+
+SCHEMA_VERSION = "1.0.0"
+PRODUCER = "grid"
+KIND_INFERENCE_MODEL = "inference_model"
+CREDENTIAL_STRATEGY = "bearer_token"
+MAX_CANDIDATES = 1024
+MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class OverlayScope:
+    """Which gateway the overlay is for; the gateway refuses a document scoped to another."""
+
+    network: str
+    gateway: str
+    namespace: str
+    local_site: str
+
+    def __post_init__(self) -> None:
+        for field_name in ("network", "gateway", "namespace", "local_site"):
+            _check(getattr(self, field_name), f"overlay scope {field_name}")
+
+
+@dataclass(frozen=True, slots=True)
+class OverlaySource:
+    """The GridNetwork the overlay was rendered from (its name must be the scope's
+    network)."""
+
+    name: str
+    uid: str
+    generation: int
+
+    def __post_init__(self) -> None:
+        _check(self.name, "overlay source name")
+        _check(self.uid, "overlay source uid")
+        if isinstance(self.generation, bool) or not isinstance(self.generation, int):
+            raise OverlayRenderError("overlay source generation must be an integer")
+        if self.generation <= 0:
+            raise OverlayRenderError("overlay source generation must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedOverlay:
+    """A rendered document, ready to write under the ConfigMap key."""
+
+    document: Mapping[str, Any]
+    text: str
+    """``document`` serialized: what the ConfigMap holds."""
+    revision: str
+    candidates: tuple[RankedCandidate, ...]
+    """The published candidates, in order."""
+    truncated: tuple[LeftOut, ...]
+    """Candidates cut to respect :data:`MAX_CANDIDATES`."""
+
+
+def _check(value: object, what: str) -> None:
+    try:
+        check_name(value, what)
+    except ScoringInputError as error:
+        raise OverlayRenderError(str(error)) from None
+
+
+def rfc3339(moment: datetime) -> str:
+    """``moment`` in UTC as RFC 3339 with whole seconds, e.g. ``2026-07-29T00:00:00Z``."""
+    if moment.utcoffset() is None:
+        raise OverlayRenderError("timestamps must carry a time zone")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def select_candidates(
+    ranked: Sequence[RankedCandidate], limit: int = MAX_CANDIDATES
+) -> tuple[tuple[RankedCandidate, ...], tuple[LeftOut, ...]]:
+    """At most ``limit`` candidates, in their order: first the best candidate of every model
+    (so no model disappears while a lower-ranked copy of another survives), then the best of
+    the rest. Returns the kept candidates and the ones cut."""
+    if len(ranked) <= limit:
+        return tuple(ranked), ()
+    chosen: set[int] = set()
+    models: set[str] = set()
+    for index, entry in enumerate(ranked):
+        if len(chosen) == limit:
+            break
+        if entry.candidate.model not in models:
+            models.add(entry.candidate.model)
+            chosen.add(index)
+    for index in range(len(ranked)):
+        if len(chosen) == limit:
+            break
+        chosen.add(index)
+    kept = tuple(entry for index, entry in enumerate(ranked) if index in chosen)
+    cut = tuple(
+        LeftOut(
+            entry.candidate,
+            LeftOutReason.TRUNCATED,
+            f"beyond the overlay's limit of {limit} candidates",
+        )
+        for index, entry in enumerate(ranked)
+        if index not in chosen
+    )
+    return kept, cut
+
+
+def candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
+    """One candidate as the contract spells it."""
+    candidate = entry.candidate
+    document: dict[str, Any] = {
+        "kind": KIND_INFERENCE_MODEL,
+        "name": candidate.model,
+        "site": candidate.site,
+        "cluster": candidate.cluster,
+        "fresh": entry.fresh,
+    }
+    credential = candidate.credential
+    if credential is not None:
+        document["credential"] = {
+            "strategy": CREDENTIAL_STRATEGY,
+            "secretRef": {
+                "name": credential.name,
+                "namespace": credential.namespace,
+                "key": credential.key,
+            },
+        }
+    document["stable_id"] = stable_id(
+        KIND_INFERENCE_MODEL, candidate.model, candidate.site, candidate.cluster
+    )
+    document["admission_state"] = entry.admission.wire
+    document["selection_tier"] = entry.tier.wire
+    document["score"] = entry.score
+    document["score_breakdown"] = entry.breakdown.as_wire()
+    document["rank"] = rank
+    return document
+
+
+def render_overlay(
+    ranking: Ranking,
+    scope: OverlayScope,
+    source: OverlaySource,
+    now: datetime,
+    *,
+    max_candidates: int = MAX_CANDIDATES,
+) -> RenderedOverlay:
+    """The overlay document for ``scope``'s gateway, rendered at ``now``.
+
+    Raises :class:`EmptyOverlayError` when no candidate is left (the gateway rejects such a
+    document: keep the previous one) and :class:`OverlayRenderError` when the scope, the
+    source or the ranking disagree or the document would exceed 2 MiB.
+    """
+    if source.name != scope.network:
+        raise OverlayRenderError(
+            f"overlay source {source.name!r} is not the scope's network {scope.network!r}"
+        )
+    if ranking.consumer.name != scope.local_site:
+        raise OverlayRenderError(
+            f"the ranking was made for site {ranking.consumer.name!r}, "
+            f"not for the scope's local site {scope.local_site!r}"
+        )
+    if not 1 <= max_candidates <= MAX_CANDIDATES:
+        raise OverlayRenderError(f"max_candidates must be between 1 and {MAX_CANDIDATES}")
+    if not ranking.candidates:
+        reasons = sorted({entry.reason.value for entry in ranking.left_out})
+        raise EmptyOverlayError(
+            f"no candidate for site {scope.local_site!r} "
+            f"({len(ranking.left_out)} left out: {', '.join(reasons) or 'no provider'}); "
+            "keeping the previous overlay",
+            tuple(ranking.left_out),
+        )
+    kept, cut = select_candidates(ranking.candidates, max_candidates)
+    candidates = [candidate_document(entry, rank) for rank, entry in enumerate(kept)]
+    digest = content_digest(scope.network, scope.local_site, candidates)
+    rendered_at = rfc3339(now)
+    document = {
+        "schema_version": SCHEMA_VERSION,
+        "revision": {"kind": "content_addressed", "algorithm": "sha256", "value": digest},
+        "content_digest": {"algorithm": "sha256", "value": digest},
+        "scope": {
+            "network": scope.network,
+            "gateway": scope.gateway,
+            "namespace": scope.namespace,
+            "local_site": scope.local_site,
+        },
+        "provenance": {
+            "producer": PRODUCER,
+            "producer_version": __version__,
+            "source_name": source.name,
+            "source_uid": source.uid,
+            "source_generation": source.generation,
+            "rendered_at": rendered_at,
+        },
+        "overlay": {
+            "network": scope.network,
+            "local_site": scope.local_site,
+            "candidates": candidates,
+            "generated_at": rendered_at,
+        },
+    }
+    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+    size = len(text.encode("utf-8"))
+    if size > MAX_DOCUMENT_BYTES:
+        raise OverlayRenderError(
+            f"the overlay would be {size} bytes, over the contract's {MAX_DOCUMENT_BYTES}"
+        )
+    return RenderedOverlay(
+        document=document, text=text, revision=digest, candidates=kept, truncated=cut
+    )

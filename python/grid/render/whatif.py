@@ -1,0 +1,370 @@
+"""What-if rendering: the candidates a site's gateway would get, built from the resources
+of a whole mesh (as YAML) and a file of provider signals, with no network involved.
+
+A provider sits at the GridSites its ``siteSelector`` matches. A provider without one is
+tied to no site (a managed cloud or a third-party API): every gateway reaches it directly,
+so it is offered at the consuming site, with an unknown locality tier. At the consuming
+site a candidate is reached through the provider's own endpoint and cluster and carries its
+credential reference; at another site it is reached through that site's egress gateway
+(cluster ``site-<site>``), which injects its own credentials.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal
+from types import MappingProxyType
+from urllib.parse import urlsplit
+
+from pydantic import AwareDatetime, Field, ValidationError
+
+from grid.errors import ConfigError, MetricsFileError, ScoringInputError
+from grid.models.common import AuthStrategy, GridModel
+from grid.models.network import GatewayRef, GridNetwork
+from grid.models.provider import InferenceProvider, InferenceProviderPhase
+from grid.models.resources import LoadedResources
+from grid.models.selectors import select
+from grid.models.site import EgressTlsMode, GridSite
+from grid.render.consumer import ClusterEndpoint
+from grid.render.overlay import OverlayScope, OverlaySource
+from grid.scoring.inputs import (
+    UNKNOWN_GEOGRAPHY,
+    CandidateInput,
+    ConsumingSite,
+    Geography,
+    Metrics,
+    SecretRef,
+    TokenCost,
+)
+
+REMOTE_CLUSTER_PREFIX = "site-"
+BEARER_STRATEGIES = frozenset({AuthStrategy.BEARER_TOKEN, AuthStrategy.API_KEY})
+"""Strategies whose Secret holds a token the gateway can send as a bearer token."""
+NO_SECRET_STRATEGIES = frozenset({AuthStrategy.MTLS_ONLY, AuthStrategy.SERVICE_ACCOUNT})
+DEFAULT_GATEWAY_NAMESPACE = "default"
+
+
+class SignalReport(GridModel):
+    """Signal values and health of a provider, as the metrics file gives them."""
+
+    queue_depth: float | None = Field(None, ge=0, allow_inf_nan=False)
+    kv_cache_utilization: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    prefix_cache_hit_ratio: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    p99_latency_ms: float | None = Field(None, ge=0, allow_inf_nan=False)
+    healthy: bool | None = None
+    degraded: bool | None = None
+    updated_at: AwareDatetime | None = None
+
+
+class ProviderReport(SignalReport):
+    """A provider's values, with per-site values for a provider at several sites."""
+
+    sites: dict[str, SignalReport] = Field(default_factory=dict)
+
+
+class MetricsReport(GridModel):
+    """The ``--metrics`` file: ``providers`` maps provider names to their signals."""
+
+    providers: dict[str, ProviderReport] = Field(default_factory=dict)
+
+    def for_candidate(self, provider: str, site: str) -> SignalReport:
+        """The values for ``provider`` at ``site``: the site's values where given, the
+        provider's otherwise."""
+        report = self.providers.get(provider)
+        if report is None:
+            return SignalReport()
+        base = report.model_dump(exclude={"sites"})
+        override = report.sites.get(site)
+        if override is not None:
+            base.update(override.model_dump(exclude_unset=True))
+        return SignalReport(**base)
+
+
+def parse_metrics_report(document: object) -> MetricsReport:
+    """Check a decoded metrics file (YAML or JSON). Raises :class:`MetricsFileError`
+    naming each bad field (never its value)."""
+    if document is None:
+        return MetricsReport()
+    try:
+        text = json.dumps(document, default=_json_default)
+        return MetricsReport.model_validate_json(text, strict=True)
+    except (TypeError, ValueError) as error:
+        if isinstance(error, ValidationError):
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in detail['loc'])}: "
+                f"{detail['msg'].removeprefix('Value error, ')}"
+                for detail in error.errors()
+            )
+            raise MetricsFileError(f"metrics file: {problems}") from None
+        raise MetricsFileError(f"metrics file: {error}") from None
+
+
+def _json_default(value: object) -> str:
+    if isinstance(value, date):
+        return value.isoformat()
+    raise TypeError(f"holds a {type(value).__name__} value, which is not JSON")
+
+
+@dataclass(frozen=True, slots=True)
+class WhatIf:
+    """Everything needed to rank and render for one site's gateway."""
+
+    network: GridNetwork
+    gateway: GatewayRef
+    consumer: ConsumingSite
+    candidates: tuple[CandidateInput, ...]
+    endpoints: Mapping[str, ClusterEndpoint]
+    not_offered: tuple[tuple[str, str], ...] = ()
+    """(provider, reason) for providers that yield no candidate."""
+    notes: tuple[str, ...] = ()
+    """Warnings worth showing (an unknown consuming site, a gateway not in the network)."""
+
+    @property
+    def scope(self) -> OverlayScope:
+        return OverlayScope(
+            network=self.network.metadata.name,
+            gateway=self.gateway.name,
+            namespace=self.gateway.namespace,
+            local_site=self.consumer.name,
+        )
+
+    @property
+    def source(self) -> OverlaySource:
+        metadata = self.network.metadata
+        return OverlaySource(
+            name=metadata.name,
+            uid=metadata.uid or f"what-if-{metadata.name}",
+            generation=max(metadata.generation or 1, 1),
+        )
+
+
+def _pick_network(resources: LoadedResources, site: GridSite | None, site_name: str) -> GridNetwork:
+    networks = {network.metadata.name: network for network in resources.networks}
+    if site is not None:
+        name = site.spec.grid_network_ref
+        if name not in networks:
+            raise ConfigError(f"GridSite {site_name!r} belongs to GridNetwork {name!r}, not found")
+        return networks[name]
+    if len(networks) == 1:
+        return next(iter(networks.values()))
+    raise ConfigError(
+        f"site {site_name!r} is not a GridSite here, so its GridNetwork cannot be told "
+        f"({len(networks)} networks found)"
+    )
+
+
+def _pick_gateway(
+    network: GridNetwork, name: str, namespace: str | None, notes: list[str]
+) -> GatewayRef:
+    matches = [
+        ref
+        for ref in network.spec.gateway_refs
+        if ref.name == name and namespace in (None, ref.namespace)
+    ]
+    if len(matches) > 1:
+        raise ConfigError(f"gateway {name!r} is listed in several namespaces: give --namespace")
+    if matches:
+        return matches[0]
+    notes.append(
+        f"gateway {name!r} is not among GridNetwork {network.metadata.name!r}'s gatewayRefs; "
+        "rendering with default settings"
+    )
+    try:
+        return GatewayRef(name=name, namespace=namespace or DEFAULT_GATEWAY_NAMESPACE)
+    except ValidationError as error:
+        reason = error.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"gateway {name!r}: {reason}") from None
+
+
+def _endpoint_of(url: str) -> ClusterEndpoint:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    tls_mode = EgressTlsMode.TLS if parts.scheme == "https" else EgressTlsMode.PLAINTEXT
+    return ClusterEndpoint(address=address, tls_mode=tls_mode, server_name=host)
+
+
+def _egress_of(site: GridSite) -> ClusterEndpoint | None:
+    egress = site.spec.egress
+    if egress is not None:
+        return ClusterEndpoint(egress.address, egress.tls_mode, egress.server_name)
+    learned = site.status.egress_address if site.status is not None else None
+    if learned is not None:
+        return ClusterEndpoint(learned, EgressTlsMode.MUTUAL_TLS)
+    return None
+
+
+def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str | None]:
+    """The credential reference to project, or the reason the provider cannot be offered."""
+    auth = provider.spec.auth
+    if auth is None or auth.strategy in NO_SECRET_STRATEGIES:
+        return None, None
+    if auth.strategy in BEARER_STRATEGIES and auth.secret_ref is not None:
+        ref = auth.secret_ref
+        return SecretRef(name=ref.name, namespace=ref.namespace, key=ref.key), None
+    return None, f"auth strategy {auth.strategy} cannot be injected as a bearer token"
+
+
+def _check_reports(metrics: MetricsReport, providers: list[InferenceProvider]) -> None:
+    known = {provider.metadata.name for provider in providers}
+    unknown = sorted(set(metrics.providers) - known)
+    if unknown:
+        raise MetricsFileError(f"metrics file: provider {unknown[0]!r} is not in this network")
+
+
+def build_what_if(
+    resources: LoadedResources,
+    *,
+    site: str,
+    gateway: str,
+    namespace: str | None = None,
+    metrics: MetricsReport | None = None,
+) -> WhatIf:
+    """The candidates ``site``'s gateway would be offered. Raises :class:`ConfigError` when
+    the resources cannot say (no network, an ambiguous gateway, conflicting endpoints)."""
+    metrics = metrics or MetricsReport()
+    notes: list[str] = []
+    sites_by_name = {entry.metadata.name: entry for entry in resources.sites}
+    own_site = sites_by_name.get(site)
+    network = _pick_network(resources, own_site, site)
+    network_name = network.metadata.name
+    if own_site is None:
+        notes.append(
+            f"site {site!r} is not a GridSite of {network_name!r}: it is unknown, so providers "
+            "with an access policy are left out"
+        )
+        consumer = ConsumingSite(name=site)
+    else:
+        consumer = ConsumingSite(
+            name=site,
+            geography=Geography(own_site.spec.region, own_site.spec.zone),
+            labels=own_site.metadata.labels,
+        )
+    gateway_ref = _pick_gateway(network, gateway, namespace, notes)
+    sites = [entry for entry in resources.sites if entry.spec.grid_network_ref == network_name]
+    providers = sorted(
+        (entry for entry in resources.providers if entry.spec.grid_network_ref == network_name),
+        key=lambda entry: entry.metadata.name,
+    )
+    _check_reports(metrics, providers)
+
+    candidates: list[CandidateInput] = []
+    endpoints: dict[str, ClusterEndpoint] = {}
+    not_offered: list[tuple[str, str]] = []
+    for provider in providers:
+        name = provider.metadata.name
+        placements = _placements(provider, sites)
+        if placements == []:
+            not_offered.append((name, "its siteSelector matches no GridSite"))
+            continue
+        report = metrics.providers.get(name)
+        placed_names = (
+            {consumer.name} if placements is None else {entry.metadata.name for entry in placements}
+        )
+        elsewhere = sorted(set(report.sites) - placed_names) if report is not None else []
+        if elsewhere:
+            raise MetricsFileError(
+                f"metrics file: provider {name!r} does not sit at site {elsewhere[0]!r}"
+            )
+        credential, refusal = _credential_of(provider)
+        sited: list[GridSite | None] = [None] if placements is None else list(placements)
+        for placement in sited:
+            site_name = consumer.name if placement is None else placement.metadata.name
+            if site_name == consumer.name:
+                if refusal is not None:
+                    not_offered.append((name, refusal))
+                    continue
+                cluster, secret = provider.cluster, credential
+                endpoint = _endpoint_of(provider.spec.endpoint)
+            else:
+                egress = None if placement is None else _egress_of(placement)
+                if egress is None:
+                    not_offered.append((name, f"site {site_name!r} has no egress address"))
+                    continue
+                cluster, endpoint, secret = f"{REMOTE_CLUSTER_PREFIX}{site_name}", egress, None
+            known = endpoints.setdefault(cluster, endpoint)
+            if known != endpoint:
+                raise ConfigError(f"gateway cluster {cluster!r} would have two endpoints")
+            candidates += _candidates(
+                provider,
+                site_name=site_name,
+                site=placement,
+                cluster=cluster,
+                credential=secret,
+                metrics=metrics,
+            )
+    return WhatIf(
+        network=network,
+        gateway=gateway_ref,
+        consumer=consumer,
+        candidates=tuple(candidates),
+        endpoints=MappingProxyType(endpoints),
+        not_offered=tuple(not_offered),
+        notes=tuple(notes),
+    )
+
+
+def _placements(provider: InferenceProvider, sites: list[GridSite]) -> list[GridSite] | None:
+    """The sites ``provider`` sits at, or None for a provider tied to no site (without a
+    selector: every gateway reaches it directly)."""
+    selector = provider.spec.site_selector
+    if selector is None:
+        return None
+    return select(selector, sites, lambda entry: entry.metadata.labels)
+
+
+def _candidates(
+    provider: InferenceProvider,
+    *,
+    site_name: str,
+    site: GridSite | None,
+    cluster: str,
+    credential: SecretRef | None,
+    metrics: MetricsReport,
+) -> list[CandidateInput]:
+    name = provider.metadata.name
+    report = metrics.for_candidate(name, site_name)
+    phase = provider.status.phase if provider.status is not None else None
+    healthy = report.healthy
+    if healthy is None and phase is InferenceProviderPhase.UNAVAILABLE:
+        healthy = False
+    degraded = report.degraded
+    if degraded is None:
+        degraded = phase is InferenceProviderPhase.DEGRADED
+    cost = provider.spec.cost
+    policy = provider.spec.access_policy
+    try:
+        return [
+            CandidateInput(
+                provider=name,
+                model=offer.name,
+                site=site_name,
+                cluster=cluster,
+                backend_kind=provider.spec.backend_kind,
+                geography=UNKNOWN_GEOGRAPHY
+                if site is None
+                else Geography(site.spec.region, site.spec.zone),
+                site_bound=site is not None,
+                metrics=Metrics(
+                    queue_depth=report.queue_depth,
+                    kv_cache_utilization=report.kv_cache_utilization,
+                    prefix_cache_hit_ratio=report.prefix_cache_hit_ratio,
+                    p99_latency_ms=report.p99_latency_ms,
+                ),
+                cost=None
+                if cost is None
+                else TokenCost(Decimal(cost.input_per_million), Decimal(cost.output_per_million)),
+                healthy=healthy,
+                degraded=degraded,
+                updated_at=report.updated_at,
+                credential=credential,
+                access_policy=None if policy is None else policy.site_selector,
+            )
+            for offer in provider.spec.models
+        ]
+    except ScoringInputError as error:
+        raise ConfigError(f"provider {name!r} at site {site_name!r}: {error}") from None

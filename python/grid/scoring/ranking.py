@@ -1,0 +1,278 @@
+"""From candidates to the ordered list the gateway walks, and the reasons for what is not
+in it.
+
+Order: admission state, then locality tier, then score (descending), then freshness, then
+(model, site, cluster, provider), so the order is total and every site that holds the same
+state computes the same list, whatever order the candidates arrive in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import NamedTuple
+
+from grid.errors import ScoringInputError
+from grid.models.common import AdmissionState, LocalityTier, ScoringConfig, ScoringWeights
+from grid.models.selectors import selector_matches
+from grid.scoring.admission import (
+    AdmissionMemory,
+    LoadObservation,
+    admission_state,
+    check_thresholds,
+    stabilized_admission,
+)
+from grid.scoring.inputs import CandidateInput, ConsumingSite
+from grid.scoring.signals import (
+    ScoreBreakdown,
+    SignalValues,
+    blended_score,
+    score_breakdown,
+    signal_values,
+)
+from grid.scoring.tiers import TIER_ORDER, locality_tier
+
+CandidateKey = tuple[str, str, str]
+"""(provider, model, site)."""
+
+ADMISSION_ORDER: tuple[AdmissionState, ...] = (
+    AdmissionState.NEW_AND_EXISTING,
+    AdmissionState.EXISTING_ONLY,
+    AdmissionState.EXCLUDED,
+)
+
+_ADMISSION_RANK = {state: position for position, state in enumerate(ADMISSION_ORDER)}
+_TIER_RANK = {tier: position for position, tier in enumerate(TIER_ORDER)}
+
+
+class LeftOutReason(StrEnum):
+    """Why a candidate is not in the list."""
+
+    STALE = "stale"
+    """A remote candidate whose state is older than the network's stale-candidate TTL."""
+    CONSUMER_UNKNOWN = "consumer_unknown"
+    """It has an access policy and the consuming site is unknown (fail closed)."""
+    ACCESS_DENIED = "access_denied"
+    """Its access policy does not select the consuming site."""
+    UNHEALTHY = "unhealthy"
+    HELD_EXCLUDED = "held_excluded"
+    """Healthy again, but stabilized admission keeps it excluded for now."""
+    DUPLICATE_ROUTE = "duplicate_route"
+    """A better candidate has the same (model, site, cluster): the gateway could not tell
+    them apart."""
+    TRUNCATED = "truncated"
+    """Past the overlay's candidate limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeftOut:
+    """A candidate that is not offered to the gateway, and why."""
+
+    candidate: CandidateInput
+    reason: LeftOutReason
+    detail: str
+
+
+class RankedCandidate(NamedTuple):
+    """A candidate with everything the overlay and ``grid explain`` say about it.
+
+    A named tuple rather than a frozen dataclass because ranking builds ten thousand of
+    them per pass and a tuple is several times cheaper to build.
+    """
+
+    candidate: CandidateInput
+    signals: SignalValues
+    score: float
+    admission: AdmissionState
+    tier: LocalityTier
+    fresh: bool
+    """False when the provider is degraded or its state is older than the TTL."""
+    weights: ScoringWeights
+
+    @property
+    def breakdown(self) -> ScoreBreakdown:
+        """The weighted contribution of each signal (computed on demand: only the rendered
+        candidates need it)."""
+        return score_breakdown(self.signals, self.weights)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranking:
+    """The outcome of one scoring pass."""
+
+    consumer: ConsumingSite
+    """The site the ranking was made for."""
+    candidates: tuple[RankedCandidate, ...]
+    """In the gateway's order: the position is the rank."""
+    left_out: tuple[LeftOut, ...]
+    """Sorted by (provider, model, site)."""
+    admission_memory: Mapping[CandidateKey, AdmissionMemory] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    """What stabilized admission must be given next time (empty in the plain mode)."""
+
+
+def order_key(
+    ranked: RankedCandidate,
+) -> tuple[int, int, float, bool, float, tuple[str, str, str, str]]:
+    """The sort key of the gateway's order (smaller first): admission, tier, score
+    (descending), fresh before not fresh, most recently updated first (never-updated last),
+    then (model, site, cluster, provider)."""
+    candidate = ranked.candidate
+    updated_seconds = candidate.updated_seconds
+    return (
+        _ADMISSION_RANK[ranked.admission],
+        _TIER_RANK[ranked.tier],
+        -ranked.score,
+        not ranked.fresh,
+        math.inf if updated_seconds is None else -updated_seconds,
+        candidate.tie_break,
+    )
+
+
+def rank_candidates(
+    candidates: Iterable[CandidateInput],
+    consumer: ConsumingSite,
+    config: ScoringConfig,
+    now: datetime,
+    *,
+    stale_after_seconds: float | None = None,
+    admission_memory: Mapping[CandidateKey, AdmissionMemory] | None = None,
+) -> Ranking:
+    """Filter, score, admit and order ``candidates`` for ``consumer`` at ``now``.
+
+    Left out, in this order of checks: remote candidates whose ``updated_at`` is more than
+    ``stale_after_seconds`` old (a stale candidate at the consuming site itself stays, as
+    not fresh); candidates whose access policy does not select the consumer (or any policy,
+    when the consumer is unknown); candidates admission excludes; and, after ordering, any
+    candidate whose (model, site, cluster) an earlier one already took.
+
+    ``admission_memory`` is the previous pass's :attr:`Ranking.admission_memory`; it is used
+    only when the network enables stabilized admission.
+    """
+    if now.utcoffset() is None:
+        raise ScoringInputError("now must carry a time zone")
+    if stale_after_seconds is not None and not stale_after_seconds >= 0:
+        raise ScoringInputError("the stale-candidate TTL must be a number of seconds >= 0")
+    thresholds, scales, weights = config.admission, config.scales, config.weights
+    check_thresholds(thresholds)
+    stabilized = thresholds.hysteresis.enabled
+    previous_memory = admission_memory or {}
+    memory: dict[CandidateKey, AdmissionMemory] = {}
+    consumer_labels = consumer.labels
+    now_seconds = now.timestamp()
+    seen: set[CandidateKey] = set()
+    ranked: list[RankedCandidate] = []
+    left_out: list[LeftOut] = []
+
+    for candidate in candidates:
+        key = candidate.key
+        if key in seen:
+            raise ScoringInputError(
+                f"provider {candidate.provider!r} lists model {candidate.model!r} at site "
+                f"{candidate.site!r} twice"
+            )
+        seen.add(key)
+
+        at_consumer = candidate.site == consumer.name
+        updated_seconds = candidate.updated_seconds
+        stale = (
+            stale_after_seconds is not None
+            and updated_seconds is not None
+            and now_seconds - updated_seconds > stale_after_seconds
+        )
+        if stale and not at_consumer:
+            left_out.append(
+                LeftOut(
+                    candidate,
+                    LeftOutReason.STALE,
+                    f"no update for more than {stale_after_seconds:g}s",
+                )
+            )
+            continue
+
+        policy = candidate.access_policy
+        if policy is not None:
+            if consumer_labels is None:
+                left_out.append(
+                    LeftOut(
+                        candidate,
+                        LeftOutReason.CONSUMER_UNKNOWN,
+                        f"has an access policy and site {consumer.name!r} is unknown",
+                    )
+                )
+                continue
+            if not selector_matches(policy, consumer_labels):
+                left_out.append(
+                    LeftOut(
+                        candidate,
+                        LeftOutReason.ACCESS_DENIED,
+                        f"access policy does not select site {consumer.name!r}",
+                    )
+                )
+                continue
+
+        observation = LoadObservation.of(candidate, scales)
+        if stabilized:
+            remembered = stabilized_admission(
+                previous_memory.get(key), observation, thresholds, now
+            )
+            memory[key] = remembered
+            admission = remembered.state
+        else:
+            admission = admission_state(observation, thresholds)
+        if admission is AdmissionState.EXCLUDED:
+            if candidate.healthy is False:
+                left_out.append(LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing"))
+            else:
+                left_out.append(
+                    LeftOut(
+                        candidate,
+                        LeftOutReason.HELD_EXCLUDED,
+                        "healthy again; stabilized admission holds it excluded",
+                    )
+                )
+            continue
+
+        signals = signal_values(candidate, consumer, scales)
+        ranked.append(
+            RankedCandidate(
+                candidate,
+                signals,
+                blended_score(signals, weights),
+                admission,
+                locality_tier(candidate, consumer),
+                not (candidate.degraded or stale),
+                weights,
+            )
+        )
+
+    ranked.sort(key=order_key)
+    routes: dict[tuple[str, str, str], RankedCandidate] = {}
+    kept: list[RankedCandidate] = []
+    for entry in ranked:
+        candidate = entry.candidate
+        route = candidate.route
+        winner = routes.get(route)
+        if winner is None:
+            routes[route] = entry
+            kept.append(entry)
+        else:
+            left_out.append(
+                LeftOut(
+                    candidate,
+                    LeftOutReason.DUPLICATE_ROUTE,
+                    f"provider {winner.candidate.provider!r} ranks higher on the same route",
+                )
+            )
+    left_out.sort(key=lambda entry: entry.candidate.key)
+    return Ranking(
+        consumer=consumer,
+        candidates=tuple(kept),
+        left_out=tuple(left_out),
+        admission_memory=MappingProxyType(memory),
+    )

@@ -1,0 +1,403 @@
+"""Tiers, access policies, staleness, exclusion and the gateway's order, including
+property tests that the order is total, deterministic and independent of input order."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grid.errors import ScoringInputError
+from grid.models.common import (
+    AdmissionState,
+    AdmissionThresholds,
+    BackendKind,
+    Hysteresis,
+    LocalityTier,
+    ScoringConfig,
+)
+from grid.models.selectors import LabelSelector
+from grid.scoring import explain
+from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography, Metrics
+from grid.scoring.ranking import LeftOutReason, Ranking, order_key, rank_candidates
+from grid.scoring.tiers import locality_tier
+
+NOW = datetime(2026, 7, 29, 12, 0, tzinfo=UTC)
+EAST = Geography("us-east", "us-east-1a")
+CONSUMER = ConsumingSite("east", EAST, {"tier": "edge", "region": "us-east"})
+CONFIG = ScoringConfig()
+
+
+def candidate(provider: str = "p", model: str = "m", **overrides: Any) -> CandidateInput:
+    fields: dict[str, Any] = {
+        "provider": provider,
+        "model": model,
+        "site": "east",
+        "cluster": f"{provider}-cluster",
+        "backend_kind": BackendKind.LOCAL,
+        "geography": EAST,
+        "healthy": True,
+    }
+    fields.update(overrides)
+    return CandidateInput(**fields)
+
+
+def rank(*candidates: CandidateInput, **options: Any) -> Ranking:
+    consumer = options.pop("consumer", CONSUMER)
+    config = options.pop("config", CONFIG)
+    return rank_candidates(candidates, consumer, config, options.pop("now", NOW), **options)
+
+
+def providers(ranking: Ranking) -> list[str]:
+    return [entry.candidate.provider for entry in ranking.candidates]
+
+
+def left_out(ranking: Ranking) -> dict[str, LeftOutReason]:
+    return {entry.candidate.provider: entry.reason for entry in ranking.left_out}
+
+
+# --- tiers -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("site", "geography", "expected"),
+    [
+        ("east", Geography(None, None), LocalityTier.SAME_SITE),
+        ("east-2", Geography("us-east", "us-east-1a"), LocalityTier.SAME_ZONE),
+        ("east-2", Geography("us-east", "us-east-1b"), LocalityTier.SAME_REGION),
+        ("east-2", Geography("us-east", None), LocalityTier.SAME_REGION),
+        ("west", Geography("us-west", "us-east-1a"), LocalityTier.CROSS_REGION),
+        ("west", Geography("us-west", None), LocalityTier.CROSS_REGION),
+        ("far", Geography(None, "us-east-1a"), LocalityTier.UNKNOWN),
+    ],
+)
+def test_locality_tier(site: str, geography: Geography, expected: LocalityTier) -> None:
+    assert locality_tier(candidate(site=site, geography=geography), CONSUMER) is expected
+
+
+def test_tier_is_unknown_when_the_consumer_has_no_geography() -> None:
+    consumer = ConsumingSite("east")
+    assert locality_tier(candidate(site="west"), consumer) is LocalityTier.UNKNOWN
+    assert locality_tier(candidate(site="east"), consumer) is LocalityTier.SAME_SITE
+
+
+def test_capacity_tied_to_no_site_comes_after_every_site() -> None:
+    api = candidate("api", backend_kind=BackendKind.API_PROVIDER, site_bound=False)
+    assert locality_tier(api, CONSUMER) is LocalityTier.UNKNOWN
+    far = candidate(
+        "far", site="west", geography=Geography("us-west"), backend_kind=BackendKind.REMOTE
+    )
+    assert providers(rank(api, far)) == ["far", "api"]
+
+
+# --- access policy --------------------------------------------------------------------------
+
+
+def selector(raw: dict[str, Any]) -> LabelSelector:
+    return LabelSelector.model_validate(raw)
+
+
+@pytest.mark.parametrize(
+    ("policy", "visible"),
+    [
+        ({}, True),
+        ({"matchLabels": {"tier": "edge"}}, True),
+        ({"matchLabels": {"tier": "core"}}, False),
+        ({"matchLabels": {"tier": "edge", "region": "us-west"}}, False),
+        ({"matchExpressions": [{"key": "region", "operator": "In", "values": ["us-east"]}]}, True),
+        ({"matchExpressions": [{"key": "region", "operator": "In", "values": ["eu"]}]}, False),
+        ({"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}, False),
+        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["core"]}]}, True),
+        ({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["edge"]}]}, False),
+        ({"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["a"]}]}, True),
+        ({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, True),
+        ({"matchExpressions": [{"key": "zone", "operator": "Exists"}]}, False),
+        ({"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}, True),
+        ({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, False),
+    ],
+)
+def test_access_policy_selects_consuming_sites(policy: dict[str, Any], visible: bool) -> None:
+    ranking = rank(candidate(access_policy=selector(policy)))
+    assert bool(ranking.candidates) is visible
+    if not visible:
+        assert left_out(ranking) == {"p": LeftOutReason.ACCESS_DENIED}
+
+
+def test_an_unknown_consumer_sees_nothing_that_has_a_policy() -> None:
+    unknown = ConsumingSite("east", EAST, labels=None)
+    ranking = rank(
+        candidate("open"),
+        candidate("guarded", access_policy=selector({})),
+        consumer=unknown,
+    )
+    assert providers(ranking) == ["open"]
+    assert left_out(ranking) == {"guarded": LeftOutReason.CONSUMER_UNKNOWN}
+
+
+# --- staleness, health ------------------------------------------------------------------------
+
+
+def test_stale_remote_candidates_are_evicted_and_stale_local_ones_are_not_fresh() -> None:
+    old = NOW - timedelta(seconds=301)
+    ranking = rank(
+        candidate("remote-old", site="west", updated_at=old),
+        candidate("remote-new", site="west", updated_at=NOW - timedelta(seconds=299)),
+        candidate("remote-edge", site="west", updated_at=NOW - timedelta(seconds=300)),
+        candidate("local-old", updated_at=old),
+        candidate("configured", site="west"),
+        stale_after_seconds=300,
+    )
+    assert left_out(ranking) == {"remote-old": LeftOutReason.STALE}
+    fresh = {entry.candidate.provider: entry.fresh for entry in ranking.candidates}
+    assert fresh == {
+        "remote-new": True,
+        "remote-edge": True,
+        "local-old": False,
+        "configured": True,
+    }
+
+
+def test_without_a_ttl_nothing_is_stale() -> None:
+    ranking = rank(candidate(site="west", updated_at=NOW - timedelta(days=30)))
+    assert ranking.candidates[0].fresh
+
+
+def test_a_future_timestamp_is_not_stale() -> None:
+    ranking = rank(
+        candidate(site="west", updated_at=NOW + timedelta(minutes=5)), stale_after_seconds=1
+    )
+    assert ranking.candidates[0].fresh
+
+
+def test_unhealthy_candidates_are_left_out_and_degraded_ones_are_not_fresh() -> None:
+    ranking = rank(
+        candidate("sick", healthy=False),
+        candidate("tired", degraded=True),
+        candidate("unknown", healthy=None),
+    )
+    assert left_out(ranking) == {"sick": LeftOutReason.UNHEALTHY}
+    assert {entry.candidate.provider: entry.fresh for entry in ranking.candidates} == {
+        "tired": False,
+        "unknown": True,
+    }
+
+
+# --- order ----------------------------------------------------------------------------------
+
+
+def test_admission_comes_before_score() -> None:
+    busy_but_near = candidate("busy", metrics=Metrics(queue_depth=63))
+    idle_but_far = candidate(
+        "idle", site="west", geography=Geography("us-west"), backend_kind=BackendKind.REMOTE
+    )
+    ranking = rank(busy_but_near, idle_but_far)
+    assert providers(ranking) == ["idle", "busy"]
+    assert [entry.admission for entry in ranking.candidates] == [
+        AdmissionState.NEW_AND_EXISTING,
+        AdmissionState.EXISTING_ONLY,
+    ]
+
+
+def test_tier_comes_before_score() -> None:
+    near = candidate("near", site="east-2", metrics=Metrics(queue_depth=40))
+    cheap_far = candidate(
+        "far", site="west", geography=Geography("us-west"), metrics=Metrics(queue_depth=0)
+    )
+    ranking = rank(cheap_far, near)
+    assert providers(ranking) == ["near", "far"]
+    assert ranking.candidates[0].score < ranking.candidates[1].score
+
+
+def test_score_descends_within_a_tier() -> None:
+    ranking = rank(
+        candidate("slow", metrics=Metrics(p99_latency_ms=9000)),
+        candidate("fast", metrics=Metrics(p99_latency_ms=100)),
+        candidate("middle", metrics=Metrics(p99_latency_ms=5000)),
+    )
+    assert providers(ranking) == ["fast", "middle", "slow"]
+
+
+def test_freshness_breaks_score_ties() -> None:
+    ranking = rank(
+        candidate("never"),
+        candidate("degraded", degraded=True, updated_at=NOW),
+        candidate("older", updated_at=NOW - timedelta(seconds=20)),
+        candidate("newer", updated_at=NOW - timedelta(seconds=10)),
+    )
+    assert providers(ranking) == ["newer", "older", "never", "degraded"]
+
+
+def test_names_break_the_remaining_ties() -> None:
+    ranking = rank(
+        candidate("b", model="x", cluster="c1"),
+        candidate("a", model="x", cluster="c2"),
+        candidate("c", model="w", cluster="c3"),
+    )
+    assert providers(ranking) == ["c", "b", "a"]
+
+
+def test_a_route_taken_by_a_better_candidate_is_left_out() -> None:
+    ranking = rank(
+        candidate("worse", cluster="shared", metrics=Metrics(queue_depth=30)),
+        candidate("better", cluster="shared", metrics=Metrics(queue_depth=1)),
+    )
+    assert providers(ranking) == ["better"]
+    assert left_out(ranking) == {"worse": LeftOutReason.DUPLICATE_ROUTE}
+    assert "'better'" in ranking.left_out[0].detail
+
+
+def test_the_same_candidate_twice_is_refused() -> None:
+    with pytest.raises(ScoringInputError, match="twice"):
+        rank(candidate(), candidate())
+
+
+def test_now_and_ttl_are_checked() -> None:
+    with pytest.raises(ScoringInputError, match="time zone"):
+        rank(candidate(), now=datetime(2026, 1, 1))
+    with pytest.raises(ScoringInputError, match="TTL"):
+        rank(candidate(), stale_after_seconds=-1)
+
+
+def test_left_out_is_sorted() -> None:
+    ranking = rank(
+        candidate("z", healthy=False), candidate("a", healthy=False), candidate("m", healthy=False)
+    )
+    assert [entry.candidate.provider for entry in ranking.left_out] == ["a", "m", "z"]
+    assert ranking.candidates == ()
+
+
+# --- stabilized admission through the ranking ---------------------------------------------
+
+
+def test_stabilized_admission_carries_its_memory_between_passes() -> None:
+    config = ScoringConfig(
+        admission=AdmissionThresholds(
+            hysteresis=Hysteresis(enabled=True, consecutive_observations=2, min_seconds_in_state=0)
+        )
+    )
+    loaded = candidate(metrics=Metrics(queue_depth=60))
+    idle = candidate(metrics=Metrics(queue_depth=1))
+    first = rank(idle, config=config)
+    assert first.admission_memory[idle.key].state is AdmissionState.NEW_AND_EXISTING
+    states = []
+    memory = first.admission_memory
+    for step in range(1, 4):
+        ranking = rank(
+            loaded, config=config, now=NOW + timedelta(seconds=step), admission_memory=memory
+        )
+        memory = ranking.admission_memory
+        states.append(ranking.candidates[0].admission)
+    assert states == [
+        AdmissionState.NEW_AND_EXISTING,
+        AdmissionState.EXISTING_ONLY,
+        AdmissionState.EXISTING_ONLY,
+    ]
+    plain = rank(loaded)
+    assert dict(plain.admission_memory) == {}
+
+
+def test_stabilized_admission_reports_a_candidate_held_excluded() -> None:
+    config = ScoringConfig(
+        admission=AdmissionThresholds(
+            hysteresis=Hysteresis(enabled=True, consecutive_observations=2, min_seconds_in_state=0)
+        )
+    )
+    sick = rank(candidate(healthy=False), config=config)
+    assert left_out(sick) == {"p": LeftOutReason.UNHEALTHY}
+    held = rank(
+        candidate(healthy=True),
+        config=config,
+        now=NOW + timedelta(seconds=1),
+        admission_memory=sick.admission_memory,
+    )
+    assert left_out(held) == {"p": LeftOutReason.HELD_EXCLUDED}
+
+
+def test_explain_lists_contributions_and_reasons() -> None:
+    ranking = rank(candidate("kept"), candidate("sick", healthy=False))
+    text = explain(ranking, not_offered=[("ghost", "its siteSelector matches no GridSite")])
+    assert "kept" in text
+    assert "new_and_existing" in text
+    assert "same_site" in text
+    assert "unhealthy" in text
+    assert "not_offered" in text
+    assert f"{ranking.candidates[0].breakdown.total:.4f}" in text
+
+
+# --- properties ---------------------------------------------------------------------------
+
+SITES = [
+    ("east", EAST),
+    ("east-2", Geography("us-east", "us-east-1b")),
+    ("east-3", Geography("us-east", "us-east-1a")),
+    ("west", Geography("us-west", "us-west-2a")),
+    ("nowhere", Geography(None, None)),
+]
+optional_ratio = st.none() | st.sampled_from([0.0, 0.25, 0.5, 0.9, 0.95, 1.0])
+
+
+@st.composite
+def candidate_sets(draw: st.DrawFn) -> list[CandidateInput]:
+    count = draw(st.integers(min_value=0, max_value=25))
+    result = []
+    for index in range(count):
+        site, geography = draw(st.sampled_from(SITES))
+        result.append(
+            CandidateInput(
+                # Few names, so ties on every other key are common.
+                provider=f"p{index}",
+                model=draw(st.sampled_from(["m1", "m2"])),
+                site=site,
+                cluster=draw(st.sampled_from(["c1", "c2", f"own-{index}"])),
+                backend_kind=draw(st.sampled_from(list(BackendKind))),
+                geography=geography,
+                metrics=Metrics(
+                    queue_depth=draw(st.none() | st.sampled_from([0.0, 10.0, 60.0])),
+                    kv_cache_utilization=draw(optional_ratio),
+                    prefix_cache_hit_ratio=draw(optional_ratio),
+                    p99_latency_ms=draw(st.none() | st.sampled_from([100.0, 5000.0])),
+                ),
+                healthy=draw(st.sampled_from([True, None, False])),
+                degraded=draw(st.booleans()),
+                updated_at=draw(
+                    st.none()
+                    | st.sampled_from([NOW, NOW - timedelta(seconds=10), NOW - timedelta(hours=1)])
+                ),
+            )
+        )
+    return result
+
+
+def summary(ranking: Ranking) -> tuple[object, ...]:
+    return (
+        [
+            (entry.candidate.key, entry.score, entry.admission, entry.tier)
+            for entry in ranking.candidates
+        ],
+        [(entry.candidate.key, entry.reason) for entry in ranking.left_out],
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(candidate_sets(), st.randoms(use_true_random=False))
+def test_order_is_total_and_independent_of_input_order(
+    candidates: list[CandidateInput], rng: random.Random
+) -> None:
+    ranking = rank(*candidates, stale_after_seconds=600)
+    keys = [order_key(entry) for entry in ranking.candidates]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)  # no two candidates tie on the whole key
+    shuffled = candidates[:]
+    rng.shuffle(shuffled)
+    assert summary(rank(*shuffled, stale_after_seconds=600)) == summary(ranking)
+    assert summary(rank(*candidates, stale_after_seconds=600)) == summary(ranking)
+    kept = {entry.candidate.key for entry in ranking.candidates}
+    dropped = {entry.candidate.key for entry in ranking.left_out}
+    assert kept.isdisjoint(dropped)
+    assert kept | dropped == {entry.key for entry in candidates}
+    routes = [entry.candidate.route for entry in ranking.candidates]
+    assert len(set(routes)) == len(routes)
