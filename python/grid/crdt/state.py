@@ -1,0 +1,484 @@
+"""One site's replicated view of one GridNetwork."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from grid.crdt.budget import BudgetLedger, BudgetStatus
+from grid.crdt.clock import RevisionClock, wall_millis
+from grid.crdt.lww import LWWRegister, Stamp
+from grid.crdt.records import GatewayRecord, ProviderRecord, SiteMetadata, check_site_id
+from grid.crdt.snapshot import (
+    STATE_LANE,
+    CertChunk,
+    CertChunkUpdate,
+    Fragment,
+    GatewayUpdate,
+    GridStateSnapshot,
+    Item,
+    MetadataUpdate,
+    ProviderState,
+    SpendSlot,
+    assemble_cert,
+    cert_chunks,
+    decode_item,
+    encode_cert_chunk,
+    encode_gateway,
+    encode_metadata,
+    encode_provider,
+    encode_spend,
+    provider_key,
+)
+from grid.errors import CrdtDecodeError, CrdtLimitError, CrdtValueError
+
+R = TypeVar("R", LWWRegister[GatewayRecord], LWWRegister[SiteMetadata])
+
+MAX_SITES = 1024
+"""Most sites (this one included) whose records are held."""
+MAX_PROVIDERS_PER_SITE = 4096
+"""Most provider records (tombstones included) held per site."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEntry:
+    """One provider in the merged view."""
+
+    site: str
+    record: ProviderRecord
+    updated_at: float
+    """The writer's clock (seconds) at the record's latest change."""
+    received_at: float
+    """This site's clock (seconds) when that change arrived, or was written here: what
+    staleness is judged by."""
+
+
+@dataclass(slots=True)
+class _SiteRecords:
+    providers: dict[str, ProviderState] = field(default_factory=dict)
+    received_at: dict[str, float] = field(default_factory=dict)
+    gateway: LWWRegister[GatewayRecord] | None = None
+    metadata: LWWRegister[SiteMetadata] | None = None
+    cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
+    cert_pem: str | None = None
+    """The latest complete certificate: kept while a newer one is still arriving."""
+    last_received_at: float | None = None
+
+
+class GridState:
+    """Everything one site knows about one GridNetwork: its own records, which it writes and
+    publishes, and every peer's, merged from received items.
+
+    Writers (:meth:`put_provider`, :meth:`remove_provider`, :meth:`set_gateway`,
+    :meth:`set_cert`, :meth:`set_metadata`, :meth:`add_spend`) change this site's records
+    and queue their items for :meth:`items_to_publish`. :meth:`apply_item` merges a received
+    item; every site that received the same items, in any order, with any repeats, holds the
+    same state. An item this site published in an earlier life (delivered back by peers)
+    is merged into its own records, and its revision clock moves past it, so its next
+    versions supersede the old ones in the gossip.
+
+    Pure: time is passed in as ``now`` (seconds). Not thread-safe.
+    """
+
+    def __init__(self, site: str) -> None:
+        self._site = check_site_id(site)
+        self._clock = RevisionClock()
+        self._sites: dict[str, _SiteRecords] = {site: _SiteRecords()}
+        self._ledger = BudgetLedger()
+        self._epoch: int | None = None
+        self._own_items: dict[tuple[str, str], Item] = {}
+        self._dirty: set[tuple[str, str]] = set()
+        self._spend_windows: dict[tuple[str, str], str] = {}
+        """The budget window of each of this site's spend items."""
+
+    def __repr__(self) -> str:
+        return (
+            f"GridState(site={self._site!r}, sites={len(self._sites)}, "
+            f"providers={sum(len(r.providers) for r in self._sites.values())}, "
+            f"budget_counters={len(self._ledger)})"
+        )
+
+    @property
+    def site(self) -> str:
+        """This site's id."""
+        return self._site
+
+    @property
+    def _own(self) -> _SiteRecords:
+        return self._sites[self._site]
+
+    # -- writing this site's records ------------------------------------------------------
+
+    def put_provider(self, record: ProviderRecord, now: float) -> bool:
+        """Write one of this site's providers; whether anything changed. Raises
+        :class:`~grid.errors.CrdtLimitError` (changing nothing) if the record would not fit
+        one item."""
+        if not isinstance(record, ProviderRecord):
+            raise CrdtValueError("put_provider takes a ProviderRecord")
+        own = self._own
+        current = own.providers.get(record.name)
+        if current is not None and current.record() == record:
+            return False
+        if current is None:
+            _check_room(own, self._site)
+        stamp, at_ms = self._stamp(now)
+        if current is None:
+            state = ProviderState.created(record, stamp, at_ms)
+        else:
+            state = current.written(record, stamp, at_ms)
+        item = encode_provider(self._site, state)
+        own.providers[record.name] = state
+        own.received_at[record.name] = now
+        self._publish(item)
+        return True
+
+    def remove_provider(self, name: str, now: float) -> bool:
+        """Remove one of this site's providers (publishing a small tombstone); whether it was
+        there."""
+        own = self._own
+        current = own.providers.get(name)
+        if current is None or current.removed:
+            return False
+        stamp, at_ms = self._stamp(now)
+        state = current.tombstone(stamp, at_ms)
+        item = encode_provider(self._site, state)
+        own.providers[name] = state
+        own.received_at[name] = now
+        self._publish(item)
+        return True
+
+    def own_provider_names(self) -> tuple[str, ...]:
+        """This site's live providers, including any recovered from an earlier life, so a
+        caller can remove those it no longer declares."""
+        return tuple(sorted(n for n, s in self._own.providers.items() if not s.removed))
+
+    def set_gateway(self, gateway: GatewayRecord, now: float) -> bool:
+        """Set this site's gateway address; whether it changed."""
+        if not isinstance(gateway, GatewayRecord):
+            raise CrdtValueError("set_gateway takes a GatewayRecord")
+        own = self._own
+        if own.gateway is not None and own.gateway.value == gateway:
+            return False
+        register = LWWRegister(gateway, self._stamp(now)[0])
+        item = encode_gateway(self._site, register)
+        own.gateway = register
+        self._publish(item)
+        return True
+
+    def set_metadata(self, metadata: SiteMetadata, now: float) -> bool:
+        """Set this site's metadata; whether it changed."""
+        if not isinstance(metadata, SiteMetadata):
+            raise CrdtValueError("set_metadata takes a SiteMetadata")
+        own = self._own
+        if own.metadata is not None and own.metadata.value == metadata:
+            return False
+        register = LWWRegister(metadata, self._stamp(now)[0])
+        item = encode_metadata(self._site, register)
+        own.metadata = register
+        self._publish(item)
+        return True
+
+    def set_cert(self, pem: str, now: float) -> bool:
+        """Set this site's public certificate PEM (published in chunks); whether it changed.
+        Refuses anything containing a private key marker, without quoting it."""
+        chunks = cert_chunks(pem)
+        own = self._own
+        if _assembled_or_none(own.cert_chunks) == pem:
+            return False
+        stamp = self._stamp(now)[0]
+        first = chunks[0]
+        # Chunks left from a longer certificate are overwritten with void ones.
+        for index in range(len(chunks), max(own.cert_chunks, default=-1) + 1):
+            chunks.append(CertChunk(index, first.count, first.digest, ""))
+        registers = {chunk.index: LWWRegister(chunk, stamp) for chunk in chunks}
+        items = [encode_cert_chunk(self._site, register) for register in registers.values()]
+        own.cert_chunks.update(registers)
+        own.cert_pem = pem
+        for item in items:
+            self._publish(item)
+        return True
+
+    def add_spend(self, tenant: str, window: str, amount: int, now: float) -> int:
+        """Count ``amount`` micro-USD of ``tenant``'s spend in ``window`` at this site;
+        returns the tenant's known spend (a lower bound of the global spend)."""
+        if self._epoch is None:
+            # This life's slot: above every revision this site issued or recovered so far.
+            self._epoch = self._clock.tick(now)
+        before = self._ledger.slot(tenant, window, self._site, self._epoch)
+        counted = self._ledger.increment(tenant, window, self._site, self._epoch, amount)
+        if counted != before:
+            slot = SpendSlot(tenant, window, self._epoch, counted, self._clock.tick(now))
+            item = encode_spend(self._site, slot)
+            self._spend_windows[(item.lane, item.key)] = window
+            self._publish(item)
+        return self._ledger.spend(tenant, window)
+
+    def items_to_publish(self) -> list[Item]:
+        """This site's items that changed since the last call, sorted by lane and key."""
+        items = [self._own_items[key] for key in sorted(self._dirty)]
+        self._dirty.clear()
+        return items
+
+    def all_items(self) -> list[Item]:
+        """Every current item of this site (for a full re-announcement), sorted."""
+        return [self._own_items[key] for key in sorted(self._own_items)]
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def apply_item(  # noqa: PLR0917 - the transport's delivery tuple, then the time
+        self, origin: str, lane: str, key: str, version: int, payload: bytes, now: float
+    ) -> bool:
+        """Merge one received item; whether the state changed.
+
+        Raises :class:`~grid.errors.CrdtDecodeError` for a malformed, truncated, oversized
+        or inconsistent item (:class:`~grid.errors.CrdtForgedItemError` if it describes a
+        site other than ``origin``) and :class:`~grid.errors.CrdtLimitError` past a bound;
+        either way nothing changes.
+        """
+        wall_millis(now)
+        fragment = decode_item(origin, lane, key, version, payload)
+        if origin == self._site:
+            self._clock.observe(version)
+            return self._recover(fragment, Item(lane, key, version, payload), now)
+        records = self._sites.get(origin)
+        if records is None:
+            if len(self._sites) >= MAX_SITES:
+                raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
+            records = _SiteRecords()
+        changed = self._merge(records, origin, fragment, now)
+        records.last_received_at = now
+        self._sites[origin] = records
+        return changed
+
+    def _merge(self, records: _SiteRecords, origin: str, fragment: Fragment, now: float) -> bool:
+        if isinstance(fragment, ProviderState):
+            merged = _merged_provider(records, origin, fragment)
+            if merged is None:
+                return False
+            records.providers[fragment.name] = merged
+            records.received_at[fragment.name] = now
+            return True
+        if isinstance(fragment, SpendSlot):
+            return self._ledger.merge_slot(
+                fragment.tenant, fragment.window, origin, fragment.epoch, fragment.spend
+            )
+        if isinstance(fragment, GatewayUpdate):
+            gateway = _merged_register(records.gateway, fragment.register)
+            if gateway is None:
+                return False
+            records.gateway = gateway
+            return True
+        if isinstance(fragment, MetadataUpdate):
+            metadata = _merged_register(records.metadata, fragment.register)
+            if metadata is None:
+                return False
+            records.metadata = metadata
+            return True
+        return _merge_cert_chunk(records, fragment)
+
+    def _recover(self, fragment: Fragment, item: Item, now: float) -> bool:
+        # An item of this site's own, from an earlier life. Where merging leaves exactly
+        # what the item holds, that item (already in the gossip) stays the current one;
+        # where it mixes both lives, the mix is published under a new version.
+        own = self._own
+        key = (item.lane, item.key)
+        if isinstance(fragment, ProviderState):
+            merged = _merged_provider(own, self._site, fragment)
+            if merged is None:
+                return False
+            if merged != fragment:
+                stamp, at_ms = self._stamp(now)
+                merged = merged.touched(stamp, at_ms)
+                item = encode_provider(self._site, merged)
+                self._dirty.add(key)
+            own.providers[fragment.name] = merged
+            own.received_at[fragment.name] = now
+        elif not self._merge(own, self._site, fragment, now):
+            return False
+        if isinstance(fragment, SpendSlot):
+            self._spend_windows[key] = fragment.window
+        self._own_items[key] = item
+        return True
+
+    # -- reading the merged view ----------------------------------------------------------
+
+    def sites(self) -> tuple[str, ...]:
+        """Every site with records here, this one included."""
+        return tuple(sorted(self._sites))
+
+    def providers(self, site: str | None = None) -> tuple[ProviderEntry, ...]:
+        """Live providers of every site (or of ``site``), sorted by site and name."""
+        names = [site] if site is not None else sorted(self._sites)
+        entries: list[ProviderEntry] = []
+        for name in names:
+            records = self._sites.get(name)
+            if records is not None:
+                entries.extend(_entries(name, records))
+        return tuple(entries)
+
+    def provider(self, site: str, name: str) -> ProviderEntry | None:
+        """One live provider, or None."""
+        records = self._sites.get(site)
+        if records is None or name not in records.providers:
+            return None
+        return _entry(site, name, records)
+
+    def gateway(self, site: str) -> GatewayRecord | None:
+        """A site's gateway address, if known."""
+        records = self._sites.get(site)
+        return None if records is None or records.gateway is None else records.gateway.value
+
+    def metadata(self, site: str) -> SiteMetadata | None:
+        """A site's metadata, if known."""
+        records = self._sites.get(site)
+        return None if records is None or records.metadata is None else records.metadata.value
+
+    def cert_pem(self, site: str) -> str | None:
+        """A site's latest complete public certificate PEM, if known."""
+        records = self._sites.get(site)
+        return None if records is None else records.cert_pem
+
+    def last_received_at(self, site: str) -> float | None:
+        """When (local clock) the latest item from ``site`` arrived; None for this site and
+        for sites never heard from."""
+        records = self._sites.get(site)
+        return None if records is None else records.last_received_at
+
+    def snapshot(self, site: str | None = None) -> GridStateSnapshot:
+        """What this site holds of ``site``'s published state (default: its own)."""
+        name = self._site if site is None else site
+        records = self._sites.get(name)
+        if records is None:
+            return GridStateSnapshot(check_site_id(name))
+        return GridStateSnapshot(
+            name, records.providers, records.gateway, records.metadata, records.cert_chunks
+        )
+
+    def budget_spend(self, tenant: str, window: str) -> int:
+        """A tenant's known spend in ``window`` (micro-USD; a lower bound)."""
+        return self._ledger.spend(tenant, window)
+
+    def budget_status(self, tenant: str, window: str, cap: int) -> BudgetStatus:
+        """A tenant's known spend in ``window`` against ``cap`` (micro-USD)."""
+        return self._ledger.status(tenant, window, cap)
+
+    # -- forgetting -----------------------------------------------------------------------
+
+    def forget_site(self, site: str) -> bool:
+        """Drop a departed or stale site's records; whether there were any.
+
+        Its budget slots stay: spend already counted is real, and dropping it would break
+        the lower bound.
+        """
+        if site == self._site:
+            raise CrdtValueError("a site cannot forget its own records")
+        return self._sites.pop(site, None) is not None
+
+    def forget_budget_window(self, window: str) -> int:
+        """Stop tracking an ended budget window (every tenant's counter and this site's
+        items for it); how many counters were dropped."""
+        for key in [key for key, held in self._spend_windows.items() if held == window]:
+            del self._spend_windows[key]
+            del self._own_items[key]
+            self._dirty.discard(key)
+        return self._ledger.forget_window(window)
+
+    def prune_tombstones(self, before: float) -> int:
+        """Drop tombstones of providers removed before ``before`` (writer's clock, seconds);
+        how many were dropped. A tombstone only has to outlive stragglers of the record it
+        replaced, so once that many seconds have passed it can go."""
+        pruned = 0
+        for site, records in self._sites.items():
+            stale = [
+                name
+                for name, state in records.providers.items()
+                if state.removed and state.updated_at < before
+            ]
+            for name in stale:
+                del records.providers[name]
+                records.received_at.pop(name, None)
+                if site == self._site:
+                    key = (STATE_LANE, provider_key(name))
+                    self._own_items.pop(key, None)
+                    self._dirty.discard(key)
+            pruned += len(stale)
+        return pruned
+
+    # -- helpers --------------------------------------------------------------------------
+
+    def _stamp(self, now: float) -> tuple[Stamp, int]:
+        at_ms = wall_millis(now)
+        return Stamp(self._clock.tick(now), self._site), at_ms
+
+    def _publish(self, item: Item) -> None:
+        key = (item.lane, item.key)
+        self._own_items[key] = item
+        self._dirty.add(key)
+
+
+def _check_room(records: _SiteRecords, site: str) -> None:
+    if len(records.providers) >= MAX_PROVIDERS_PER_SITE:
+        raise CrdtLimitError(
+            f"site {site!r} already holds {MAX_PROVIDERS_PER_SITE} provider records"
+        )
+
+
+def _merged_provider(
+    records: _SiteRecords, site: str, incoming: ProviderState
+) -> ProviderState | None:
+    """The merge of ``incoming`` into ``records``, or None if it changes nothing."""
+    current = records.providers.get(incoming.name)
+    if current is None:
+        _check_room(records, site)
+        return incoming
+    merged = current.merge(incoming)
+    return None if merged == current else merged
+
+
+def _merged_register(current: R | None, incoming: R) -> R | None:
+    """The merge of ``incoming`` into ``current``, or None if it changes nothing."""
+    if current is None:
+        return incoming
+    merged = current.merge(incoming)
+    return None if merged == current else merged
+
+
+def _merge_cert_chunk(records: _SiteRecords, update: CertChunkUpdate) -> bool:
+    index = update.register.value.index
+    current = records.cert_chunks.get(index)
+    merged = update.register if current is None else current.merge(update.register)
+    if merged == current:
+        return False
+    chunks = {**records.cert_chunks, index: merged}
+    try:
+        pem = assemble_cert(chunks)
+    except CrdtValueError as exc:
+        # A marker split across chunks shows only once they are put together.
+        raise CrdtDecodeError(str(exc)) from None
+    records.cert_chunks[index] = merged
+    if pem is not None:
+        records.cert_pem = pem
+    return True
+
+
+def _assembled_or_none(chunks: dict[int, LWWRegister[CertChunk]]) -> str | None:
+    try:
+        return assemble_cert(chunks)
+    except CrdtValueError:
+        return None
+
+
+def _entry(site: str, name: str, records: _SiteRecords) -> ProviderEntry | None:
+    state = records.providers[name]
+    record = state.record()
+    if record is None:
+        return None
+    return ProviderEntry(site, record, state.updated_at, records.received_at[name])
+
+
+def _entries(site: str, records: _SiteRecords) -> Iterable[ProviderEntry]:
+    for name in sorted(records.providers):
+        entry = _entry(site, name, records)
+        if entry is not None:
+            yield entry

@@ -1,0 +1,543 @@
+"""Replicated records and their items: validation, canonical encoding, strict decoding.
+
+The hypothesis strategies here are shared with ``test_crdt_state.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grid.crdt import (
+    LANES,
+    MAX_ITEM_BYTES,
+    PHASES,
+    CredentialRef,
+    GatewayRecord,
+    GridState,
+    Item,
+    LabelSelector,
+    ModelEntry,
+    ProviderMetrics,
+    ProviderRecord,
+    ProviderSpec,
+    SelectorRequirement,
+    SiteMetadata,
+    TokenCost,
+    decode_item,
+    micro_usd,
+)
+from grid.crdt.codec import MAX_KEY_BYTES
+from grid.crdt.records import AUTH_STRATEGIES, BACKEND_KINDS, PROVIDER_KINDS
+from grid.crdt.snapshot import ProviderState, SpendSlot, encode_provider
+from grid.errors import CrdtDecodeError, CrdtForgedItemError, CrdtLimitError, CrdtValueError
+from grid.models.common import AuthStrategy, BackendKind, ProviderKind
+from grid.models.provider import InferenceProviderPhase
+
+# ---------------------------------------------------------------------------------------
+# Strategies
+
+dns_names = st.from_regex(r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?", fullmatch=True)
+catalog_names = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,11}", fullmatch=True)
+label_names = st.from_regex(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,6}[A-Za-z0-9])?", fullmatch=True)
+label_keys = st.one_of(label_names, st.builds("{}/{}".format, dns_names, label_names))
+label_maps = st.dictionaries(label_keys, st.one_of(st.just(""), label_names), max_size=2)
+
+requirements = st.one_of(
+    st.builds(
+        SelectorRequirement,
+        label_keys,
+        st.sampled_from(["In", "NotIn"]),
+        st.lists(label_names, min_size=1, max_size=2).map(tuple),
+    ),
+    st.builds(SelectorRequirement, label_keys, st.sampled_from(["Exists", "DoesNotExist"])),
+)
+selectors = st.builds(LabelSelector, label_maps, st.lists(requirements, max_size=2).map(tuple))
+specs = st.builds(
+    ProviderSpec,
+    backend_kind=st.sampled_from(sorted(BACKEND_KINDS)),
+    provider_kind=st.sampled_from(sorted(PROVIDER_KINDS)),
+    upstream=catalog_names,
+    endpoint=st.builds("https://{}.svc:8443/v1".format, dns_names),
+    cost=st.none() | st.builds(TokenCost, st.integers(0, 10**9), st.integers(0, 10**9)),
+    credential=st.none()
+    | st.builds(
+        CredentialRef, st.sampled_from(sorted(AUTH_STRATEGIES)), dns_names, dns_names, dns_names
+    ),
+    access_policy=st.none() | selectors,
+)
+ratios = st.none() | st.integers(0, 1_000_000)
+metrics = st.builds(
+    ProviderMetrics,
+    healthy=st.none() | st.booleans(),
+    queue_depth_milli=st.none() | st.integers(0, 10**7),
+    kv_cache_utilization_ppm=ratios,
+    prefix_cache_hit_ppm=ratios,
+    p99_latency_us=st.none() | st.integers(0, 10**8),
+)
+models = st.builds(
+    ModelEntry,
+    catalog_names,
+    st.lists(catalog_names, max_size=2).map(tuple),
+    st.none() | st.integers(1, 10**6),
+)
+
+
+def provider_records(
+    names: st.SearchStrategy[str] = dns_names,
+) -> st.SearchStrategy[ProviderRecord]:
+    """Valid provider records small enough for one item."""
+    return st.builds(
+        ProviderRecord,
+        name=names,
+        spec=specs,
+        phase=st.sampled_from(PHASES),
+        metrics=metrics,
+        models=st.lists(models, max_size=3, unique_by=lambda entry: entry.name).map(tuple),
+        tools=st.lists(catalog_names, max_size=2).map(tuple),
+        agents=st.lists(catalog_names, max_size=2).map(tuple),
+    )
+
+
+site_metadata = st.builds(
+    SiteMetadata,
+    region=st.none() | dns_names,
+    zone=st.none() | dns_names,
+    sovereignty_zone=st.none() | dns_names,
+    labels=label_maps,
+    grid_id=st.none() | dns_names,
+)
+gateways = st.builds(
+    GatewayRecord,
+    st.builds("{}.example:{}".format, dns_names, st.integers(1, 65535)),
+    st.sampled_from(["mtls", "tls", "none"]),
+)
+
+
+def sample_record(name: str = "llama", **changes: object) -> ProviderRecord:
+    record = ProviderRecord(
+        name=name,
+        spec=ProviderSpec(
+            "local",
+            "self_hosted",
+            "llama-cluster",
+            "https://llama.svc:8000/v1",
+            cost=TokenCost.from_usd("0.15", "0.60"),
+            credential=CredentialRef("BearerToken", "llama-token", "grid", "token"),
+            access_policy=LabelSelector(
+                {"tier": "gold"}, (SelectorRequirement("region", "In", ("eu", "us")),)
+            ),
+        ),
+        phase="Available",
+        metrics=ProviderMetrics.from_measurements(
+            healthy=True,
+            queue_depth=2.5,
+            kv_cache_utilization=0.42,
+            prefix_cache_hit_ratio=0.7,
+            p99_latency_ms=850.25,
+        ),
+        models=(
+            ModelEntry("meta-llama/Llama-3.1-8B-Instruct", ("chat", "tools"), 131_072),
+            ModelEntry("text-embedding-3-small", ("embeddings",), 8191),
+        ),
+        tools=("web-search",),
+        agents=("planner",),
+    )
+    return dataclasses.replace(record, **changes)  # type: ignore[arg-type]
+
+
+NOW = 1_750_000_000.0
+
+
+def provider_item(
+    site: str = "site-a", record: ProviderRecord | None = None
+) -> tuple[str, int, bytes]:
+    state = GridState(site)
+    state.put_provider(record or sample_record(), NOW)
+    (item,) = state.items_to_publish()
+    return item.key, item.version, item.payload
+
+
+# ---------------------------------------------------------------------------------------
+# Vocabulary and validation
+
+
+def test_vocabularies_match_the_resource_models() -> None:
+    assert {kind.value for kind in BackendKind} == BACKEND_KINDS
+    assert {kind.value for kind in ProviderKind} == PROVIDER_KINDS
+    assert {strategy.value for strategy in AuthStrategy} == AUTH_STRATEGIES
+    assert tuple(phase.value for phase in InferenceProviderPhase) == PHASES
+
+
+def test_item_limits_match_the_gossip_transport() -> None:
+    from grid import _native
+
+    assert MAX_ITEM_BYTES == _native.MAX_ITEM_LEN
+    assert MAX_KEY_BYTES == _native.MAX_KEY_LEN
+    assert set(LANES) == set(_native.LANES)
+
+
+def test_names_that_would_not_fit_a_key_or_a_site_id_are_refused() -> None:
+    longest = "p" * (MAX_KEY_BYTES - len("provider/"))
+    assert GridState("site-a").put_provider(sample_record(name=longest), NOW)
+    with pytest.raises(CrdtValueError, match="provider names are limited"):
+        GridState("site-a").put_provider(sample_record(name=longest + "p"), NOW)
+    assert GridState("s" * 63).site == "s" * 63
+    for bad in ("s" * 64, "site a", "site#1", "site/1", ""):
+        with pytest.raises(CrdtValueError):
+            GridState(bad)
+
+
+def test_money_is_counted_in_integer_micro_usd() -> None:
+    assert micro_usd(0.15) == 150_000
+    assert micro_usd("2.50") == 2_500_000
+    assert micro_usd(Decimal("1.0000015")) == 1_000_002  # half to even
+    assert micro_usd(3) == 3_000_000
+    cost = TokenCost.from_usd(0.1, 0.3)
+    assert (cost.input_micro_usd, cost.output_micro_usd) == (100_000, 300_000)
+    assert cost.output_per_million == Decimal("0.3")
+    for bad in (-1, "abc", float("nan"), float("inf"), True, "1e30"):
+        with pytest.raises(CrdtValueError):
+            micro_usd(bad)
+
+
+def test_metrics_are_fixed_point_and_read_back_as_floats() -> None:
+    metrics = ProviderMetrics.from_measurements(
+        healthy=False, queue_depth=3.25, kv_cache_utilization=0.5, p99_latency_ms=12.5
+    )
+    assert metrics.queue_depth_milli == 3250 and metrics.queue_depth == 3.25
+    assert metrics.kv_cache_utilization == 0.5
+    assert metrics.prefix_cache_hit_ratio is None
+    assert metrics.p99_latency_ms == 12.5
+    for bad in ({"kv_cache_utilization_ppm": 1_000_001}, {"queue_depth_milli": -1}):
+        with pytest.raises(CrdtValueError):
+            ProviderMetrics(**bad)  # type: ignore[arg-type]
+    with pytest.raises(CrdtValueError):
+        ProviderMetrics.from_measurements(queue_depth=float("nan"))
+    with pytest.raises(CrdtValueError):
+        ProviderMetrics(healthy=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "https://user:hunter2@llama.svc/v1",
+        "https://llama.svc/v1?api_key=sk-hunter2",
+        "https://llama.svc/v1#sk-hunter2",
+        "ftp://llama.svc/v1",
+        "https://llama.svc:99999/v1",
+        "https://[::1/v1",
+        "https://llama svc/v1",
+        "",
+    ],
+)
+def test_endpoints_that_could_carry_a_credential_or_are_malformed_are_refused(
+    endpoint: str,
+) -> None:
+    with pytest.raises(CrdtValueError) as caught:
+        ProviderSpec("remote", "open_ai", "openai", endpoint)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_no_record_field_can_hold_a_token() -> None:
+    allowed = {
+        "name", "spec", "phase", "metrics", "models", "tools", "agents",
+        "backend_kind", "provider_kind", "upstream", "endpoint", "cost", "credential",
+        "access_policy", "strategy", "secret_name", "namespace", "key",
+        "input_micro_usd", "output_micro_usd", "match_labels", "match_expressions",
+        "operator", "values", "healthy", "queue_depth_milli", "kv_cache_utilization_ppm",
+        "prefix_cache_hit_ppm", "p99_latency_us", "capabilities", "context_window",
+    }  # fmt: skip
+    types = [ProviderRecord, ProviderSpec, CredentialRef, TokenCost, LabelSelector]
+    types += [SelectorRequirement, ProviderMetrics, ModelEntry]
+    for kind in types:
+        assert {f.name for f in dataclasses.fields(kind)} <= allowed, kind
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: sample_record(name="Not_A_DNS_Name"),
+        lambda: sample_record(phase="Running"),
+        lambda: sample_record(models=(ModelEntry("a"), ModelEntry("a", ("chat",)))),
+        lambda: sample_record(tools="web-search"),
+        lambda: sample_record(tools=(1,)),
+        lambda: ModelEntry("gpt 4o"),
+        lambda: ModelEntry("gpt-4o", context_window=0),
+        lambda: ProviderSpec("edge", "open_ai", "c", "https://x.example"),
+        lambda: ProviderSpec("local", "mistral", "c", "https://x.example"),
+        lambda: ProviderSpec("local", "open_ai", "", "https://x.example"),
+        lambda: CredentialRef("Password", "name", "ns", "key"),
+        lambda: CredentialRef("ApiKey", "Name!", "ns", "key"),
+        lambda: SelectorRequirement("tier", "In"),
+        lambda: SelectorRequirement("tier", "Exists", ("gold",)),
+        lambda: SelectorRequirement("tier", "Near", ("gold",)),
+        lambda: SelectorRequirement("bad key!", "Exists"),
+        lambda: LabelSelector({"tier": "gold silver"}),
+        lambda: GatewayRecord("gw.example", "mtls"),
+        lambda: GatewayRecord("gw.example:0", "mtls"),
+        lambda: GatewayRecord("gw.example:65536", "mtls"),
+        lambda: GatewayRecord("[::zz]:443", "mtls"),
+        lambda: GatewayRecord("bad host:443", "mtls"),
+        lambda: GatewayRecord("gw.example:443", "m tls"),
+        lambda: SiteMetadata(region="eu west"),
+        lambda: SiteMetadata(labels={"tier": 1}),  # type: ignore[dict-item]
+        lambda: TokenCost(-1, 0),
+        lambda: TokenCost(1.5, 0),  # type: ignore[arg-type]
+    ],
+)
+def test_invalid_records_are_refused_with_a_clear_error(build: object) -> None:
+    with pytest.raises(CrdtValueError):
+        build()  # type: ignore[operator]
+
+
+def test_credentials_name_a_secret_entirely_or_not_at_all() -> None:
+    assert CredentialRef("MtlsOnly").to_wire() == {"strategy": "MtlsOnly"}
+    full = CredentialRef("ApiKey", "openai-key", "grid", "api-key")
+    assert CredentialRef.from_wire(full.to_wire(), "cred") == full
+    with pytest.raises(CrdtValueError, match="name, namespace and key"):
+        CredentialRef("ApiKey", "openai-key")
+
+
+def test_model_names_follow_the_resource_rule() -> None:
+    for name in ("gpt-4o", "anthropic.claude-3-5-sonnet-20240620-v1:0", "modèle~1", "m" * 256):
+        entry = ModelEntry(name)
+        state = GridState("site-a")
+        state.put_provider(sample_record(models=(entry,)), NOW)
+        (item,) = state.items_to_publish()
+        decoded = decode_item("site-a", item.lane, item.key, item.version, item.payload)
+        assert isinstance(decoded, ProviderState) and entry in decoded.models.elements
+    for bad in ("gpt 4o", "", "m" * 257, "gpt\n4o", "\ud800"):
+        with pytest.raises(CrdtValueError):
+            ModelEntry(bad)
+
+
+def test_valid_gateway_addresses() -> None:
+    for address in ("gw.site-a.example:443", "10.0.0.1:7946", "[::1]:443", "[fe80::1]:8443"):
+        assert GatewayRecord(address, "mtls").address == address
+
+
+def test_selectors_are_kept_in_one_order_and_convert_to_kubernetes_form() -> None:
+    a = SelectorRequirement("region", "In", ("us", "eu", "eu"))
+    b = SelectorRequirement("gpu", "Exists")
+    assert LabelSelector({}, (a, b)) == LabelSelector({}, (b, a))
+    assert a.values == ("eu", "us")
+    assert LabelSelector({"tier": "gold"}, (a,)).as_kubernetes() == {
+        "matchLabels": {"tier": "gold"},
+        "matchExpressions": [{"key": "region", "operator": "In", "values": ["eu", "us"]}],
+    }
+
+
+def test_records_normalize_their_collections() -> None:
+    record = sample_record(tools=("b", "a", "b"), models=(ModelEntry("z"), ModelEntry("a")))
+    assert record.tools == ("a", "b")
+    assert [entry.name for entry in record.models] == ["a", "z"]
+
+
+# ---------------------------------------------------------------------------------------
+# Canonical encoding
+
+
+@settings(max_examples=60)
+@given(provider_records(), st.lists(provider_records(st.just("p")), max_size=3))
+def test_provider_items_round_trip_and_are_canonical(
+    first: ProviderRecord, rewrites: list[ProviderRecord]
+) -> None:
+    state = GridState("site-a")
+    state.put_provider(first, NOW)
+    for offset, record in enumerate(rewrites, start=1):
+        state.put_provider(record, NOW + offset)
+        if offset == 2:
+            state.remove_provider(record.name, NOW + offset + 0.5)
+    for item in state.all_items():
+        assert len(item.payload) <= MAX_ITEM_BYTES
+        decoded = decode_item("site-a", item.lane, item.key, item.version, item.payload)
+        assert isinstance(decoded, ProviderState)
+        assert decoded == state.snapshot().providers[decoded.name]
+        assert encode_provider("site-a", decoded) == item
+
+
+@given(site_metadata, gateways)
+def test_site_items_round_trip(metadata: SiteMetadata, gateway: GatewayRecord) -> None:
+    state = GridState("site-a")
+    state.set_metadata(metadata, NOW)
+    state.set_gateway(gateway, NOW)
+    receiver = GridState("site-b")
+    for item in state.items_to_publish():
+        assert receiver.apply_item("site-a", item.lane, item.key, item.version, item.payload, NOW)
+    assert receiver.metadata("site-a") == metadata
+    assert receiver.gateway("site-a") == gateway
+    assert receiver.snapshot("site-a").items() == state.snapshot().items()
+
+
+def test_item_bytes_are_canonical_json_behind_a_format_byte() -> None:
+    key, version, payload = provider_item()
+    assert key == "provider/llama"
+    assert payload[0] == 1
+    body = json.loads(payload[1:])
+    assert payload[1:] == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    assert body["site"] == "site-a" and body["rev"] == version
+    assert body["spec"][1]["cost"] == [150_000, 600_000]
+    json.loads(payload[1:], parse_float=lambda text: pytest.fail(f"float {text} on the wire"))
+    assert len(payload) < 700
+
+
+def test_a_record_too_large_for_one_item_is_refused_and_changes_nothing() -> None:
+    state = GridState("site-a")
+    state.put_provider(sample_record(), NOW)
+    state.items_to_publish()
+    huge = sample_record(
+        models=tuple(
+            ModelEntry(f"organization/model-{i:03d}-instruct", ("chat",)) for i in range(40)
+        )
+    )
+    with pytest.raises(CrdtLimitError, match="1024-byte limit"):
+        state.put_provider(huge, NOW + 1)
+    entry = state.provider("site-a", "llama")
+    assert entry is not None and entry.record == sample_record()
+    assert state.items_to_publish() == []
+
+
+# ---------------------------------------------------------------------------------------
+# Strict decoding
+
+
+def _reframe(body: object) -> bytes:
+    return b"\x01" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _decode(
+    payload: bytes, version: int, key: str = "provider/llama", origin: str = "site-a"
+) -> object:
+    return decode_item(origin, "state", key, version, payload)
+
+
+def test_every_truncation_is_refused() -> None:
+    key, version, payload = provider_item()
+    for end in range(len(payload)):
+        with pytest.raises(CrdtDecodeError):
+            _decode(payload[:end], version, key)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda p: p + b" " * (MAX_ITEM_BYTES + 1 - len(p)), "1024-byte limit"),
+        (lambda p: b"\x02" + p[1:], "format 2"),
+        (lambda p: p[:-1] + b"\xff}", "ASCII"),
+        (lambda p: p[:-1] + b" }", "canonical"),
+        (lambda p: p.replace(b'"at":', b'"at":1,"at":', 1), "repeats a key"),
+        (lambda p: p.replace(b'"at":', b'"at":1.5,"x":', 1), "non-integer"),
+        (lambda p: p.replace(b'"at":', b'"at":NaN,"x":', 1), "NaN"),
+        (lambda p: p.replace(b'{"agents"', b'[{"agents"', 1) + b"]", "must be an object"),
+    ],
+)
+def test_malformed_payloads_are_refused(mutate: object, message: str) -> None:
+    key, version, payload = provider_item()
+    with pytest.raises(CrdtDecodeError, match=message):
+        _decode(mutate(payload), version, key)  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda b: b.update(extra=1), "unknown fields extra"),
+        (lambda b: b.pop("metrics"), "lacks metrics"),
+        (lambda b: b.update(at=True), "at: must be an integer"),
+        (lambda b: b.update(at=-1), "at: must be between"),
+        (lambda b: b.update(name="other"), "does not match the item key"),
+        (lambda b: b.update(phase=[0, "Running"]), "not a provider phase"),
+        (lambda b: b["spec"].__setitem__(0, -1), "spec offset"),
+        (lambda b: b["spec"].__setitem__(0, b["rev"]), "spec offset"),
+        (lambda b: b["spec"][1].update(endpoint="https://u:p@x.example"), "user info"),
+        (lambda b: b["spec"][1].update(cost=["1", 2]), "must be an integer"),
+        (lambda b: b["metrics"][1].update(kv=2_000_000), "between 0 and 1000000"),
+        (lambda b: b["tools"][1][0].__setitem__(1, [0, 0]), "canonical"),
+        (lambda b: b["tools"][1].append(b["tools"][1][0]), "repeats an element"),
+        (lambda b: b["tools"].__setitem__(0, b["rev"]), "outside the causal context"),
+        (lambda b: b["models"][1].reverse(), "canonical"),
+        (lambda b: b["models"][1][0].__setitem__(0, ["m", [], 0]), "context.*between"),
+    ],
+)
+def test_inconsistent_bodies_are_refused(edit: object, message: str) -> None:
+    key, version, payload = provider_item()
+    body = json.loads(payload[1:])
+    edit(body)  # type: ignore[operator]
+    with pytest.raises(CrdtDecodeError, match=message):
+        _decode(_reframe(body), version, key)
+
+
+def test_version_key_and_lane_must_agree_with_the_payload() -> None:
+    key, version, payload = provider_item()
+    with pytest.raises(CrdtDecodeError, match="version"):
+        _decode(payload, version + 1, key)
+    with pytest.raises(CrdtDecodeError, match="unknown lane"):
+        decode_item("site-a", "status", key, version, payload)
+    with pytest.raises(CrdtDecodeError, match="unknown key"):
+        decode_item("site-a", "gateway", key, version, payload)
+    with pytest.raises(CrdtDecodeError):
+        decode_item("site-a", "state", "provider/Bad_Name", version, payload)
+    with pytest.raises(CrdtDecodeError):
+        decode_item("site-a", "state", "budget/acme/2025-06/007", version, payload)
+    with pytest.raises(CrdtDecodeError):
+        decode_item("site a", "state", key, version, payload)
+    with pytest.raises(CrdtDecodeError):
+        decode_item("site-a", "state", key, 0, payload)
+    with pytest.raises(CrdtDecodeError):
+        decode_item("site-a", "state", key, version, bytearray(payload))  # type: ignore[arg-type]
+
+
+def _every_kind_of_item() -> list[Item]:
+    state = GridState("site-a")
+    state.put_provider(sample_record(), NOW)
+    state.set_gateway(GatewayRecord("gw.site-a.example:443", "mtls"), NOW)
+    state.set_metadata(SiteMetadata(region="eu-west", labels={"tier": "gold"}), NOW)
+    head, tail = "-----BEGIN CERTIFICATE-----\n", "\n-----END CERTIFICATE-----\n"
+    state.set_cert(head + "QUJD" * 200 + tail, NOW)
+    state.add_spend("acme", "2025-06", 1_234, NOW)
+    return state.all_items()
+
+
+@pytest.mark.parametrize("item", _every_kind_of_item(), ids=lambda item: item.key)
+def test_every_kind_of_item_round_trips_and_refuses_truncation_and_forgery(item: Item) -> None:
+    decoded = decode_item("site-a", item.lane, item.key, item.version, item.payload)
+    receiver = GridState("site-b")
+    assert receiver.apply_item("site-a", item.lane, item.key, item.version, item.payload, NOW)
+    if not isinstance(decoded, SpendSlot):
+        (again,) = [i for i in receiver.snapshot("site-a").items() if i.key == item.key]
+        assert again == item
+    for end in range(len(item.payload)):
+        with pytest.raises(CrdtDecodeError):
+            decode_item("site-a", item.lane, item.key, item.version, item.payload[:end])
+    with pytest.raises(CrdtForgedItemError):
+        decode_item("site-b", item.lane, item.key, item.version, item.payload)
+    with pytest.raises(CrdtDecodeError, match="version"):
+        decode_item("site-a", item.lane, item.key, item.version + 1, item.payload)
+
+
+def test_an_item_about_another_site_is_refused_as_forged() -> None:
+    key, version, payload = provider_item(site="site-a")
+    with pytest.raises(CrdtForgedItemError, match="'site-b' describes site 'site-a'"):
+        _decode(payload, version, key, origin="site-b")
+
+
+@settings(max_examples=300)
+@given(st.data())
+def test_random_corruption_is_refused_or_decodes_to_a_valid_item(data: st.DataObject) -> None:
+    key, version, payload = provider_item()
+    corrupted = bytearray(payload)
+    for _ in range(data.draw(st.integers(1, 4))):
+        index = data.draw(st.integers(0, len(corrupted) - 1))
+        corrupted[index] = data.draw(st.integers(0, 255))
+    try:
+        decoded = _decode(bytes(corrupted), version, key)
+    except CrdtDecodeError:
+        return
+    # It still decoded: then it is a valid state whose one encoding is exactly these bytes.
+    assert isinstance(decoded, ProviderState)
+    assert encode_provider("site-a", decoded).payload == bytes(corrupted)
