@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from grid.models.crd import crd_files, dump_all_crds
+from grid.models.crd import crd_directory_files, dump_all_crds
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,9 +37,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check(directory: Path) -> int:
-    """0 when ``directory`` holds every generated CRD file unchanged, else 1 (and why)."""
+    """0 when ``directory`` holds every generated file (CRDs and their kustomization)
+    unchanged, else 1 (and why)."""
     stale = []
-    for name, text in crd_files().items():
+    for name, text in crd_directory_files().items():
         path = directory / name
         try:
             current = path.read_text(encoding="utf-8")
@@ -60,10 +61,10 @@ def check(directory: Path) -> int:
 
 
 def write(directory: Path) -> int:
-    """Write each CRD to ``directory`` (created if needed)."""
+    """Write each CRD and their kustomization to ``directory`` (created if needed)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        for name, text in crd_files().items():
+        for name, text in crd_directory_files().items():
             (directory / name).write_text(text, encoding="utf-8")
     except OSError as error:
         print(f"cannot write CRDs to {directory}: {error.strerror}", file=sys.stderr)

@@ -172,6 +172,18 @@ def crd_files() -> dict[str, str]:
     return {f"{crd['metadata']['name']}.yaml": to_yaml(crd) for crd in all_crds()}
 
 
+def crd_directory_files() -> dict[str, str]:
+    """Every file of the repository's ``crds/``: the CRDs and the kustomization through which
+    ``deploy/`` includes them (kustomize only includes other folders that have one)."""
+    files = crd_files()
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": sorted(files),
+    }
+    return {**files, "kustomization.yaml": to_yaml(kustomization)}
+
+
 def to_yaml(manifest: dict[str, Any]) -> str:
     return GENERATED_HEADER + yaml.safe_dump(
         manifest, sort_keys=False, default_flow_style=False, width=100, allow_unicode=True
