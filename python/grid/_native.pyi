@@ -1,14 +1,36 @@
 """Type stubs for the Rust extension ``grid._native``."""
 
 from collections.abc import Sequence
-from typing import final
+from typing import TypeAlias, final
 
-__all__ = ["FRAME_OVERHEAD", "KEY_LEN", "MAX_FRAME_LEN", "Keyring", "__version__"]
+__all__ = [
+    "FRAME_OVERHEAD",
+    "KEY_LEN",
+    "LANES",
+    "MAX_FRAME_LEN",
+    "MAX_ITEM_LEN",
+    "MAX_KEY_LEN",
+    "Keyring",
+    "SwimNode",
+    "__version__",
+]
 
 __version__: str
 FRAME_OVERHEAD: int
 KEY_LEN: int
 MAX_FRAME_LEN: int
+MAX_ITEM_LEN: int
+MAX_KEY_LEN: int
+LANES: list[str]
+
+# Events: (kind, site, address, generation) for member_up / member_down / member_left;
+# ("member_renamed", site, address, generation, previous_generation);
+# ("item", origin, lane, key, version, payload).
+_EventTuple: TypeAlias = (
+    tuple[str, str, str, int]
+    | tuple[str, str, str, int, int]
+    | tuple[str, str, str, str, int, bytes]
+)
 
 @final
 class Keyring:
@@ -21,3 +43,47 @@ class Keyring:
     def key_ids(self) -> list[str]: ...
     def seal(self, plaintext: bytes) -> bytes: ...
     def open(self, frame: bytes) -> bytes: ...
+
+@final
+class SwimNode:
+    """A SWIM node: foca over AES-256-GCM UDP on its own thread."""
+
+    def __new__(
+        cls,
+        bind: str,
+        site: str,
+        keys: Sequence[bytes],
+        *,
+        advertise: str | None = None,
+        probe_interval: float = 5.0,
+        suspicion_timeout: float = 10.0,
+        gossip_nodes: int = 3,
+        push_pull_interval: float = 30.0,
+        event_capacity: int = 4096,
+        generation: int | None = None,
+    ) -> SwimNode: ...
+    def start(self) -> None: ...
+    def join(self, seeds: Sequence[str]) -> None: ...
+    def leave(self) -> None: ...
+    def close(self) -> None: ...
+    def members(self) -> list[tuple[str, str, str, int]]: ...
+    def publish(self, lane_name: str, key: str, version: int, payload: bytes) -> bool: ...
+    def stats(self) -> dict[str, int]: ...
+    def install_key(self, key: bytes) -> str: ...
+    def use_key(self, key: bytes) -> None: ...
+    def remove_key(self, key: bytes) -> None: ...
+    def key_ids(self) -> list[str]: ...
+    def next_event(self, timeout: float | None = None) -> _EventTuple | None: ...
+    def poll_events(self, max_events: int = 1024) -> list[_EventTuple]: ...
+    def event_fd(self) -> int: ...
+    def clear_event_fd(self) -> None: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def bound_address(self) -> str: ...
+    @property
+    def site(self) -> str: ...
+    @property
+    def generation(self) -> int: ...

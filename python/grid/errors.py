@@ -172,3 +172,13 @@ class NodeStateError(GridError, RuntimeError):
 
 class NodeStopped(NodeStateError):
     """The SWIM node is not running: never started, left, or closed."""
+
+
+class KeyFileError(ConfigError):
+    """A SWIM key file is unreadable or does not hold 32-byte keys (raw, or base64 one per
+    line). The message names the file and the line, never the key."""
+
+
+class AgentConfigError(ConfigError):
+    """The standalone agent cannot start with these options or resources: the message says
+    which option or resource and why."""

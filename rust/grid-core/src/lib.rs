@@ -1,5 +1,19 @@
 //! Grid's SWIM transport core: pure Rust, no Python.
 //!
 //! - [`frame`]: the AES-256-GCM UDP frame and the keyring.
+//! - [`wire`]: our message kinds inside a frame, and foca's codec.
+//! - [`identity`]: who a node is (site, address, generation).
+//! - [`lanes`]: versioned broadcast items on four lanes.
+//! - [`config`]: `GridNetwork.spec.swim` mapped onto foca.
+//! - [`timers`]: the single ordered timer queue.
+//! - [`driver`]: the sans-IO driver around foca (also used by simulations).
+//! - [`node`]: a real node: the driver on its own thread with a UDP socket.
 
+pub mod config;
+pub mod driver;
 pub mod frame;
+pub mod identity;
+pub mod lanes;
+pub mod node;
+pub mod timers;
+pub mod wire;

@@ -5,10 +5,12 @@ use pyo3::prelude::*;
 
 mod errors;
 mod frame;
+mod swim;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     frame::register(m)?;
+    swim::register(m)?;
     Ok(())
 }

@@ -1,0 +1,360 @@
+"""Grid's SWIM membership and broadcast lanes: the Python face of ``grid._native``.
+
+A :class:`SwimNode` runs foca over AES-256-GCM encrypted UDP on its own native thread. Python
+starts it, joins seeds, publishes versioned items on the four lanes and reads events, either
+blocking (:meth:`SwimNode.next_event`, which releases the GIL) or from asyncio
+(``async for event in node.events()``). The protocol loop never waits for Python.
+
+This is the only module that imports ``grid._native`` (tests and benchmarks aside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import math
+import re
+import socket
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Literal, Self, TypeAlias
+
+from grid import _native
+from grid.errors import BroadcastRefused, SwimConfigError
+
+MemberState: TypeAlias = Literal["alive", "suspect", "down", "left"]
+Lane: TypeAlias = Literal["state", "gateway", "cert", "metadata"]
+MemberEventKind: TypeAlias = Literal["member_up", "member_down", "member_left", "member_renamed"]
+
+LANES: tuple[str, ...] = tuple(_native.LANES)
+#: Largest encoded item (origin, lane, key, version and payload) that fits one packet.
+MAX_ITEM_LEN: int = _native.MAX_ITEM_LEN
+MAX_KEY_LEN: int = _native.MAX_KEY_LEN
+DEFAULT_PORT = 7946
+
+_MAX_GOSSIP_NODES = 32
+_MAX_VERSION = 2**64 - 1
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SwimConfigError(f"{name} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise SwimConfigError(f"{name} must be a positive number of seconds, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SwimConfig:
+    """SWIM tuning, in seconds: ``GridNetwork.spec.swim``'s ``probeInterval``,
+    ``suspicionTimeout`` and ``gossipNodes`` (docs/swim.md maps them onto foca).
+
+    ``push_pull_interval`` is the base period of full-state syncs (it grows with the cluster
+    above 32 nodes); ``event_capacity`` bounds the events kept for a slow reader (more are
+    dropped and counted).
+    """
+
+    probe_interval: float = 5.0
+    suspicion_timeout: float = 10.0
+    gossip_nodes: int = 3
+    push_pull_interval: float = 30.0
+    event_capacity: int = 4096
+
+    def __post_init__(self) -> None:
+        for name in ("probe_interval", "suspicion_timeout", "push_pull_interval"):
+            _check_seconds(name, getattr(self, name))
+        if self.probe_interval < 0.01:
+            raise SwimConfigError(
+                f"probe_interval must be at least 10ms, got {self.probe_interval}"
+            )
+        if self.push_pull_interval < self.probe_interval:
+            raise SwimConfigError("push_pull_interval must not be shorter than probe_interval")
+        for name, top in (("gossip_nodes", _MAX_GOSSIP_NODES), ("event_capacity", 1 << 24)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+                raise SwimConfigError(f"{name} must be an integer from 1 to {top}, got {value!r}")
+
+    def detection_bound(self, cluster_size: int) -> float:
+        """Seconds from a crash until every survivor has declared the node down, in the worst
+        case and without counting on gossip: ``2·(N-1)·probe_interval + suspicion_timeout``
+        (each survivor probes everyone within 2(N-1)-1 periods, notices the failure at its
+        next probe and waits the suspicion timeout). Typical detection is far quicker."""
+        return 2 * max(cluster_size - 1, 1) * self.probe_interval + self.suspicion_timeout
+
+
+@dataclass(frozen=True)
+class Member:
+    """A member as this node sees it."""
+
+    site: str
+    address: str
+    state: MemberState
+    generation: int
+
+
+@dataclass(frozen=True)
+class MemberEvent:
+    """A membership change: up, down (failed), left (on purpose), or renamed (the same
+    address came back with a newer generation: ``previous_generation`` is set)."""
+
+    kind: MemberEventKind
+    site: str
+    address: str
+    generation: int
+    previous_generation: int | None = None
+
+
+@dataclass(frozen=True)
+class ItemEvent:
+    """A new version of an item from a peer, delivered once per (origin, lane, key,
+    version)."""
+
+    origin: str
+    lane: Lane
+    key: str
+    version: int
+    payload: bytes = field(repr=False)
+
+
+Event: TypeAlias = MemberEvent | ItemEvent
+
+# What grid._native hands over, see _native.pyi.
+_RawEvent: TypeAlias = (
+    tuple[str, str, str, int]
+    | tuple[str, str, str, int, int]
+    | tuple[str, str, str, str, int, bytes]
+)
+
+_STATES: dict[str, MemberState] = {
+    "alive": "alive",
+    "suspect": "suspect",
+    "down": "down",
+    "left": "left",
+}
+_LANE_NAMES: dict[str, Lane] = {
+    "state": "state",
+    "gateway": "gateway",
+    "cert": "cert",
+    "metadata": "metadata",
+}
+_MEMBER_KINDS: dict[str, MemberEventKind] = {
+    "member_up": "member_up",
+    "member_down": "member_down",
+    "member_left": "member_left",
+}
+
+
+def _event(raw: _RawEvent) -> Event:
+    if len(raw) == 6:
+        _, origin, lane, key, version, payload = raw
+        return ItemEvent(origin, _LANE_NAMES[lane], key, version, payload)
+    if len(raw) == 5:
+        _, site, address, generation, previous = raw
+        return MemberEvent("member_renamed", site, address, generation, previous)
+    kind, site, address, generation = raw
+    return MemberEvent(_MEMBER_KINDS[kind], site, address, generation)
+
+
+def parse_address(text: str, what: str, *, allow_port_zero: bool = False) -> str:
+    """Turns ``host:port`` (``[v6]:port`` for IPv6 literals) into ``IP:port``, resolving
+    a host name. Raises :class:`SwimConfigError` naming ``what`` on anything else."""
+    if not isinstance(text, str):
+        raise SwimConfigError(f"{what} must be a 'host:port' string, got {type(text).__name__}")
+    match = re.fullmatch(r"\[([^\]]+)\]:(\d{1,5})|([^:\[\]\s]+):(\d{1,5})", text.strip())
+    if not match:
+        raise SwimConfigError(f"{what} {text!r} is not 'host:port' (IPv6 as '[addr]:port')")
+    host = match.group(1) or match.group(3)
+    port = int(match.group(2) or match.group(4))
+    if not (0 if allow_port_zero else 1) <= port <= 65535:
+        raise SwimConfigError(f"{what} {text!r} has port {port} out of range")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        if match.group(1):
+            raise SwimConfigError(f"{what} {text!r}: {host!r} is not an IPv6 address") from None
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)
+        except (OSError, UnicodeError) as err:
+            raise SwimConfigError(f"{what} {text!r}: cannot resolve {host!r} ({err})") from None
+        ip = ipaddress.ip_address(
+            next((i[4][0] for i in infos if i[0] == socket.AF_INET), infos[0][4][0])
+        )
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+class SwimNode:
+    """One site's SWIM node: membership, failure detection and broadcast lanes.
+
+    ``bind`` is the local UDP ``host:port`` (port 0 picks one); ``advertise`` is what peers
+    use to reach this node (default: the bound address; required when binding a wildcard
+    address). ``keys`` are 32-byte AES-256 keys: the first seals, all of them open.
+    ``generation`` defaults to wall-clock milliseconds so a restart wins over its previous
+    life. The socket is bound here; the protocol runs from :meth:`start` (or ``with``).
+    """
+
+    def __init__(
+        self,
+        bind: str,
+        site: str,
+        advertise: str | None,
+        keys: Sequence[bytes],
+        config: SwimConfig | None = None,
+        *,
+        generation: int | None = None,
+    ) -> None:
+        if isinstance(keys, bytes | str) or not keys:
+            raise SwimConfigError("keys must be a non-empty sequence of 32-byte keys")
+        if not isinstance(site, str):
+            raise SwimConfigError(f"site must be a string, got {type(site).__name__}")
+        self.config = config or SwimConfig()
+        self._node = _native.SwimNode(
+            parse_address(bind, "bind address", allow_port_zero=True),
+            site,
+            [bytes(k) for k in keys],
+            advertise=None if advertise is None else parse_address(advertise, "advertise address"),
+            probe_interval=self.config.probe_interval,
+            suspicion_timeout=self.config.suspicion_timeout,
+            gossip_nodes=self.config.gossip_nodes,
+            push_pull_interval=self.config.push_pull_interval,
+            event_capacity=self.config.event_capacity,
+            generation=generation,
+        )
+
+    def __repr__(self) -> str:
+        return repr(self._node)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.running:
+            self.leave()
+        else:
+            self.close()
+
+    @property
+    def address(self) -> str:
+        """The advertised ``IP:port``."""
+        return self._node.address
+
+    @property
+    def bound_address(self) -> str:
+        return self._node.bound_address
+
+    @property
+    def site(self) -> str:
+        return self._node.site
+
+    @property
+    def generation(self) -> int:
+        """The current generation; it goes up by one if the cluster wrongly declared this
+        node down and it rejoined."""
+        return self._node.generation
+
+    @property
+    def running(self) -> bool:
+        return self._node.running
+
+    def start(self) -> None:
+        """Starts the protocol thread."""
+        self._node.start()
+
+    def join(self, seeds: Sequence[str]) -> None:
+        """Announces to the seeds (``host:port``) and pulls one seed's full state; retried
+        with backoff while no member is known. Returns at once."""
+        if isinstance(seeds, str):
+            raise SwimConfigError("seeds must be a sequence of 'host:port' strings")
+        self._node.join([parse_address(s, "seed") for s in seeds])
+
+    def leave(self) -> None:
+        """Tells every member this node is leaving (they record it as ``left``), then stops."""
+        self._node.leave()
+
+    def close(self) -> None:
+        """Stops at once without telling anyone: peers will detect a failure."""
+        self._node.close()
+
+    def members(self) -> list[Member]:
+        """Every member this node knows, itself excluded, down and left ones included."""
+        return [
+            Member(site, address, _STATES[state], generation)
+            for site, address, state, generation in self._node.members()
+        ]
+
+    def local(self) -> Member:
+        return Member(self.site, self.address, "alive", self.generation)
+
+    def publish(self, lane: str, key: str, version: int, payload: bytes) -> bool:
+        """Offers a new version of this site's item ``(lane, key)``. Returns False if this
+        node already published that version or a newer one. Versions must grow across
+        restarts (peers remember the highest version seen).
+
+        Raises :class:`~grid.errors.PayloadTooLarge` above :data:`MAX_ITEM_LEN` encoded
+        bytes, :class:`~grid.errors.PrivateKeyMaterial` for a cert-lane payload holding a
+        private key, :class:`~grid.errors.BroadcastRefused` for an unknown lane or bad key.
+        """
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise BroadcastRefused(f"version must be an integer, got {type(version).__name__}")
+        if not 0 <= version <= _MAX_VERSION:
+            raise BroadcastRefused(f"version must be from 0 to 2**64-1, got {version}")
+        if not isinstance(key, str):
+            raise BroadcastRefused(f"key must be a string, got {type(key).__name__}")
+        return self._node.publish(lane, key, version, bytes(payload))
+
+    def stats(self) -> dict[str, int]:
+        """Counters and gauges: packets and bytes in and out, ``dropped_<reason>`` per frame
+        drop reason, ``foca_error_<kind>``, ``private_key_drops``, ``events_dropped``,
+        ``members``, ``broadcast_backlog``, ``syncs_done`` and more."""
+        return self._node.stats()
+
+    def install_key(self, key: bytes) -> str:
+        """Step 1 of a rotation, on every node: the new key may open frames. Returns its
+        public id."""
+        return self._node.install_key(key)
+
+    def use_key(self, key: bytes) -> None:
+        """Step 2, on every node: the new key seals."""
+        self._node.use_key(key)
+
+    def remove_key(self, key: bytes) -> None:
+        """Step 3, on every node: the old key is forgotten."""
+        self._node.remove_key(key)
+
+    def key_ids(self) -> list[str]:
+        """Public ids of the keys, primary first (never the key bytes)."""
+        return self._node.key_ids()
+
+    def next_event(self, timeout: float | None = None) -> Event | None:
+        """Waits up to ``timeout`` seconds (forever if None) with the GIL released; None on
+        timeout, or once the node stopped and every event was taken."""
+        raw = self._node.next_event(timeout)
+        return None if raw is None else _event(raw)
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Yields events as they come, without a thread per waiter; ends once the node has
+        stopped and every event was taken."""
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+        fd = self._node.event_fd()
+        loop.add_reader(fd, ready.set)
+        try:
+            while True:
+                # Reset the wake-ups before draining: anything queued later re-arms them.
+                ready.clear()
+                self._node.clear_event_fd()
+                batch = self._node.poll_events()
+                for raw in batch:
+                    yield _event(raw)
+                if batch:
+                    continue
+                if not self._node.running:
+                    return
+                await ready.wait()
+        finally:
+            loop.remove_reader(fd)

@@ -1,0 +1,817 @@
+//! The sans-IO SWIM driver: foca plus everything Grid adds around it.
+//!
+//! A [`Driver`] owns one foca instance, the node's single ordered timer queue, the broadcast
+//! item store, push/pull sync state and the live re-tuning of foca's config. It is fed the
+//! time (`now`, a `Duration` since any fixed epoch) and decrypted messages, and it answers
+//! with plaintext messages for a [`Transmit`] and with [`Event`]s. It touches no socket,
+//! thread, clock or cipher, so the real node and a simulator run the same code.
+//!
+//! Host loop, once per wake-up: [`Driver::handle_datagram`] for each message received,
+//! [`Driver::handle_timers`], any [`Driver::publish`]/[`Driver::join`]/[`Driver::leave`],
+//! then [`Driver::flush`]; sleep until [`Driver::next_deadline`] or the next input.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::BufMut;
+use foca::{Foca, Member, Notification, OwnedNotification, Runtime, State, Timer};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::config::{max_transmissions, SwimConfig};
+use crate::identity::{Interner, NodeAddr, NodeId};
+use crate::lanes::{
+    encode_publish, lock, Item, ItemHandler, ItemStore, Lane, PublishError, Refusals,
+};
+use crate::timers::{TimerEvent, TimerHeap};
+use crate::wire::{
+    decode_member, encode_member, state_byte, Reader, WireCodec, WireError, KIND_FOCA, KIND_LEAVE,
+    KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,
+};
+
+type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
+
+/// Where the driver's outgoing messages go. Each message is plaintext with our kind byte
+/// first and at most [`MAX_MESSAGE_LEN`] bytes; delivery is best effort.
+pub trait Transmit {
+    fn send(&mut self, to: SocketAddr, message: &[u8]);
+}
+
+/// How many item names a node remembers (latest version each).
+pub const ITEM_CAPACITY: usize = 16_384;
+/// A sync never sends more chunks than this; the rest waits for the next sync.
+pub const MAX_SYNC_CHUNKS: usize = 256;
+/// Leave notices remembered (one per address); the oldest are forgotten first.
+const LEFT_CAPACITY: usize = 4096;
+
+const ENTRY_MEMBER: u8 = 1;
+const ENTRY_ITEM: u8 = 2;
+/// kind, sync id, chunk index, chunk count.
+const SYNC_FIXED_LEN: usize = 1 + 4 + 2 + 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    Alive,
+    Suspect,
+    Down,
+    /// Down because it said it was leaving.
+    Left,
+}
+
+impl MemberState {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Alive => "alive",
+            MemberState::Suspect => "suspect",
+            MemberState::Down => "down",
+            MemberState::Left => "left",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub id: NodeId,
+    pub incarnation: u16,
+    pub state: MemberState,
+}
+
+/// What the host hears about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    MemberUp(NodeId),
+    /// Declared down after failing probes (or gossip saying so).
+    MemberDown(NodeId),
+    /// Down because it left on purpose.
+    MemberLeft(NodeId),
+    /// The same address came back as a newer identity (a restart or a rejoin).
+    MemberRenamed {
+        previous: NodeId,
+        current: NodeId,
+    },
+    /// A new item version from a peer; delivered once per (origin, lane, key, version).
+    Item(Item),
+}
+
+/// foca error kinds, in the order of [`DriverStats::foca_errors`].
+pub const FOCA_ERROR_KINDS: [&str; 12] = [
+    "data_too_big",
+    "not_undead",
+    "same_identity",
+    "not_connected",
+    "incomplete_probe_cycle",
+    "data_from_ourselves",
+    "indirect_for_ourselves",
+    "malformed_packet",
+    "encode",
+    "decode",
+    "custom_broadcast",
+    "invalid_config",
+];
+
+fn foca_error_index(err: &foca::Error) -> usize {
+    match err {
+        foca::Error::DataTooBig => 0,
+        foca::Error::NotUndead => 1,
+        foca::Error::SameIdentity => 2,
+        foca::Error::NotConnected => 3,
+        foca::Error::IncompleteProbeCycle => 4,
+        foca::Error::DataFromOurselves => 5,
+        foca::Error::IndirectForOurselves => 6,
+        foca::Error::MalformedPacket => 7,
+        foca::Error::Encode(_) => 8,
+        foca::Error::Decode(_) => 9,
+        foca::Error::CustomBroadcast(_) => 10,
+        foca::Error::InvalidConfig => 11,
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Indexed like [`FOCA_ERROR_KINDS`].
+    pub foca_errors: [u64; 12],
+    /// Authenticated messages of ours that do not decode (unknown kind, bad sync chunk or
+    /// leave notice); nothing of them is applied.
+    pub bad_messages: u64,
+    pub syncs_started: u64,
+    pub syncs_served: u64,
+    pub syncs_completed: u64,
+    pub sync_chunks_sent: u64,
+    pub sync_chunks_received: u64,
+    pub leave_notices: u64,
+    pub items_published: u64,
+    pub items_delivered: u64,
+    pub item_refusals: Refusals,
+    pub members: usize,
+    pub broadcast_backlog: usize,
+    pub updates_backlog: usize,
+    pub items_stored: usize,
+    pub max_transmissions: u8,
+}
+
+struct Rt<'a, O: Transmit + ?Sized> {
+    now: Duration,
+    timers: &'a mut TimerHeap,
+    notes: &'a mut Vec<OwnedNotification<NodeId>>,
+    scratch: &'a mut Vec<u8>,
+    out: &'a mut O,
+}
+
+impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
+    fn notify(&mut self, notification: Notification<'_, NodeId>) {
+        self.notes.push(notification.to_owned());
+    }
+
+    fn send_to(&mut self, to: NodeId, data: &[u8]) {
+        self.scratch.clear();
+        self.scratch.push(KIND_FOCA);
+        self.scratch.extend_from_slice(data);
+        self.out.send(to.socket_addr(), self.scratch);
+    }
+
+    fn submit_after(&mut self, event: Timer<NodeId>, after: Duration) {
+        self.timers.push(self.now + after, TimerEvent::Foca(event));
+    }
+}
+
+pub struct Driver {
+    foca: GridFoca,
+    config: SwimConfig,
+    interner: Interner,
+    store: Arc<Mutex<ItemStore>>,
+    timers: TimerHeap,
+    rng: SmallRng,
+    notes: Vec<OwnedNotification<NodeId>>,
+    events: Vec<Event>,
+    scratch: Vec<u8>,
+    seeds: Vec<SocketAddr>,
+    /// Backoff exponent of the armed join retry, if one is armed.
+    join_retry: Option<u32>,
+    push_pull_armed: bool,
+    /// Address → generation of members that announced they are leaving.
+    left: HashMap<NodeAddr, u64>,
+    left_order: std::collections::VecDeque<NodeAddr>,
+    has_left: bool,
+    broadcast_pending: bool,
+    membership_changed: bool,
+    tuned_for: u8,
+    stats: DriverStats,
+}
+
+impl Driver {
+    /// A driver for `identity`. `seed` seeds every random choice (foca's and ours), so a
+    /// simulation is reproducible; `interner` may be shared by many drivers in one process.
+    pub fn new(identity: NodeId, config: SwimConfig, seed: u64, interner: Interner) -> Driver {
+        let store = Arc::new(Mutex::new(ItemStore::new(ITEM_CAPACITY, interner.clone())));
+        let foca_config = config.foca_config(1);
+        let tuned_for = foca_config.max_transmissions.get();
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let foca = Foca::with_custom_broadcast(
+            identity,
+            foca_config,
+            SmallRng::seed_from_u64(rng.random()),
+            WireCodec::new(interner.clone()),
+            ItemHandler::new(store.clone()),
+        );
+        Driver {
+            foca,
+            config,
+            interner,
+            store,
+            timers: TimerHeap::default(),
+            rng,
+            notes: Vec::new(),
+            events: Vec::new(),
+            scratch: Vec::with_capacity(MAX_MESSAGE_LEN),
+            seeds: Vec::new(),
+            join_retry: None,
+            push_pull_armed: false,
+            left: HashMap::new(),
+            left_order: std::collections::VecDeque::new(),
+            has_left: false,
+            broadcast_pending: false,
+            membership_changed: false,
+            tuned_for,
+            stats: DriverStats::default(),
+        }
+    }
+
+    pub fn identity(&self) -> &NodeId {
+        self.foca.identity()
+    }
+
+    pub fn config(&self) -> &SwimConfig {
+        &self.config
+    }
+
+    pub fn has_left(&self) -> bool {
+        self.has_left
+    }
+
+    /// Active members (alive or suspect), this node excluded.
+    pub fn num_members(&self) -> usize {
+        self.foca.num_members()
+    }
+
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.timers.next_deadline()
+    }
+
+    /// Every member foca knows (down and left ones included), this node excluded.
+    pub fn members(&self) -> Vec<MemberView> {
+        self.foca
+            .iter_membership_state()
+            .map(|m| MemberView {
+                id: m.id().clone(),
+                incarnation: m.incarnation(),
+                state: self.view_state(m),
+            })
+            .collect()
+    }
+
+    /// Whether membership changed (as far as notifications tell) since the last call.
+    /// Suspicion is silent in foca, so hosts also refresh their member view periodically.
+    pub fn take_membership_changed(&mut self) -> bool {
+        std::mem::take(&mut self.membership_changed)
+    }
+
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, Event> {
+        self.events.drain(..)
+    }
+
+    pub fn stats(&self) -> DriverStats {
+        let store = lock(&self.store);
+        DriverStats {
+            item_refusals: store.refusals(),
+            items_stored: store.len(),
+            members: self.foca.num_members(),
+            broadcast_backlog: self.foca.custom_broadcast_backlog(),
+            updates_backlog: self.foca.updates_backlog(),
+            max_transmissions: self.tuned_for,
+            ..self.stats
+        }
+    }
+
+    /// Announces to the seeds and asks one of them for its full state. While no member is
+    /// known the announcement is repeated with backoff.
+    pub fn join<O: Transmit + ?Sized>(&mut self, now: Duration, seeds: &[SocketAddr], out: &mut O) {
+        if self.has_left {
+            return;
+        }
+        let own = self.identity().socket_addr();
+        self.seeds.clear();
+        for seed in seeds {
+            if *seed != own && !self.seeds.contains(seed) {
+                self.seeds.push(*seed);
+            }
+        }
+        self.contact_seeds(now, out);
+        if self.join_retry.is_none() && !self.seeds.is_empty() {
+            self.join_retry = Some(0);
+            self.timers
+                .push(now + self.config.probe_interval, TimerEvent::JoinRetry);
+        }
+        self.settle(now);
+    }
+
+    /// Handles one decrypted message (kind byte first). Anything malformed is counted and
+    /// dropped without changing state.
+    pub fn handle_datagram<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        message: &[u8],
+        out: &mut O,
+    ) {
+        if self.has_left {
+            return;
+        }
+        let Some((&kind, body)) = message.split_first() else {
+            self.stats.bad_messages += 1;
+            return;
+        };
+        match kind {
+            KIND_FOCA => {
+                self.foca_call(now, out, |foca, rt| foca.handle_data(body, rt));
+                if lock(&self.store).has_fresh() {
+                    // Relay news at once rather than at the next gossip tick.
+                    self.broadcast_pending = true;
+                }
+            }
+            KIND_SYNC_REQUEST | KIND_SYNC_RESPONSE => {
+                if self.handle_sync(now, kind, body, out).is_err() {
+                    self.stats.bad_messages += 1;
+                }
+            }
+            KIND_LEAVE => {
+                if self.handle_leave(now, body, out).is_err() {
+                    self.stats.bad_messages += 1;
+                }
+            }
+            _ => self.stats.bad_messages += 1,
+        }
+        self.settle(now);
+    }
+
+    /// Runs every timer due at `now`, in order.
+    pub fn handle_timers<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        while let Some(event) = self.timers.pop_due(now) {
+            match event {
+                TimerEvent::Foca(timer) => {
+                    self.foca_call(now, out, |foca, rt| foca.handle_timer(timer, rt));
+                }
+                TimerEvent::PushPull => self.push_pull(now, out),
+                TimerEvent::JoinRetry => self.join_retry(now, out),
+            }
+            self.settle(now);
+        }
+    }
+
+    /// Offers a local item. `Ok(false)` when this node already holds that version or a
+    /// newer one of the same (lane, key). Items go out on the next [`Driver::flush`].
+    pub fn publish(
+        &mut self,
+        lane: Lane,
+        key: &str,
+        version: u64,
+        payload: &[u8],
+    ) -> Result<bool, PublishError> {
+        let origin = self.foca.identity().site().clone();
+        self.scratch.clear();
+        encode_publish(&origin, lane, key, version, payload, &mut self.scratch)?;
+        {
+            let store = lock(&self.store);
+            if !store.is_newer(&origin, lane, key, version) {
+                return Ok(false);
+            }
+            if store.is_full_for(&origin, lane, key) {
+                return Err(PublishError::StoreFull);
+            }
+        }
+        match self.foca.add_broadcast(&self.scratch) {
+            Ok(accepted) => {
+                if accepted {
+                    self.stats.items_published += 1;
+                    self.broadcast_pending = true;
+                }
+                Ok(accepted)
+            }
+            Err(err) => {
+                self.stats.foca_errors[foca_error_index(&err)] += 1;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Sends what the last inputs made pending: fresh items go out in `Broadcast` messages.
+    pub fn flush<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        if std::mem::take(&mut self.broadcast_pending) && !self.has_left {
+            self.foca_call(now, out, |foca, rt| foca.broadcast(rt));
+            self.settle(now);
+        }
+    }
+
+    /// Leaves on purpose: tells every active member first (so they record `left`, not
+    /// `down`), then lets foca gossip its own Down. The driver ignores input afterwards.
+    pub fn leave<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        if self.has_left {
+            return;
+        }
+        self.scratch.clear();
+        self.scratch.push(KIND_LEAVE);
+        self.foca.identity().encode(&mut self.scratch);
+        for member in self.foca.iter_members() {
+            out.send(member.id().socket_addr(), &self.scratch);
+        }
+        self.foca_call(now, out, |foca, rt| foca.leave_cluster(rt));
+        self.has_left = true;
+        self.settle(now);
+    }
+
+    fn foca_call<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        out: &mut O,
+        call: impl FnOnce(&mut GridFoca, &mut Rt<'_, O>) -> Result<(), foca::Error>,
+    ) {
+        let mut rt = Rt {
+            now,
+            timers: &mut self.timers,
+            notes: &mut self.notes,
+            scratch: &mut self.scratch,
+            out,
+        };
+        if let Err(err) = call(&mut self.foca, &mut rt) {
+            self.stats.foca_errors[foca_error_index(&err)] += 1;
+        }
+    }
+
+    fn view_state(&self, member: &Member<NodeId>) -> MemberState {
+        match member.state() {
+            State::Alive => MemberState::Alive,
+            State::Suspect => MemberState::Suspect,
+            State::Down if self.is_left(member.id()) => MemberState::Left,
+            State::Down => MemberState::Down,
+        }
+    }
+
+    fn is_left(&self, id: &NodeId) -> bool {
+        self.left.get(&id.node_addr()) == Some(&id.generation())
+    }
+
+    /// Records a leave notice; false if it was known already.
+    fn remember_left(&mut self, id: &NodeId) -> bool {
+        let addr = id.node_addr();
+        match self.left.insert(addr, id.generation()) {
+            Some(previous) if previous == id.generation() => false,
+            Some(_) => true,
+            None => {
+                self.left_order.push_back(addr);
+                if self.left_order.len() > LEFT_CAPACITY {
+                    if let Some(oldest) = self.left_order.pop_front() {
+                        self.left.remove(&oldest);
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    /// Turns foca's notifications and newly received items into events, arms timers that
+    /// depend on connectivity and re-tunes the retransmit budget to the cluster size.
+    fn settle(&mut self, now: Duration) {
+        let mut notes = std::mem::take(&mut self.notes);
+        for note in notes.drain(..) {
+            match note {
+                OwnedNotification::MemberUp(id) => {
+                    self.membership_changed = true;
+                    self.events.push(Event::MemberUp(id));
+                }
+                OwnedNotification::MemberDown(id) => {
+                    self.membership_changed = true;
+                    self.forget_items_of(&id);
+                    if self.is_left(&id) {
+                        self.events.push(Event::MemberLeft(id));
+                    } else {
+                        self.events.push(Event::MemberDown(id));
+                    }
+                }
+                OwnedNotification::Rename(previous, current) => {
+                    self.membership_changed = true;
+                    self.events.push(Event::MemberRenamed { previous, current });
+                }
+                OwnedNotification::Active => {
+                    if !self.push_pull_armed {
+                        self.push_pull_armed = true;
+                        let period = self.config.push_pull_period(self.foca.num_members() + 1);
+                        self.timers.push(now + period, TimerEvent::PushPull);
+                    }
+                }
+                OwnedNotification::Idle => {
+                    if self.join_retry.is_none() && !self.seeds.is_empty() && !self.has_left {
+                        self.join_retry = Some(0);
+                        self.timers
+                            .push(now + self.config.probe_interval, TimerEvent::JoinRetry);
+                    }
+                }
+                OwnedNotification::Rejoin(_) => self.membership_changed = true,
+                OwnedNotification::Defunct => {}
+            }
+        }
+        self.notes = notes;
+
+        let mut store = lock(&self.store);
+        for item in store.take_fresh() {
+            self.stats.items_delivered += 1;
+            self.events.push(Event::Item(item));
+        }
+        drop(store);
+
+        let wanted = max_transmissions(self.foca.num_members() + 1).get();
+        if wanted != self.tuned_for {
+            let config = self.config.foca_config(self.foca.num_members() + 1);
+            match self.foca.set_config(config) {
+                Ok(()) => self.tuned_for = wanted,
+                Err(err) => self.stats.foca_errors[foca_error_index(&err)] += 1,
+            }
+        }
+    }
+
+    fn forget_items_of(&mut self, gone: &NodeId) {
+        let site = gone.site();
+        if !self.foca.iter_members().any(|m| m.id().site() == site) {
+            lock(&self.store).forget_payloads(site);
+        }
+    }
+
+    fn contact_seeds<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        if self.seeds.is_empty() {
+            return;
+        }
+        for seed in self.seeds.clone() {
+            self.foca_call(now, out, |foca, rt| {
+                foca.announce(NodeId::placeholder(seed), rt)
+            });
+        }
+        let seed = self.seeds[self.rng.random_range(0..self.seeds.len())];
+        self.start_sync(seed, out);
+    }
+
+    fn join_retry<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        let Some(attempt) = self.join_retry else {
+            return;
+        };
+        if self.has_left || self.foca.num_members() > 0 || self.seeds.is_empty() {
+            self.join_retry = None;
+            return;
+        }
+        self.contact_seeds(now, out);
+        let next = (attempt + 1).min(4);
+        self.join_retry = Some(next);
+        self.timers.push(
+            now + self.config.probe_interval * (1 << next),
+            TimerEvent::JoinRetry,
+        );
+    }
+
+    fn push_pull<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        let count = self.foca.num_members();
+        if self.has_left || count == 0 {
+            self.push_pull_armed = false;
+            return;
+        }
+        let pick = self.rng.random_range(0..count);
+        let peer = self
+            .foca
+            .iter_members()
+            .nth(pick)
+            .map(|m| m.id().socket_addr());
+        if let Some(peer) = peer {
+            self.start_sync(peer, out);
+        }
+        let period = self.config.push_pull_period(count + 1);
+        self.timers.push(now + period, TimerEvent::PushPull);
+    }
+
+    fn start_sync<O: Transmit + ?Sized>(&mut self, peer: SocketAddr, out: &mut O) {
+        let sync_id = self.rng.random();
+        self.stats.syncs_started += 1;
+        self.send_state(KIND_SYNC_REQUEST, sync_id, peer, out);
+    }
+
+    /// Sends this node's full view, chunked: itself, every member (starting at a random
+    /// one, so a view larger than [`MAX_SYNC_CHUNKS`] is covered over several syncs) and the
+    /// latest version of every stored item.
+    fn send_state<O: Transmit + ?Sized>(
+        &mut self,
+        kind: u8,
+        sync_id: u32,
+        peer: SocketAddr,
+        out: &mut O,
+    ) {
+        let me = self.foca.identity().clone();
+        let mut chunks = ChunkWriter::new(kind, sync_id, &me);
+        let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
+
+        encode_member(
+            &Member::new(me, 0, State::Alive),
+            state_byte(State::Alive),
+            &mut entry,
+        );
+        chunks.push(ENTRY_MEMBER, &entry);
+
+        let total = self.foca.iter_membership_state().len();
+        let start = if total == 0 {
+            0
+        } else {
+            self.rng.random_range(0..total)
+        };
+        let ordered = self
+            .foca
+            .iter_membership_state()
+            .skip(start)
+            .chain(self.foca.iter_membership_state().take(start));
+        for member in ordered {
+            entry.clear();
+            let state = if member.state() == State::Down && self.is_left(member.id()) {
+                STATE_LEFT
+            } else {
+                state_byte(member.state())
+            };
+            encode_member(member, state, &mut entry);
+            if !chunks.push(ENTRY_MEMBER, &entry) {
+                break;
+            }
+        }
+
+        lock(&self.store).export(&mut entry, |item| chunks.push(ENTRY_ITEM, item));
+
+        for chunk in chunks.finish() {
+            self.stats.sync_chunks_sent += 1;
+            out.send(peer, &chunk);
+        }
+    }
+
+    fn handle_sync<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        kind: u8,
+        body: &[u8],
+        out: &mut O,
+    ) -> Result<(), WireError> {
+        // Decode the whole chunk before applying any of it.
+        let mut r = Reader::new(body);
+        let sync_id = r.u32()?;
+        let index = r.u16()?;
+        let count = r.u16()?;
+        if index >= count {
+            return Err(WireError::TrailingBytes);
+        }
+        let sender = NodeId::decode(&mut r, &self.interner)?;
+        let mut loud = Vec::new();
+        let mut quiet = Vec::new();
+        let mut left = Vec::new();
+        let mut items = Vec::new();
+        while !r.is_empty() {
+            let tag = r.u8()?;
+            let len = usize::from(r.u16()?);
+            let body = r.bytes(len)?;
+            match tag {
+                ENTRY_MEMBER => {
+                    let mut er = Reader::new(body);
+                    let (member, is_left) = decode_member(&mut er, &self.interner, true)?;
+                    if !er.is_empty() {
+                        return Err(WireError::TrailingBytes);
+                    }
+                    if is_left {
+                        left.push(member.id().clone());
+                    }
+                    // News about the sender itself and about failures is re-gossiped;
+                    // the liveness of third parties is theirs to spread.
+                    if member.id() == &sender || member.state() != State::Alive {
+                        loud.push(member);
+                    } else {
+                        quiet.push(member);
+                    }
+                }
+                ENTRY_ITEM => items.push(body),
+                other => return Err(WireError::BadEntry(other)),
+            }
+        }
+        if sender.node_addr() == self.identity().node_addr() {
+            // Our own state reflected back (or an address clash): nothing to learn.
+            return Ok(());
+        }
+
+        self.stats.sync_chunks_received += 1;
+        for id in &left {
+            self.remember_left(id);
+        }
+        self.foca_call(now, out, |foca, rt| {
+            foca.apply_many(loud.into_iter(), true, rt)
+        });
+        self.foca_call(now, out, |foca, rt| {
+            foca.apply_many(quiet.into_iter(), false, rt)
+        });
+        {
+            let mut store = lock(&self.store);
+            for item in items {
+                store.accept(item, true);
+            }
+        }
+        if index == 0 {
+            if kind == KIND_SYNC_REQUEST {
+                self.stats.syncs_served += 1;
+                self.send_state(KIND_SYNC_RESPONSE, sync_id, sender.socket_addr(), out);
+            } else {
+                self.stats.syncs_completed += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn handle_leave<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        body: &[u8],
+        out: &mut O,
+    ) -> Result<(), WireError> {
+        let mut r = Reader::new(body);
+        let leaver = NodeId::decode(&mut r, &self.interner)?;
+        if !r.is_empty() {
+            return Err(WireError::TrailingBytes);
+        }
+        if leaver.node_addr() == self.identity().node_addr() || !self.remember_left(&leaver) {
+            return Ok(());
+        }
+        self.stats.leave_notices += 1;
+        let known_down = self
+            .foca
+            .iter_membership_state()
+            .any(|m| m.id() == &leaver && m.state() == State::Down);
+        if known_down {
+            // It was declared down before its notice arrived: correct the record.
+            self.membership_changed = true;
+            self.events.push(Event::MemberLeft(leaver));
+            return Ok(());
+        }
+        let down = Member::new(leaver, 0, State::Down);
+        self.foca_call(now, out, |foca, rt| {
+            foca.apply_many(std::iter::once(down), true, rt)
+        });
+        Ok(())
+    }
+}
+
+/// Packs sync entries into as few chunks as possible, each within one frame.
+struct ChunkWriter {
+    header: Vec<u8>,
+    chunks: Vec<Vec<u8>>,
+}
+
+impl ChunkWriter {
+    fn new(kind: u8, sync_id: u32, sender: &NodeId) -> ChunkWriter {
+        let mut header = Vec::with_capacity(SYNC_FIXED_LEN + sender.encoded_len());
+        header.push(kind);
+        header.put_u32(sync_id);
+        header.put_u16(0);
+        header.put_u16(0);
+        sender.encode(&mut header);
+        ChunkWriter {
+            header,
+            chunks: Vec::new(),
+        }
+    }
+
+    /// Adds an entry; false once the chunk budget is spent.
+    fn push(&mut self, tag: u8, body: &[u8]) -> bool {
+        let need = 3 + body.len();
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|chunk| chunk.len() + need <= MAX_MESSAGE_LEN);
+        if !fits {
+            if self.chunks.len() == MAX_SYNC_CHUNKS || self.header.len() + need > MAX_MESSAGE_LEN {
+                return false;
+            }
+            let mut chunk = Vec::with_capacity(MAX_MESSAGE_LEN);
+            chunk.extend_from_slice(&self.header);
+            self.chunks.push(chunk);
+        }
+        let chunk = self.chunks.last_mut().expect("pushed above");
+        chunk.push(tag);
+        chunk.put_u16(body.len() as u16);
+        chunk.extend_from_slice(body);
+        true
+    }
+
+    fn finish(mut self) -> Vec<Vec<u8>> {
+        let count = self.chunks.len() as u16;
+        for (index, chunk) in self.chunks.iter_mut().enumerate() {
+            chunk[5..7].copy_from_slice(&(index as u16).to_be_bytes());
+            chunk[7..9].copy_from_slice(&count.to_be_bytes());
+        }
+        self.chunks
+    }
+}

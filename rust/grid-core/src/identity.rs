@@ -1,0 +1,372 @@
+//! Who a node is: site name, advertised address and generation.
+//!
+//! foca keeps one entry per [`NodeAddr`]; two identities with the same address are the same
+//! node at different lives, and the higher generation wins. A node restarts with a higher
+//! generation (wall-clock milliseconds at start by default), and foca's auto-rejoin bumps it
+//! by one when the cluster declares the node down while it is in fact alive.
+//!
+//! Identities are compact because every foca header carries two of them and every node
+//! keeps one per member: the site name is an interned `Arc<str>` shared by every copy, the
+//! address is 18 bytes.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use crate::wire::{Reader, WireError};
+
+/// Longest site name, in bytes (a DNS label).
+pub const MAX_SITE_LEN: usize = 63;
+/// Longest encoded identity: length byte, name, family byte, IPv6 address, port, generation.
+pub const MAX_IDENTITY_LEN: usize = 1 + MAX_SITE_LEN + 1 + 16 + 2 + 8;
+
+const FAMILY_V4: u8 = 4;
+const FAMILY_V6: u8 = 6;
+
+/// Why a site name is refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteNameError(String);
+
+impl fmt::Display for SiteNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SiteNameError {}
+
+/// Checks a site name given by an operator: 1 to 63 bytes of ASCII letters, digits, `-`,
+/// `_` and `.`. Names decoded from the wire are only checked for length and UTF-8.
+pub fn validate_site(site: &str) -> Result<(), SiteNameError> {
+    if site.is_empty() || site.len() > MAX_SITE_LEN {
+        return Err(SiteNameError(format!(
+            "site name must be 1 to {MAX_SITE_LEN} bytes, got {}",
+            site.len()
+        )));
+    }
+    if let Some(bad) = site
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(SiteNameError(format!(
+            "site name may only hold ASCII letters, digits, '-', '_' and '.'; found {bad:?}"
+        )));
+    }
+    Ok(())
+}
+
+/// A socket address in 18 bytes: IPv4 is kept IPv4-mapped.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct NodeAddr {
+    ip: [u8; 16],
+    port: u16,
+}
+
+impl NodeAddr {
+    pub fn new(addr: SocketAddr) -> NodeAddr {
+        let ip = match addr.ip() {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        NodeAddr {
+            ip,
+            port: addr.port(),
+        }
+    }
+
+    pub fn socket_addr(self) -> SocketAddr {
+        let v6 = Ipv6Addr::from(self.ip);
+        match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), self.port),
+            None => SocketAddr::new(IpAddr::V6(v6), self.port),
+        }
+    }
+
+    fn v4(self) -> Option<Ipv4Addr> {
+        Ipv6Addr::from(self.ip).to_ipv4_mapped()
+    }
+
+    fn encoded_len(self) -> usize {
+        1 + if self.v4().is_some() { 4 } else { 16 } + 2
+    }
+
+    fn encode(self, out: &mut impl bytes::BufMut) {
+        match self.v4() {
+            Some(v4) => {
+                out.put_u8(FAMILY_V4);
+                out.put_slice(&v4.octets());
+            }
+            None => {
+                out.put_u8(FAMILY_V6);
+                out.put_slice(&self.ip);
+            }
+        }
+        out.put_u16(self.port);
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<NodeAddr, WireError> {
+        let ip = match r.u8()? {
+            FAMILY_V4 => {
+                let octets: [u8; 4] = r.array()?;
+                Ipv4Addr::from(octets).to_ipv6_mapped().octets()
+            }
+            FAMILY_V6 => r.array()?,
+            other => return Err(WireError::BadFamily(other)),
+        };
+        Ok(NodeAddr { ip, port: r.u16()? })
+    }
+}
+
+impl fmt::Debug for NodeAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.socket_addr())
+    }
+}
+
+impl From<SocketAddr> for NodeAddr {
+    fn from(addr: SocketAddr) -> NodeAddr {
+        NodeAddr::new(addr)
+    }
+}
+
+/// A node's identity in the cluster.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct NodeId {
+    site: Arc<str>,
+    addr: NodeAddr,
+    generation: u64,
+}
+
+impl NodeId {
+    /// An identity for this node; the site name must have passed [`validate_site`].
+    pub fn new(site: Arc<str>, addr: SocketAddr, generation: u64) -> NodeId {
+        debug_assert!(site.len() <= MAX_SITE_LEN);
+        NodeId {
+            site,
+            addr: NodeAddr::new(addr),
+            generation,
+        }
+    }
+
+    /// Stands for a seed whose identity we do not know yet: foca accepts an `Announce`
+    /// addressed to any identity carrying the recipient's address.
+    pub fn placeholder(addr: SocketAddr) -> NodeId {
+        NodeId {
+            site: Arc::from(""),
+            addr: NodeAddr::new(addr),
+            generation: 0,
+        }
+    }
+
+    pub fn site(&self) -> &Arc<str> {
+        &self.site
+    }
+
+    pub fn node_addr(&self) -> NodeAddr {
+        self.addr
+    }
+
+    pub fn socket_addr(&self) -> SocketAddr {
+        self.addr.socket_addr()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn encoded_len(&self) -> usize {
+        1 + self.site.len() + self.addr.encoded_len() + 8
+    }
+
+    /// Writes the identity; the caller has checked there is room for [`Self::encoded_len`].
+    pub fn encode(&self, out: &mut impl bytes::BufMut) {
+        out.put_u8(self.site.len() as u8);
+        out.put_slice(self.site.as_bytes());
+        self.addr.encode(out);
+        out.put_u64(self.generation);
+    }
+
+    pub fn decode(r: &mut Reader<'_>, interner: &Interner) -> Result<NodeId, WireError> {
+        let len = usize::from(r.u8()?);
+        if len > MAX_SITE_LEN {
+            return Err(WireError::SiteTooLong(len));
+        }
+        let name = std::str::from_utf8(r.bytes(len)?).map_err(|_| WireError::BadUtf8)?;
+        let site = interner.intern(name);
+        let addr = NodeAddr::decode(r)?;
+        let generation = r.u64()?;
+        Ok(NodeId {
+            site,
+            addr,
+            generation,
+        })
+    }
+}
+
+impl fmt::Debug for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{:?}#{}", self.site, self.addr, self.generation)
+    }
+}
+
+impl foca::Identity for NodeId {
+    type Addr = NodeAddr;
+
+    fn renew(&self) -> Option<Self> {
+        Some(NodeId {
+            site: self.site.clone(),
+            addr: self.addr,
+            generation: self.generation.checked_add(1)?,
+        })
+    }
+
+    fn addr(&self) -> NodeAddr {
+        self.addr
+    }
+
+    fn win_addr_conflict(&self, adversary: &Self) -> bool {
+        // The later life wins; a tie (two processes claiming one address and generation)
+        // is broken by name so every member picks the same winner.
+        (self.generation, &self.site) > (adversary.generation, &adversary.site)
+    }
+}
+
+/// Shares one allocation per site name among every identity a node (or a whole simulated
+/// cluster) decodes, so receiving a packet allocates nothing for known names.
+#[derive(Clone, Default)]
+pub struct Interner {
+    names: Arc<Mutex<HashSet<Arc<str>>>>,
+}
+
+/// Names beyond this many are still decoded, just not shared: a flood of made-up names
+/// cannot grow the table without bound.
+const INTERNER_CAPACITY: usize = 1 << 16;
+
+impl Interner {
+    pub fn intern(&self, name: &str) -> Arc<str> {
+        let mut names = self
+            .names
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(known) = names.get(name) {
+            return known.clone();
+        }
+        let fresh: Arc<str> = Arc::from(name);
+        if names.len() < INTERNER_CAPACITY {
+            names.insert(fresh.clone());
+        }
+        fresh
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use foca::Identity;
+
+    fn id(site: &str, addr: &str, generation: u64) -> NodeId {
+        NodeId::new(Arc::from(site), addr.parse().unwrap(), generation)
+    }
+
+    #[test]
+    fn round_trips_v4_and_v6() {
+        let interner = Interner::default();
+        for node in [
+            id("site-a", "127.0.0.1:7946", 1_700_000_000_000),
+            id("b", "[::1]:9", u64::MAX),
+            id(&"x".repeat(MAX_SITE_LEN), "[2001:db8::7]:65535", 0),
+            NodeId::placeholder("10.0.0.1:1".parse().unwrap()),
+        ] {
+            let mut buf = Vec::new();
+            node.encode(&mut buf);
+            assert_eq!(buf.len(), node.encoded_len());
+            assert!(buf.len() <= MAX_IDENTITY_LEN);
+            let mut r = Reader::new(&buf);
+            assert_eq!(NodeId::decode(&mut r, &interner).unwrap(), node);
+            assert!(r.is_empty());
+        }
+    }
+
+    #[test]
+    fn fixed_vector() {
+        // Quoted in docs/wire-format.md.
+        let mut buf = Vec::new();
+        id("site-a", "127.0.0.1:7946", 7).encode(&mut buf);
+        assert_eq!(
+            buf,
+            [
+                6, b's', b'i', b't', b'e', b'-', b'a', 4, 127, 0, 0, 1, 0x1f, 0x0a, 0, 0, 0, 0, 0,
+                0, 0, 7
+            ]
+        );
+    }
+
+    #[test]
+    fn decoded_names_are_shared() {
+        let interner = Interner::default();
+        let mut buf = Vec::new();
+        id("shared", "127.0.0.1:1", 1).encode(&mut buf);
+        let a = NodeId::decode(&mut Reader::new(&buf), &interner).unwrap();
+        let b = NodeId::decode(&mut Reader::new(&buf), &interner).unwrap();
+        assert!(Arc::ptr_eq(a.site(), b.site()));
+    }
+
+    #[test]
+    fn refuses_malformed_identities() {
+        let interner = Interner::default();
+        let mut buf = Vec::new();
+        id("abc", "127.0.0.1:1", 1).encode(&mut buf);
+        for cut in 0..buf.len() {
+            assert_eq!(
+                NodeId::decode(&mut Reader::new(&buf[..cut]), &interner),
+                Err(WireError::Truncated)
+            );
+        }
+        let mut long = buf.clone();
+        long[0] = 64;
+        assert_eq!(
+            NodeId::decode(&mut Reader::new(&long), &interner),
+            Err(WireError::SiteTooLong(64))
+        );
+        let mut family = buf.clone();
+        family[4] = 5;
+        assert_eq!(
+            NodeId::decode(&mut Reader::new(&family), &interner),
+            Err(WireError::BadFamily(5))
+        );
+        let mut utf8 = buf;
+        utf8[1] = 0xff;
+        assert_eq!(
+            NodeId::decode(&mut Reader::new(&utf8), &interner),
+            Err(WireError::BadUtf8)
+        );
+    }
+
+    #[test]
+    fn higher_generation_wins_and_renew_bumps() {
+        let old = id("a", "127.0.0.1:1", 5);
+        let new = old.renew().unwrap();
+        assert_eq!(new.generation(), 6);
+        assert_eq!(new.addr(), old.addr());
+        assert!(new.win_addr_conflict(&old));
+        assert!(!old.win_addr_conflict(&new));
+        assert!(id("b", "127.0.0.1:1", 5).win_addr_conflict(&old));
+        assert_eq!(id("a", "127.0.0.1:1", u64::MAX).renew(), None);
+    }
+
+    #[test]
+    fn site_names_are_checked() {
+        assert!(validate_site("eu-west.1_a").is_ok());
+        assert!(validate_site("").is_err());
+        assert!(validate_site(&"a".repeat(64)).is_err());
+        let err = validate_site("has space").unwrap_err().to_string();
+        assert!(err.contains("' '"), "{err}");
+    }
+
+    #[test]
+    fn identity_stays_compact() {
+        assert!(std::mem::size_of::<NodeId>() <= 48);
+        assert!(std::mem::size_of::<foca::Member<NodeId>>() <= 56);
+    }
+}

@@ -1,0 +1,481 @@
+//! What travels inside a frame: one message-kind byte of ours, then the message.
+//!
+//! ```text
+//! kind  name           body
+//! ----  -------------  ----------------------------------------------------------------
+//! 0x01  FOCA           a foca datagram, encoded by [`WireCodec`]
+//! 0x02  SYNC_REQUEST   one chunk of the sender's full state; the recipient applies it and,
+//!                      on chunk 0, answers with its own state as SYNC_RESPONSE chunks
+//! 0x03  SYNC_RESPONSE  one chunk of the answer to a SYNC_REQUEST
+//! 0x04  LEAVE          the sender's identity: it is leaving on purpose (seen as `left`)
+//! ```
+//!
+//! Every integer is big-endian. An identity is `site_len u8 | site | family u8 (4 or 6) |
+//! ip (4 or 16) | port u16 | generation u64` (see [`crate::identity`]). A foca message is
+//! `src | src_incarnation u16 | dst | tag u8 | fields`, then foca's own update count, members
+//! (`identity | incarnation u16 | state u8`) and length-prefixed broadcast items. A sync chunk
+//! is `sync_id u32 | index u16 | count u16 | sender identity | entries`, each entry
+//! `tag u8 (1 member, 2 item) | len u16 | body`, members carrying state 3 for `left`.
+//! docs/wire-format.md has the whole table.
+
+use std::fmt;
+
+use bytes::{Buf, BufMut};
+use foca::{Codec, Header, Member, Message, State};
+
+use crate::identity::{Interner, NodeId, MAX_IDENTITY_LEN};
+
+pub const KIND_FOCA: u8 = 0x01;
+pub const KIND_SYNC_REQUEST: u8 = 0x02;
+pub const KIND_SYNC_RESPONSE: u8 = 0x03;
+pub const KIND_LEAVE: u8 = 0x04;
+
+/// The most plaintext one frame carries: kind byte included.
+pub const MAX_MESSAGE_LEN: usize = crate::frame::MAX_PLAINTEXT_LEN;
+/// foca's `max_packet_size`: what is left after our kind byte.
+pub const MAX_FOCA_PACKET: usize = MAX_MESSAGE_LEN - 1;
+
+/// Why bytes could not be decoded (or, for [`WireError::NoSpace`], encoded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WireError {
+    Truncated,
+    SiteTooLong(usize),
+    BadUtf8,
+    BadFamily(u8),
+    BadMessage(u8),
+    BadState(u8),
+    BadLane(u8),
+    BadEntry(u8),
+    EmptyKey,
+    TrailingBytes,
+    NoSpace,
+}
+
+impl fmt::Display for WireError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WireError::Truncated => f.write_str("truncated"),
+            WireError::SiteTooLong(n) => write!(f, "site name of {n} bytes"),
+            WireError::BadUtf8 => f.write_str("text is not UTF-8"),
+            WireError::BadFamily(b) => write!(f, "unknown address family {b}"),
+            WireError::BadMessage(b) => write!(f, "unknown message tag {b}"),
+            WireError::BadState(b) => write!(f, "unknown member state {b}"),
+            WireError::BadLane(b) => write!(f, "unknown lane {b}"),
+            WireError::BadEntry(b) => write!(f, "unknown sync entry tag {b}"),
+            WireError::EmptyKey => f.write_str("empty item key"),
+            WireError::TrailingBytes => f.write_str("trailing bytes"),
+            WireError::NoSpace => f.write_str("no room left in the packet"),
+        }
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// A bounds-checked cursor: every read fails cleanly on short input instead of panicking.
+pub struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Reader<'a> {
+        Reader { buf }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    pub fn remaining(&self) -> usize {
+        self.buf.len()
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        if self.buf.len() < n {
+            return Err(WireError::Truncated);
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.bytes(N)?);
+        Ok(out)
+    }
+
+    pub fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    pub fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_be_bytes(self.array()?))
+    }
+
+    pub fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_be_bytes(self.array()?))
+    }
+
+    pub fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_be_bytes(self.array()?))
+    }
+
+    pub fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.buf)
+    }
+}
+
+const MSG_PING: u8 = 0;
+const MSG_ACK: u8 = 1;
+const MSG_PING_REQ: u8 = 2;
+const MSG_INDIRECT_PING: u8 = 3;
+const MSG_INDIRECT_ACK: u8 = 4;
+const MSG_FORWARDED_ACK: u8 = 5;
+const MSG_ANNOUNCE: u8 = 6;
+const MSG_FEED: u8 = 7;
+const MSG_GOSSIP: u8 = 8;
+const MSG_BROADCAST: u8 = 9;
+const MSG_TURN_UNDEAD: u8 = 10;
+
+pub const STATE_ALIVE: u8 = 0;
+pub const STATE_SUSPECT: u8 = 1;
+pub const STATE_DOWN: u8 = 2;
+/// Only in sync entries: down because it left on purpose.
+pub const STATE_LEFT: u8 = 3;
+
+pub fn state_byte(state: State) -> u8 {
+    match state {
+        State::Alive => STATE_ALIVE,
+        State::Suspect => STATE_SUSPECT,
+        State::Down => STATE_DOWN,
+    }
+}
+
+fn state_of(byte: u8) -> Result<State, WireError> {
+    match byte {
+        STATE_ALIVE => Ok(State::Alive),
+        STATE_SUSPECT => Ok(State::Suspect),
+        STATE_DOWN => Ok(State::Down),
+        other => Err(WireError::BadState(other)),
+    }
+}
+
+/// foca's codec: hand-written over [`NodeId`], no serde on the hot path.
+#[derive(Clone, Default)]
+pub struct WireCodec {
+    interner: Interner,
+}
+
+impl WireCodec {
+    pub fn new(interner: Interner) -> WireCodec {
+        WireCodec { interner }
+    }
+}
+
+fn message_len(message: &Message<NodeId>) -> usize {
+    1 + match message {
+        Message::Ping(_) | Message::Ack(_) => 1,
+        Message::PingReq { target: id, .. }
+        | Message::IndirectPing { origin: id, .. }
+        | Message::IndirectAck { target: id, .. }
+        | Message::ForwardedAck { origin: id, .. } => id.encoded_len() + 1,
+        Message::Announce
+        | Message::Feed
+        | Message::Gossip
+        | Message::Broadcast
+        | Message::TurnUndead => 0,
+    }
+}
+
+fn encode_message(message: &Message<NodeId>, out: &mut impl BufMut) {
+    match message {
+        Message::Ping(n) => {
+            out.put_u8(MSG_PING);
+            out.put_u8(*n);
+        }
+        Message::Ack(n) => {
+            out.put_u8(MSG_ACK);
+            out.put_u8(*n);
+        }
+        Message::PingReq {
+            target,
+            probe_number,
+        } => encode_probe(MSG_PING_REQ, target, *probe_number, out),
+        Message::IndirectPing {
+            origin,
+            probe_number,
+        } => encode_probe(MSG_INDIRECT_PING, origin, *probe_number, out),
+        Message::IndirectAck {
+            target,
+            probe_number,
+        } => encode_probe(MSG_INDIRECT_ACK, target, *probe_number, out),
+        Message::ForwardedAck {
+            origin,
+            probe_number,
+        } => encode_probe(MSG_FORWARDED_ACK, origin, *probe_number, out),
+        Message::Announce => out.put_u8(MSG_ANNOUNCE),
+        Message::Feed => out.put_u8(MSG_FEED),
+        Message::Gossip => out.put_u8(MSG_GOSSIP),
+        Message::Broadcast => out.put_u8(MSG_BROADCAST),
+        Message::TurnUndead => out.put_u8(MSG_TURN_UNDEAD),
+    }
+}
+
+fn encode_probe(tag: u8, id: &NodeId, probe_number: u8, out: &mut impl BufMut) {
+    out.put_u8(tag);
+    id.encode(out);
+    out.put_u8(probe_number);
+}
+
+fn decode_message(r: &mut Reader<'_>, interner: &Interner) -> Result<Message<NodeId>, WireError> {
+    let tag = r.u8()?;
+    Ok(match tag {
+        MSG_PING => Message::Ping(r.u8()?),
+        MSG_ACK => Message::Ack(r.u8()?),
+        MSG_PING_REQ => Message::PingReq {
+            target: NodeId::decode(r, interner)?,
+            probe_number: r.u8()?,
+        },
+        MSG_INDIRECT_PING => Message::IndirectPing {
+            origin: NodeId::decode(r, interner)?,
+            probe_number: r.u8()?,
+        },
+        MSG_INDIRECT_ACK => Message::IndirectAck {
+            target: NodeId::decode(r, interner)?,
+            probe_number: r.u8()?,
+        },
+        MSG_FORWARDED_ACK => Message::ForwardedAck {
+            origin: NodeId::decode(r, interner)?,
+            probe_number: r.u8()?,
+        },
+        MSG_ANNOUNCE => Message::Announce,
+        MSG_FEED => Message::Feed,
+        MSG_GOSSIP => Message::Gossip,
+        MSG_BROADCAST => Message::Broadcast,
+        MSG_TURN_UNDEAD => Message::TurnUndead,
+        other => return Err(WireError::BadMessage(other)),
+    })
+}
+
+/// Decodes from the contiguous head of `buf` and advances it by what was consumed.
+fn decode_from<B: Buf, T>(
+    mut buf: B,
+    decode: impl FnOnce(&mut Reader<'_>) -> Result<T, WireError>,
+) -> Result<T, WireError> {
+    let chunk = buf.chunk();
+    let before = chunk.len();
+    let mut r = Reader::new(chunk);
+    let value = decode(&mut r)?;
+    let consumed = before - r.remaining();
+    buf.advance(consumed);
+    Ok(value)
+}
+
+/// Encodes a member entry (shared with sync chunks).
+pub fn encode_member(member: &Member<NodeId>, state: u8, out: &mut impl BufMut) {
+    member.id().encode(out);
+    out.put_u16(member.incarnation());
+    out.put_u8(state);
+}
+
+pub fn member_len(id: &NodeId) -> usize {
+    id.encoded_len() + 3
+}
+
+/// Decodes a member entry; the state byte may be [`STATE_LEFT`] only if `allow_left`.
+pub fn decode_member(
+    r: &mut Reader<'_>,
+    interner: &Interner,
+    allow_left: bool,
+) -> Result<(Member<NodeId>, bool), WireError> {
+    let id = NodeId::decode(r, interner)?;
+    let incarnation = r.u16()?;
+    let byte = r.u8()?;
+    if allow_left && byte == STATE_LEFT {
+        return Ok((Member::new(id, incarnation, State::Down), true));
+    }
+    Ok((Member::new(id, incarnation, state_of(byte)?), false))
+}
+
+impl Codec<NodeId> for WireCodec {
+    type Error = WireError;
+
+    fn encode_header(
+        &mut self,
+        header: &Header<NodeId>,
+        mut buf: impl BufMut,
+    ) -> Result<(), WireError> {
+        let len =
+            header.src.encoded_len() + 2 + header.dst.encoded_len() + message_len(&header.message);
+        if buf.remaining_mut() < len {
+            return Err(WireError::NoSpace);
+        }
+        header.src.encode(&mut buf);
+        buf.put_u16(header.src_incarnation);
+        header.dst.encode(&mut buf);
+        encode_message(&header.message, &mut buf);
+        Ok(())
+    }
+
+    fn decode_header(&mut self, buf: impl Buf) -> Result<Header<NodeId>, WireError> {
+        let interner = &self.interner;
+        decode_from(buf, |r| {
+            Ok(Header {
+                src: NodeId::decode(r, interner)?,
+                src_incarnation: r.u16()?,
+                dst: NodeId::decode(r, interner)?,
+                message: decode_message(r, interner)?,
+            })
+        })
+    }
+
+    fn encode_member(
+        &mut self,
+        member: &Member<NodeId>,
+        mut buf: impl BufMut,
+    ) -> Result<(), WireError> {
+        if buf.remaining_mut() < member_len(member.id()) {
+            return Err(WireError::NoSpace);
+        }
+        encode_member(member, state_byte(member.state()), &mut buf);
+        Ok(())
+    }
+
+    fn decode_member(&mut self, buf: impl Buf) -> Result<Member<NodeId>, WireError> {
+        let interner = &self.interner;
+        decode_from(buf, |r| decode_member(r, interner, false).map(|(m, _)| m))
+    }
+}
+
+/// The largest foca header: source, destination and a third identity in the message.
+pub const MAX_HEADER_LEN: usize = 3 * MAX_IDENTITY_LEN + 2 + 1 + 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::sync::Arc;
+
+    fn id(site: &str, port: u16, generation: u64) -> NodeId {
+        NodeId::new(
+            Arc::from(site),
+            format!("127.0.0.1:{port}").parse().unwrap(),
+            generation,
+        )
+    }
+
+    fn all_messages() -> Vec<Message<NodeId>> {
+        let t = id("t", 3, 9);
+        vec![
+            Message::Ping(1),
+            Message::Ack(2),
+            Message::PingReq {
+                target: t.clone(),
+                probe_number: 3,
+            },
+            Message::IndirectPing {
+                origin: t.clone(),
+                probe_number: 4,
+            },
+            Message::IndirectAck {
+                target: t.clone(),
+                probe_number: 5,
+            },
+            Message::ForwardedAck {
+                origin: t,
+                probe_number: 6,
+            },
+            Message::Announce,
+            Message::Feed,
+            Message::Gossip,
+            Message::Broadcast,
+            Message::TurnUndead,
+        ]
+    }
+
+    #[test]
+    fn headers_round_trip() {
+        let mut codec = WireCodec::default();
+        for message in all_messages() {
+            let header = Header {
+                src: id("src", 1, 7),
+                src_incarnation: 513,
+                dst: id("dst", 2, 8),
+                message,
+            };
+            let mut buf = Vec::new();
+            codec.encode_header(&header, &mut buf).unwrap();
+            let mut slice = &buf[..];
+            assert_eq!(codec.decode_header(&mut slice).unwrap(), header);
+            assert!(slice.is_empty());
+        }
+    }
+
+    #[test]
+    fn members_round_trip() {
+        let mut codec = WireCodec::default();
+        for state in [State::Alive, State::Suspect, State::Down] {
+            let member = Member::new(id("m", 4, 1), 65535, state);
+            let mut buf = Vec::new();
+            codec.encode_member(&member, &mut buf).unwrap();
+            let mut slice = &buf[..];
+            assert_eq!(codec.decode_member(&mut slice).unwrap(), member);
+            assert!(slice.is_empty());
+        }
+    }
+
+    #[test]
+    fn encoding_without_room_writes_nothing() {
+        let mut codec = WireCodec::default();
+        let header = Header {
+            src: id("src", 1, 7),
+            src_incarnation: 0,
+            dst: id("dst", 2, 8),
+            message: Message::Ping(0),
+        };
+        let mut buf = bytes::BytesMut::new().limit(10);
+        assert_eq!(
+            codec.encode_header(&header, &mut buf),
+            Err(WireError::NoSpace)
+        );
+        assert!(buf.get_ref().is_empty());
+        let member = Member::new(id("m", 4, 1), 0, State::Alive);
+        assert_eq!(
+            codec.encode_member(&member, &mut buf),
+            Err(WireError::NoSpace)
+        );
+        assert!(buf.get_ref().is_empty());
+    }
+
+    #[test]
+    fn header_budget_covers_the_largest_header() {
+        let long = NodeId::new(
+            Arc::from("s".repeat(crate::identity::MAX_SITE_LEN).as_str()),
+            "[2001:db8::1]:1".parse().unwrap(),
+            u64::MAX,
+        );
+        let header = Header {
+            src: long.clone(),
+            src_incarnation: 0,
+            dst: long.clone(),
+            message: Message::PingReq {
+                target: long,
+                probe_number: 0,
+            },
+        };
+        let mut buf = Vec::new();
+        WireCodec::default()
+            .encode_header(&header, &mut buf)
+            .unwrap();
+        assert_eq!(buf.len(), MAX_HEADER_LEN);
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_the_decoders(data in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let mut codec = WireCodec::default();
+            let _ = codec.decode_header(&mut &data[..]);
+            let _ = codec.decode_member(&mut &data[..]);
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! Real nodes: threads, UDP sockets on 127.0.0.1 and the keyring.
+
+use std::net::UdpSocket;
+use std::time::{Duration, Instant};
+
+use grid_core::config::SwimConfig;
+use grid_core::driver::{Event, MemberState};
+use grid_core::lanes::Lane;
+use grid_core::node::{Node, NodeError, NodeSettings};
+
+const K1: [u8; 32] = [1; 32];
+const K2: [u8; 32] = [2; 32];
+
+fn settings(site: &str) -> NodeSettings {
+    NodeSettings {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        advertise: None,
+        site: site.to_owned(),
+        generation: None,
+        swim: SwimConfig {
+            probe_interval: Duration::from_millis(100),
+            suspicion_timeout: Duration::from_millis(400),
+            gossip_nodes: 3,
+            push_pull_interval: Duration::from_secs(1),
+        },
+        event_capacity: 64,
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn two_nodes_meet_exchange_an_item_rotate_keys_and_part() {
+    let a = Node::bind(settings("a"), &[&K1]).unwrap();
+    let b = Node::bind(settings("b"), &[&K1]).unwrap();
+    a.start().unwrap();
+    b.start().unwrap();
+    b.join(vec![a.local().socket_addr()]).unwrap();
+
+    match b.next_event(Some(Duration::from_secs(5))) {
+        Some(Event::MemberUp(id)) => assert_eq!(id.site().as_ref(), "a"),
+        other => panic!("{other:?}"),
+    }
+    assert!(a.publish(Lane::State, "k", 1, b"v").unwrap());
+    match b.next_event(Some(Duration::from_secs(5))) {
+        Some(Event::Item(item)) => assert_eq!(&*item.payload, b"v"),
+        other => panic!("{other:?}"),
+    }
+
+    for node in [&a, &b] {
+        node.install_key(&K2).unwrap();
+    }
+    for node in [&a, &b] {
+        node.use_key(&K2).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for node in [&a, &b] {
+        node.remove_key(&K1).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    for node in [&a, &b] {
+        assert_eq!(node.stats().frames.drops, [0; 4]);
+        assert_eq!(node.key_ids().len(), 1);
+    }
+
+    b.leave().unwrap();
+    assert!(!b.is_running());
+    wait_until("b seen as left", || {
+        a.members()
+            .iter()
+            .any(|m| m.id.site().as_ref() == "b" && m.state == MemberState::Left)
+    });
+    assert!(matches!(
+        b.publish(Lane::State, "k", 2, b""),
+        Err(NodeError::Stopped)
+    ));
+    a.close().unwrap();
+    let start = Instant::now();
+    while a.next_event(Some(Duration::from_secs(5))).is_some() {}
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "a stopped node does not keep readers waiting"
+    );
+}
+
+#[test]
+fn junk_is_counted_and_wakes_nothing_else() {
+    let node = Node::bind(settings("solo"), &[&K1]).unwrap();
+    node.start().unwrap();
+    let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = node.local().socket_addr();
+    sender.send_to(b"short", to).unwrap();
+    sender.send_to(&[b'X'; 40], to).unwrap();
+    let mut wrong_version = b"GRID\x02".to_vec();
+    wrong_version.resize(40, 0);
+    sender.send_to(&wrong_version, to).unwrap();
+    let mut forged = b"GRID\x01".to_vec();
+    forged.resize(80, 7);
+    sender.send_to(&forged, to).unwrap();
+    wait_until("four drops", || node.stats().frames.drops == [1, 1, 1, 1]);
+    assert_eq!(node.poll_events(10), []);
+    node.close().unwrap();
+}
+
+#[test]
+fn bad_settings_are_refused_before_binding() {
+    let mut bad = settings("a");
+    bad.site = "no spaces".into();
+    assert!(matches!(Node::bind(bad, &[&K1]), Err(NodeError::Site(_))));
+    assert!(matches!(
+        Node::bind(settings("a"), &[&[0; 31]]),
+        Err(NodeError::Keyring(_))
+    ));
+    assert!(matches!(
+        Node::bind(settings("a"), &[]),
+        Err(NodeError::Keyring(_))
+    ));
+    let mut wildcard = settings("a");
+    wildcard.bind = "0.0.0.0:0".parse().unwrap();
+    assert!(matches!(
+        Node::bind(wildcard, &[&K1]),
+        Err(NodeError::Config(_))
+    ));
+    let taken = Node::bind(settings("a"), &[&K1]).unwrap();
+    let mut clash = settings("b");
+    clash.bind = taken.bound_addr();
+    assert!(matches!(
+        Node::bind(clash, &[&K1]),
+        Err(NodeError::Bind { .. })
+    ));
+}

@@ -1,0 +1,378 @@
+//! `grid._native.SwimNode`: the Python handle on a SWIM node thread.
+//!
+//! Every call that waits (publish's round trip, leave, close, next_event) releases the GIL;
+//! the node thread itself never touches Python. Events and members cross as plain tuples;
+//! `grid.membership` turns them into typed objects.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use grid_core::config::SwimConfig;
+use grid_core::driver::{Event, FOCA_ERROR_KINDS};
+use grid_core::frame::DropReason;
+use grid_core::identity::NodeId;
+use grid_core::lanes::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN};
+use grid_core::node::{Node, NodeError, NodeSettings};
+use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
+
+use crate::errors::{
+    BindError, BroadcastRefused, InvalidKeyError, NodeStateError, NodeStopped, PayloadTooLarge,
+    PrivateKeyMaterial, SwimConfigError,
+};
+
+/// Blocking waits are cut into slices this long so Ctrl-C still interrupts them.
+const WAIT_SLICE: Duration = Duration::from_millis(100);
+
+fn node_error(err: NodeError) -> PyErr {
+    let message = err.to_string();
+    match err {
+        NodeError::Config(_) | NodeError::Site(_) => SwimConfigError::new_err(message),
+        NodeError::Keyring(_) => InvalidKeyError::new_err(message),
+        NodeError::Bind { .. } | NodeError::Io(_) => BindError::new_err(message),
+        NodeError::Publish(PublishError::TooLarge { .. }) => PayloadTooLarge::new_err(message),
+        NodeError::Publish(PublishError::PrivateKey) => PrivateKeyMaterial::new_err(message),
+        NodeError::Publish(_) => BroadcastRefused::new_err(message),
+        NodeError::Stopped => NodeStopped::new_err(message),
+        NodeError::AlreadyStarted => NodeStateError::new_err(message),
+    }
+}
+
+fn parse_addr(what: &str, text: &str) -> PyResult<SocketAddr> {
+    text.parse().map_err(|_| {
+        SwimConfigError::new_err(format!(
+            "{what} {text:?} is not an IP:port address (IPv6 as [addr]:port)"
+        ))
+    })
+}
+
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            SwimConfigError::new_err(format!(
+                "{name} must be a positive number of seconds, got {value}"
+            ))
+        })
+}
+
+fn lane(name: &str) -> PyResult<Lane> {
+    Lane::from_name(name).ok_or_else(|| {
+        BroadcastRefused::new_err(format!(
+            "unknown lane {name:?}; lanes are state, gateway, cert and metadata"
+        ))
+    })
+}
+
+type MemberTuple = (String, String, &'static str, u64);
+
+fn member_fields(id: &NodeId) -> (String, String, u64) {
+    (
+        id.site().to_string(),
+        id.socket_addr().to_string(),
+        id.generation(),
+    )
+}
+
+fn event_to_py(py: Python<'_>, event: Event) -> PyResult<Py<PyAny>> {
+    let member = |kind: &'static str, id: &NodeId| {
+        let (site, addr, generation) = member_fields(id);
+        (kind, site, addr, generation).into_py_any(py)
+    };
+    match event {
+        Event::MemberUp(id) => member("member_up", &id),
+        Event::MemberDown(id) => member("member_down", &id),
+        Event::MemberLeft(id) => member("member_left", &id),
+        Event::MemberRenamed { previous, current } => {
+            let (site, addr, generation) = member_fields(&current);
+            (
+                "member_renamed",
+                site,
+                addr,
+                generation,
+                previous.generation(),
+            )
+                .into_py_any(py)
+        }
+        Event::Item(item) => (
+            "item",
+            item.origin.to_string(),
+            item.lane.name(),
+            item.key.to_string(),
+            item.version,
+            pyo3::types::PyBytes::new(py, &item.payload),
+        )
+            .into_py_any(py),
+    }
+}
+
+/// A SWIM node: foca over AES-256-GCM UDP on its own thread.
+#[pyclass(frozen, module = "grid._native")]
+pub struct SwimNode {
+    node: Node,
+}
+
+#[pymethods]
+impl SwimNode {
+    #[new]
+    #[pyo3(signature = (
+        bind,
+        site,
+        keys,
+        *,
+        advertise = None,
+        probe_interval = 5.0,
+        suspicion_timeout = 10.0,
+        gossip_nodes = 3,
+        push_pull_interval = 30.0,
+        event_capacity = 4096,
+        generation = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        bind: &str,
+        site: &str,
+        keys: Vec<Vec<u8>>,
+        advertise: Option<&str>,
+        probe_interval: f64,
+        suspicion_timeout: f64,
+        gossip_nodes: usize,
+        push_pull_interval: f64,
+        event_capacity: usize,
+        generation: Option<u64>,
+    ) -> PyResult<SwimNode> {
+        let settings = NodeSettings {
+            bind: parse_addr("bind address", bind)?,
+            advertise: advertise
+                .map(|a| parse_addr("advertise address", a))
+                .transpose()?,
+            site: site.to_owned(),
+            generation,
+            swim: SwimConfig {
+                probe_interval: seconds("probe_interval", probe_interval)?,
+                suspicion_timeout: seconds("suspicion_timeout", suspicion_timeout)?,
+                gossip_nodes,
+                push_pull_interval: seconds("push_pull_interval", push_pull_interval)?,
+            },
+            event_capacity,
+        };
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let node = Node::bind(settings, &keys).map_err(node_error)?;
+        Ok(SwimNode { node })
+    }
+
+    /// Starts the protocol thread.
+    fn start(&self) -> PyResult<()> {
+        self.node.start().map_err(node_error)
+    }
+
+    /// Announces to the seeds ("IP:port") and asks one for its full state.
+    fn join(&self, seeds: Vec<String>) -> PyResult<()> {
+        let seeds = seeds
+            .iter()
+            .map(|s| parse_addr("seed", s))
+            .collect::<PyResult<Vec<_>>>()?;
+        self.node.join(seeds).map_err(node_error)
+    }
+
+    /// Tells the cluster this node leaves, then stops the thread.
+    fn leave(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.node.leave()).map_err(node_error)
+    }
+
+    /// Stops at once without telling the cluster (peers will see a failure).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        py.detach(|| self.node.close()).map_err(node_error)
+    }
+
+    /// Every known member except this node: (site, address, state, generation).
+    fn members(&self) -> Vec<MemberTuple> {
+        self.node
+            .members()
+            .iter()
+            .map(|m| {
+                let (site, addr, generation) = member_fields(&m.id);
+                (site, addr, m.state.name(), generation)
+            })
+            .collect()
+    }
+
+    /// Offers an item; False when this node already has this version or a newer one.
+    fn publish(
+        &self,
+        py: Python<'_>,
+        lane_name: &str,
+        key: &str,
+        version: u64,
+        payload: &[u8],
+    ) -> PyResult<bool> {
+        let lane = lane(lane_name)?;
+        let key = key.to_owned();
+        let payload = payload.to_vec();
+        py.detach(|| self.node.publish(lane, &key, version, &payload))
+            .map_err(node_error)
+    }
+
+    /// Counters and gauges, flat: frame drops by reason, foca errors by kind, and more.
+    fn stats(&self) -> HashMap<String, u64> {
+        let stats = self.node.stats();
+        let f = stats.frames;
+        let d = stats.driver;
+        let mut out: HashMap<String, u64> = [
+            ("packets_in", f.packets_in),
+            ("bytes_in", f.bytes_in),
+            ("packets_out", f.packets_out),
+            ("bytes_out", f.bytes_out),
+            ("send_errors", f.send_errors),
+            ("recv_errors", f.recv_errors),
+            ("bad_messages", d.bad_messages),
+            ("syncs_started", d.syncs_started),
+            ("syncs_served", d.syncs_served),
+            ("syncs_done", d.syncs_completed),
+            ("sync_chunks_sent", d.sync_chunks_sent),
+            ("sync_chunks_received", d.sync_chunks_received),
+            ("leave_notices", d.leave_notices),
+            ("items_published", d.items_published),
+            ("items_delivered", d.items_delivered),
+            ("private_key_drops", d.item_refusals.private_key),
+            ("items_malformed", d.item_refusals.malformed),
+            ("items_store_full", d.item_refusals.store_full),
+            ("events_dropped", stats.events_dropped),
+            ("members", d.members as u64),
+            ("broadcast_backlog", d.broadcast_backlog as u64),
+            ("updates_backlog", d.updates_backlog as u64),
+            ("items_stored", d.items_stored as u64),
+            ("max_transmissions", u64::from(d.max_transmissions)),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let mut dropped_total = 0;
+        for (reason, count) in DropReason::ALL.iter().zip(f.drops) {
+            dropped_total += count;
+            out.insert(format!("dropped_{}", reason.as_str()), count);
+        }
+        out.insert("dropped".to_owned(), dropped_total);
+        for (kind, count) in FOCA_ERROR_KINDS.iter().zip(d.foca_errors) {
+            out.insert(format!("foca_error_{kind}"), count);
+        }
+        out
+    }
+
+    /// Installs a key that may open frames; returns its public id.
+    fn install_key(&self, key: &[u8]) -> PyResult<String> {
+        self.node.install_key(key).map_err(node_error)
+    }
+
+    /// Makes an installed key the one that seals.
+    fn use_key(&self, key: &[u8]) -> PyResult<()> {
+        self.node.use_key(key).map_err(node_error)
+    }
+
+    fn remove_key(&self, key: &[u8]) -> PyResult<()> {
+        self.node.remove_key(key).map_err(node_error)
+    }
+
+    /// Public ids of the keys, primary first.
+    fn key_ids(&self) -> Vec<String> {
+        self.node.key_ids()
+    }
+
+    /// Waits up to `timeout` seconds (forever if None) for the next event; None on timeout
+    /// or when the node has stopped and no event is left.
+    #[pyo3(signature = (timeout = None))]
+    fn next_event(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<Py<PyAny>>> {
+        let deadline = match timeout {
+            None => None,
+            Some(t) if t <= 0.0 => Some(Instant::now()),
+            Some(t) => Some(
+                Instant::now()
+                    + Duration::try_from_secs_f64(t).map_err(|_| {
+                        SwimConfigError::new_err(format!("timeout must be finite, got {t}"))
+                    })?,
+            ),
+        };
+        loop {
+            let slice = deadline.map_or(WAIT_SLICE, |d| {
+                d.saturating_duration_since(Instant::now()).min(WAIT_SLICE)
+            });
+            if let Some(event) = py.detach(|| self.node.next_event(Some(slice))) {
+                return event_to_py(py, event).map(Some);
+            }
+            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            if expired || !self.node.is_running() {
+                return Ok(None);
+            }
+            py.check_signals()?;
+        }
+    }
+
+    /// Takes up to `max_events` queued events without waiting.
+    #[pyo3(signature = (max_events = 1024))]
+    fn poll_events(&self, py: Python<'_>, max_events: usize) -> PyResult<Vec<Py<PyAny>>> {
+        self.node
+            .poll_events(max_events)
+            .into_iter()
+            .map(|e| event_to_py(py, e))
+            .collect()
+    }
+
+    /// A file descriptor that is readable while events may be queued, for event loops.
+    fn event_fd(&self) -> i32 {
+        self.node.event_fd()
+    }
+
+    /// Resets `event_fd()`; call it before draining with `poll_events()`.
+    fn clear_event_fd(&self) {
+        self.node.clear_event_fd();
+    }
+
+    #[getter]
+    fn running(&self) -> bool {
+        self.node.is_running()
+    }
+
+    /// The advertised address peers use.
+    #[getter]
+    fn address(&self) -> String {
+        self.node.local().socket_addr().to_string()
+    }
+
+    /// The local socket address (differs from `address` when advertising another one).
+    #[getter]
+    fn bound_address(&self) -> String {
+        self.node.bound_addr().to_string()
+    }
+
+    #[getter]
+    fn site(&self) -> String {
+        self.node.local().site().to_string()
+    }
+
+    /// The current generation (bumped if the node had to rejoin).
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.node.local().generation()
+    }
+
+    fn __repr__(&self) -> String {
+        let local = self.node.local();
+        format!(
+            "SwimNode(site={:?}, address={}, generation={}, running={})",
+            local.site().as_ref(),
+            local.socket_addr(),
+            local.generation(),
+            self.node.is_running()
+        )
+    }
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<SwimNode>()?;
+    m.add("MAX_ITEM_LEN", MAX_ITEM_LEN)?;
+    m.add("MAX_KEY_LEN", MAX_KEY_LEN)?;
+    m.add("LANES", Lane::ALL.map(Lane::name).to_vec())?;
+    Ok(())
+}
