@@ -649,6 +649,8 @@ async def test_the_grid_resources_are_served_as_the_generated_crds_define_them(
     async with GridKubernetesEmulator() as fresh:
         register_builtin_resources(fresh)
         for path in sorted(crd_dir.glob("*.yaml")):
+            if path.name == "kustomization.yaml":
+                continue
             for crd in load_documents(path):
                 fresh.install_crd(crd)
         for resource in (GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS):

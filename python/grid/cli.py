@@ -15,6 +15,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.commands.crds",
     "grid.commands.overlay",
     "grid.commands.render",
+    "grid.commands.agent",
+    "grid.commands.demo",
 )
 
 

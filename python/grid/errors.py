@@ -182,3 +182,28 @@ class KeyFileError(ConfigError):
 class AgentConfigError(ConfigError):
     """The standalone agent cannot start with these options or resources: the message says
     which option or resource and why."""
+
+
+class OperatorConfigError(ConfigError):
+    """``grid operator`` cannot start with these options or this environment: the message
+    names the option or environment variable and why."""
+
+
+class SecretMaterialError(ConfigError):
+    """A Secret named by a GridNetwork or an InferenceProvider is missing, unreadable or
+    holds unusable material. The message names the Secret (namespace, name, key) and the
+    rule it breaks, never the bytes it holds."""
+
+
+class KubernetesApiError(GridError):
+    """A call to the Kubernetes API failed; ``status`` is the HTTP status (0 when the API
+    was not reached) and the message names the operation and the object, never a body."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class SimulationError(ConfigError):
+    """A simulation setting or scenario step was refused (an unknown node, a probability
+    outside [0, 1], a time in the past, a restart of a running node); nothing changed."""

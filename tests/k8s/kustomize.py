@@ -236,19 +236,9 @@ def _set_image(objects: list[Manifest], image: object, kustomization: Path) -> N
             container["image"] = f"{image.get('newName', name)}{suffix}"
 
 
-def crd_kustomization(directory: Path) -> str:
-    """The ``kustomization.yaml`` that makes a directory of CRD files buildable."""
-    files = sorted(path.name for path in directory.glob("*.yaml") if path.stem != "kustomization")
-    return "resources:\n" + "".join(f"  - {name}\n" for name in files)
-
-
 def installable_copy(repository: Path, destination: Path) -> Path:
-    """Copy ``deploy/`` and ``crds/`` to ``destination`` and return it. kustomize can include
-    the CRD files only through a kustomization in ``crds/``; when the repository has none
-    yet, the copy gets one that lists the generated files."""
+    """Copy ``deploy/`` and ``crds/`` (with the kustomization through which ``deploy/``
+    includes the CRDs) to ``destination`` and return it."""
     shutil.copytree(repository / "deploy", destination / "deploy")
     shutil.copytree(repository / "crds", destination / "crds")
-    kustomization = destination / "crds" / "kustomization.yaml"
-    if not kustomization.exists():
-        kustomization.write_text(crd_kustomization(destination / "crds"))
     return destination

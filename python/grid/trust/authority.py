@@ -9,8 +9,6 @@ repr, message or log.
 from __future__ import annotations
 
 import ipaddress
-import os
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -22,14 +20,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from grid.errors import TrustConfigError
+from grid.fsutil import PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, write_atomically
 
 # Certificates start a little in the past, so a peer whose clock runs slightly behind
 # still accepts a certificate minted a moment ago.
 CLOCK_SKEW_ALLOWANCE = timedelta(minutes=5)
 DEFAULT_CA_LIFETIME = timedelta(days=365)
 DEFAULT_SITE_LIFETIME = timedelta(days=90)
-PRIVATE_FILE_MODE = 0o600
-PUBLIC_FILE_MODE = 0o644
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +77,8 @@ class IssuedCertificate:
         ``directory``, each atomically (temporary file, fsync, rename)."""
         directory.mkdir(parents=True, exist_ok=True)
         files = PemFiles(directory / f"{name}.crt", directory / f"{name}.key")
-        _write_atomically(files.private_key, self.private_key_pem(), PRIVATE_FILE_MODE)
-        _write_atomically(files.certificate, self.certificate_pem.encode(), PUBLIC_FILE_MODE)
+        write_atomically(files.private_key, self.private_key_pem(), PRIVATE_FILE_MODE)
+        write_atomically(files.certificate, self.certificate_pem.encode(), PUBLIC_FILE_MODE)
         return files
 
     def __repr__(self) -> str:
@@ -254,20 +251,3 @@ def _leaf_builder(
         )
         .add_extension(alternative_names, critical=False)
     )
-
-
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    # The temporary file is created with its final mode, so a key is never readable by
-    # others, not even for a moment.
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)  # the process umask may have narrowed it
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise

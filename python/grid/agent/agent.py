@@ -1,0 +1,386 @@
+"""The standalone agent: Grid for one site without Kubernetes.
+
+It reads the site's resources from a directory (reloading them when files change), runs a
+SWIM node and a site engine per GridNetwork, observes this site's providers, probes every
+site's egress, and writes each gateway's overlay and each resource's status under the state
+directory. ``/metrics``, ``/healthz`` and ``/status`` are served over HTTP when asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import secrets
+import signal
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+
+from grid.agent.egress import EgressListener, server_context
+from grid.agent.http import StatusServer
+from grid.agent.network import (
+    NetworkRuntime,
+    OverlayListener,
+    PublishListener,
+    Shared,
+)
+from grid.agent.options import DEFAULT_BIND_HOST, AgentOptions
+from grid.agent.outputs import OutputWriter
+from grid.agent.probes import Prober, SiteTls
+from grid.engine import SiteEngine
+from grid.errors import AgentConfigError, ConfigError, GridError, ResourceError
+from grid.models.network import GridNetwork, generate_grid_id
+from grid.models.resources import YAML_SUFFIXES, LoadedResources, load_resources_from_dir
+from grid.trust.pem import check_public_cert_pem
+
+_log = logging.getLogger("grid.agent")
+
+Signature = tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceReport:
+    """The last load of the resource directory: what was wrong, and whether the resources
+    on disk are the ones serving."""
+
+    errors: tuple[ResourceError, ...] = ()
+    applied: bool = True
+
+
+class Agent:
+    """One site's Grid. ``await start()``, then ``await stop()`` (or :meth:`run`, which
+    waits for SIGINT or SIGTERM)."""
+
+    def __init__(self, options: AgentOptions) -> None:
+        self.options = options
+        self.site = ""
+        self.networks: dict[str, NetworkRuntime] = {}
+        self.report = ResourceReport()
+        self.overlay_listeners: list[OverlayListener] = []
+        """Called as ``(network, overlay, path)`` after each overlay file is written."""
+        self.publish_listeners: list[PublishListener] = []
+        """Called as ``(network, item)`` after each item is handed to SWIM."""
+        self._resources: LoadedResources | None = None
+        self._signature: Signature | None = None
+        self._shared: Shared | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._egress: EgressListener | None = None
+        self._http: StatusServer | None = None
+        self._reload_task: asyncio.Task[None] | None = None
+        self._tls_signature: Signature = ()
+        self._stop_requested = asyncio.Event()
+        self._stopped = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the resources and start everything. Raises
+        :class:`~grid.errors.AgentConfigError` (or another :class:`~grid.errors.ConfigError`)
+        when the options or resources leave nothing to run."""
+        options = self.options
+        resources = self._load(initial=True)
+        if not resources.networks:
+            raise AgentConfigError(f"no GridNetwork in {options.resources}")
+        self.site = options.site.default or _pick_site(
+            resources, min(n.metadata.name for n in resources.networks), options
+        )
+        tls = SiteTls.from_dir(options.tls_dir)
+        certificate_pem = _read_certificate(tls)
+        self._tls_signature = _files_signature(options.tls_dir)
+        try:
+            options.state_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise AgentConfigError(
+                f"cannot create the state directory {options.state_dir}: {error.strerror}"
+            ) from None
+        self._session = aiohttp.ClientSession()
+        self._shared = Shared(
+            writer=OutputWriter(options.state_dir, status_interval_s=options.status_interval_s),
+            prober=Prober(tls),
+            session=self._session,
+            secrets_dir=options.secrets_dir,
+            tick_s=options.tick_s,
+            probe_interval_s=options.probe_interval_s,
+            push_pull_factor=options.push_pull_factor,
+            certificate_pem=certificate_pem,
+            overlay_listeners=self.overlay_listeners,
+            publish_listeners=self.publish_listeners,
+        )
+        try:
+            if options.egress_listen is not None:
+                if tls.certificate is None or tls.private_key is None:
+                    raise AgentConfigError("--egress-listen needs tls.crt and tls.key in --tls-dir")
+                context = server_context(tls.certificate, tls.private_key, tls.ca)
+                self._egress = EgressListener(options.egress_listen, context)
+                await self._egress.start()
+                _log.info("%s: egress TLS listener at %s", self.site, self._egress.address)
+            if options.http is not None:
+                self._http = StatusServer(self, options.http)
+                await self._http.start()
+                _log.info("%s: HTTP endpoints at http://%s", self.site, self._http.address)
+            await self._apply(resources)
+        except BaseException:
+            await self.stop(leave=False)
+            raise
+        self._reload_task = asyncio.create_task(self._reload_loop())
+        _log.info("site %s serving %d network(s)", self.site, len(self.networks))
+
+    async def stop(self, *, leave: bool = True) -> None:
+        """Stop: with ``leave``, every network leaves its mesh (peers record the site as
+        left at once) and the outputs are flushed; without, the site vanishes as if it had
+        crashed (peers detect a failure)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._stop_requested.set()
+        if self._reload_task is not None:
+            self._reload_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reload_task
+        await asyncio.gather(*(n.stop(leave=leave) for n in self.networks.values()))
+        for closing in (self._http, self._egress):
+            if closing is not None:
+                await closing.stop()
+        if self._session is not None:
+            await self._session.close()
+        _log.info("site %s stopped (%s)", self.site, "left the mesh" if leave else "crashed")
+
+    async def run(self) -> None:
+        """Start, serve until SIGINT or SIGTERM, then stop gracefully."""
+        await self.start()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._stop_requested.set)
+        try:
+            await self._stop_requested.wait()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+            await self.stop(leave=True)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to stop gracefully."""
+        self._stop_requested.set()
+
+    @property
+    def events(self) -> list[dict[str, str]]:
+        """Recent resource events, newest last."""
+        return [] if self._shared is None else self._shared.events
+
+    @property
+    def http_address(self) -> str | None:
+        return None if self._http is None else self._http.address
+
+    @property
+    def egress_address(self) -> str | None:
+        return None if self._egress is None else self._egress.address
+
+    # -- resources ------------------------------------------------------------------------
+
+    def _scan(self) -> Signature:
+        root = self.options.resources
+        try:
+            entries = sorted(
+                (child.name, info.st_mtime_ns, info.st_size)
+                for child in root.iterdir()
+                if child.suffix in YAML_SUFFIXES and (info := child.stat())
+            )
+        except OSError:
+            return ()
+        return tuple(entries)
+
+    def _load(self, *, initial: bool) -> LoadedResources:
+        self._signature = self._scan()
+        try:
+            loaded = load_resources_from_dir(self.options.resources)
+        except ConfigError as error:
+            if initial:
+                raise AgentConfigError(str(error)) from None
+            _log.error("%s; the last good resources keep serving", error)
+            self.report = ResourceReport((), applied=False)
+            return self._resources or LoadedResources()
+        for problem in loaded.errors:
+            _log.error("invalid resource: %s", problem)
+        if loaded.errors and not initial:
+            self.report = ResourceReport(loaded.errors, applied=False)
+            return self._resources or loaded
+        self.report = ResourceReport(loaded.errors, applied=True)
+        return loaded
+
+    async def _reload_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.reload_interval_s)
+            for runtime in self.networks.values():
+                runtime.reload_keys()
+            if _files_signature(self.options.tls_dir) != self._tls_signature:
+                self._reload_tls()
+            if self._scan() == self._signature:
+                continue
+            resources = self._load(initial=False)
+            if not self.report.applied:
+                message = _summary(self.report.errors, self.options.resources)
+                for runtime in self.networks.values():
+                    runtime.reject(message)
+                continue
+            _log.info("resources changed; applying")
+            try:
+                await self._apply(resources)
+            except GridError as error:
+                _log.error("the new resources cannot be applied: %s", error)
+
+    def _reload_tls(self) -> None:
+        """The TLS files changed (a certificate rotation): advertise the new certificate,
+        probe and listen with it. Unusable files are reported and the old ones kept."""
+        self._tls_signature = _files_signature(self.options.tls_dir)
+        shared = self._shared
+        assert shared is not None
+        try:
+            tls = SiteTls.from_dir(self.options.tls_dir)
+            certificate_pem = _read_certificate(tls)
+            prober = Prober(tls)
+            if self._egress is not None:
+                if tls.certificate is None or tls.private_key is None:
+                    raise AgentConfigError("the egress listener needs tls.crt and tls.key")
+                self._egress.reload(tls.certificate, tls.private_key)
+        except GridError as error:
+            _log.error("%s: new TLS files not used, the old ones stay: %s", self.site, error)
+            return
+        shared.prober, shared.certificate_pem = prober, certificate_pem
+        now = datetime.now(UTC)
+        for runtime in self.networks.values():
+            runtime.engine.set_certificate(certificate_pem, now)
+            runtime.wake()
+        _log.info("%s: TLS files reloaded", self.site)
+
+    async def _apply(self, resources: LoadedResources) -> None:
+        shared = self._shared
+        assert shared is not None
+        self._resources = resources
+        networks = {n.metadata.name: n for n in resources.networks}
+        if not networks:
+            raise AgentConfigError(f"no GridNetwork in {self.options.resources}")
+        for name in sorted(set(self.networks) - set(networks)):
+            _log.info("network %s removed; leaving its mesh", name)
+            await self.networks.pop(name).stop(leave=True)
+        binds = self._binds(networks.values())
+        message = (
+            _summary(self.report.errors, self.options.resources) if self.report.errors else None
+        )
+        for name, network in sorted(networks.items()):
+            bind = binds[name]
+            advertise = self.options.advertise.get(name)
+            sites = [s for s in resources.sites if s.spec.grid_network_ref == name]
+            providers = [p for p in resources.providers if p.spec.grid_network_ref == name]
+            runtime = self.networks.get(name)
+            if runtime is None:
+                try:
+                    site = _pick_site(resources, name, self.options)
+                except AgentConfigError as error:
+                    if not self.networks and name == min(networks):
+                        raise
+                    _log.error("network %s not joined: %s", name, error)
+                    continue
+                engine = SiteEngine(
+                    network,
+                    site,
+                    sites=sites,
+                    providers=providers,
+                    grid_id=self._grid_id(network),
+                    probe_interval_s=self.options.probe_interval_s,
+                )
+                runtime = NetworkRuntime(
+                    shared,
+                    engine,
+                    bind=bind,
+                    advertise=advertise,
+                    key_paths=self.options.key_files_for(name),
+                )
+                self.networks[name] = runtime
+                await runtime.start()
+            else:
+                runtime.apply(network, sites, providers, bind=bind, advertise=advertise)
+            if message is not None:
+                runtime.reject(message)
+
+    def _binds(self, networks: Iterable[GridNetwork]) -> dict[str, str]:
+        binds = {}
+        for network in networks:
+            name = network.metadata.name
+            given = self.options.bind.get(name)
+            binds[name] = given or f"{DEFAULT_BIND_HOST}:{network.spec.swim.port}"
+        taken: dict[str, str] = {}
+        for name, bind in binds.items():
+            if not bind.endswith(":0") and bind in taken:
+                raise AgentConfigError(
+                    f"networks {taken[bind]!r} and {name!r} would both bind {bind}; "
+                    "give each its own --bind NETWORK=HOST:PORT"
+                )
+            taken[bind] = name
+        return binds
+
+    def _grid_id(self, network: GridNetwork) -> str:
+        """The spec's grid id, else the one recorded in this site's status from an earlier
+        run, else a new one."""
+        if network.spec.grid_id:
+            return network.spec.grid_id
+        status = self.options.state_dir / "status" / "GridNetwork" / f"{network.metadata.name}.json"
+        with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+            recorded = json.loads(status.read_text(encoding="utf-8"))["status"]["gridId"]
+            if isinstance(recorded, str) and recorded:
+                return recorded
+        return generate_grid_id(secrets.SystemRandom())
+
+
+def _pick_site(resources: LoadedResources, network: str, options: AgentOptions) -> str:
+    """This site's name in ``network``: as given, else the network's only GridSite."""
+    given = options.site.get(network)
+    if given is not None:
+        return given
+    names = sorted(s.metadata.name for s in resources.sites if s.spec.grid_network_ref == network)
+    if len(names) == 1:
+        return names[0]
+    where = f"GridNetwork {network!r} in {options.resources}"
+    if not names:
+        raise AgentConfigError(f"no GridSite of {where}: give --site [{network}=]NAME")
+    raise AgentConfigError(
+        f"{len(names)} GridSites of {where} ({', '.join(names)}): give --site [{network}=]NAME"
+    )
+
+
+def _read_certificate(tls: SiteTls) -> str | None:
+    if tls.certificate is None:
+        return None
+    try:
+        pem = tls.certificate.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        raise AgentConfigError(f"cannot read the site certificate {tls.certificate}") from None
+    try:
+        check_public_cert_pem(pem, datetime.now(UTC))
+    except GridError as error:
+        raise AgentConfigError(f"{tls.certificate}: {error}") from None
+    return pem
+
+
+def _files_signature(directory: Path | None) -> Signature:
+    if directory is None:
+        return ()
+    entries = []
+    for name in ("tls.crt", "tls.key", "ca.crt"):
+        try:
+            info = (directory / name).stat()
+        except OSError:
+            continue
+        entries.append((name, info.st_mtime_ns, info.st_size))
+    return tuple(entries)
+
+
+def _summary(errors: tuple[ResourceError, ...], directory: Path) -> str:
+    if not errors:
+        return f"the resource directory {directory} cannot be read"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"resources not applied, the last good ones keep serving: {errors[0]}{more}"

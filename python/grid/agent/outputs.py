@@ -1,0 +1,111 @@
+"""The agent's files: each gateway's overlay (and gateway configuration), and each
+resource's status, under the state directory, every one written atomically.
+
+Layout::
+
+    <state>/overlays/<network>/<namespace>/<gateway>/<configMapKey>   (grid-config.json)
+    <state>/overlays/<network>/<namespace>/<gateway>/<consumer key>   (praxis.yaml)
+    <state>/status/<Kind>/<name>.json
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grid.engine import GatewayOverlay, ResourceStatus
+from grid.fsutil import write_atomically
+from grid.models.meta import API_VERSION
+
+_log = logging.getLogger("grid.agent")
+
+
+@dataclass(frozen=True, slots=True)
+class _Written:
+    text: str
+    phase: str | None
+    at: float
+
+
+def overlay_dir(state_dir: Path, network: str, overlay: GatewayOverlay) -> Path:
+    gateway = overlay.gateway
+    return state_dir / "overlays" / network / gateway.namespace / gateway.name
+
+
+def overlay_path(state_dir: Path, network: str, overlay: GatewayOverlay) -> Path:
+    """Where a gateway's overlay is written."""
+    return overlay_dir(state_dir, network, overlay) / overlay.gateway.config_map_key
+
+
+class OutputWriter:
+    """Writes overlays when their revision changes and status files when they change,
+    remembering what it wrote so that nothing is rewritten for nothing."""
+
+    def __init__(self, state_dir: Path, *, status_interval_s: float) -> None:
+        self._state_dir = state_dir
+        self._status_interval_s = status_interval_s
+        self._overlays: dict[Path, str] = {}
+        self._statuses: dict[Path, _Written] = {}
+        self.failures = 0
+        """Writes that failed (each one logged)."""
+
+    @property
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    def write_overlay(self, network: str, overlay: GatewayOverlay) -> Path | None:
+        """Write the overlay if its revision is new to this writer; the path written, or
+        None when nothing was written (no document yet, same revision, or a failure)."""
+        if overlay.overlay is None:
+            return None
+        path = overlay_path(self._state_dir, network, overlay)
+        revision = overlay.overlay.revision
+        if self._overlays.get(path) == revision:
+            return None
+        if not self._write(path, overlay.overlay.text.encode()):
+            return None
+        self._overlays[path] = revision
+        consumer = overlay.gateway.consumer_config
+        if overlay.consumer_config is not None and consumer is not None:
+            self._write(path.with_name(consumer.config_map_key), overlay.consumer_config.encode())
+        return path
+
+    def write_status(
+        self, kind: str, name: str, status: ResourceStatus, now: float, *, force: bool = False
+    ) -> bool:
+        """Write a resource's status if it changed: at once when its phase changed (or
+        ``force``), else at most once per status interval (probe and check times change
+        constantly)."""
+        path = self._state_dir / "status" / kind / f"{name}.json"
+        document: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": kind,
+            "metadata": {"name": name},
+            "status": status.model_dump(mode="json", by_alias=True, exclude_none=True),
+        }
+        text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+        phase = str(status.phase)
+        previous = self._statuses.get(path)
+        if previous is not None:
+            if previous.text == text:
+                return False
+            recent = now - previous.at < self._status_interval_s
+            if previous.phase == phase and recent and not force:
+                return False
+        if not self._write(path, text.encode()):
+            return False
+        self._statuses[path] = _Written(text, phase, now)
+        return True
+
+    def _write(self, path: Path, data: bytes) -> bool:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomically(path, data)
+        except OSError as error:
+            self.failures += 1
+            _log.error("cannot write %s: %s", path, error.strerror or type(error).__name__)
+            return False
+        return True

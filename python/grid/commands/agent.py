@@ -1,0 +1,143 @@
+"""``grid agent``: run Grid for one site without Kubernetes."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from grid.agent import Agent, AgentOptions, PerNetwork, parse_key_files
+from grid.errors import ConfigError, GridError
+
+EXIT_OK = 0
+EXIT_CONFIG = 2
+
+
+def register(subparsers: Any) -> None:
+    """Add ``grid agent``."""
+    parser = subparsers.add_parser(
+        "agent",
+        help="run Grid for one site from a directory of resources (no Kubernetes)",
+        description="Join each GridNetwork in --resources over SWIM, observe this site's "
+        "providers, probe every site's egress, and write each gateway's overlay and each "
+        "resource's status under --state-dir. Stops gracefully (leaving the mesh) on SIGINT "
+        "or SIGTERM. Exit status: 0 stopped, 2 unusable options or resources.",
+    )
+    parser.add_argument(
+        "--resources",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="directory of GridNetwork, GridSite and InferenceProvider YAML (reloaded on change)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="where overlays (overlays/...) and status files (status/...) are written",
+    )
+    parser.add_argument(
+        "--site",
+        action="append",
+        default=[],
+        metavar="[NETWORK=]NAME",
+        help="this site's GridSite name (default: the network's only GridSite)",
+    )
+    parser.add_argument(
+        "--bind",
+        action="append",
+        default=[],
+        metavar="[NETWORK=]HOST:PORT",
+        help="SWIM UDP address (default 127.0.0.1 and the network's swim.port)",
+    )
+    parser.add_argument(
+        "--advertise",
+        action="append",
+        default=[],
+        metavar="[NETWORK=]HOST:PORT",
+        help="SWIM address peers use (default: the bound one; needed with 0.0.0.0)",
+    )
+    parser.add_argument(
+        "--key-file",
+        action="append",
+        default=[],
+        metavar="[NETWORK=]FILE",
+        help="SWIM key: 32 raw bytes, or base64 keys one per line (first seals); "
+        "edit the file to rotate",
+    )
+    parser.add_argument(
+        "--tls-dir",
+        type=Path,
+        metavar="DIR",
+        help="tls.crt and tls.key of this site (and optionally ca.crt)",
+    )
+    parser.add_argument(
+        "--secrets-dir",
+        type=Path,
+        metavar="DIR",
+        help="mounted Secrets as NAMESPACE/NAME/KEY files, checked for presence (never read)",
+    )
+    parser.add_argument(
+        "--http", metavar="HOST:PORT", help="serve /metrics, /healthz and /status here"
+    )
+    parser.add_argument(
+        "--egress-listen",
+        metavar="HOST:PORT",
+        help="serve a TLS listener presenting tls.crt here (what peers probe)",
+    )
+    parser.add_argument(
+        "--probe-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how often each site's egress is probed (default 10)",
+    )
+    parser.add_argument(
+        "--reload-interval",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often the resource directory and key files are checked (default 2)",
+    )
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.set_defaults(handler=agent_command)
+
+
+def options_from(args: argparse.Namespace) -> AgentOptions:
+    """The agent's options from parsed arguments (raises :class:`ConfigError`)."""
+    return AgentOptions(
+        resources=args.resources,
+        state_dir=args.state_dir,
+        site=PerNetwork.parse(args.site, "--site"),
+        bind=PerNetwork.parse(args.bind, "--bind"),
+        advertise=PerNetwork.parse(args.advertise, "--advertise"),
+        key_files=parse_key_files(args.key_file),
+        tls_dir=args.tls_dir,
+        secrets_dir=args.secrets_dir,
+        http=args.http,
+        egress_listen=args.egress_listen,
+        probe_interval_s=args.probe_interval,
+        reload_interval_s=args.reload_interval,
+    )
+
+
+def agent_command(args: argparse.Namespace) -> int:
+    """Run the agent until SIGINT or SIGTERM."""
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        agent = Agent(options_from(args))
+        asyncio.run(agent.run())
+    except (ConfigError, GridError) as error:
+        print(f"grid agent: {error}", file=sys.stderr)
+        return EXIT_CONFIG
+    return EXIT_OK

@@ -1,0 +1,408 @@
+"""A whole mesh on 127.0.0.1 in one process: a CA and a certificate per site, a fresh SWIM
+key, provider endpoints serving real health and metrics, each site's resource directory,
+and one standalone agent per site (with its egress TLS listener). ``grid demo``, the end
+to end tests and the propagation benchmark all build their meshes with it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grid.agent import Agent, AgentOptions, PerNetwork
+from grid.agent.outputs import overlay_path
+from grid.demo.endpoints import (
+    KV_METRIC,
+    LATENCY_METRIC,
+    LOOPBACK,
+    PREFIX_METRIC,
+    QUEUE_METRIC,
+    DemoProvider,
+)
+from grid.engine import GatewayOverlay
+from grid.fsutil import PRIVATE_FILE_MODE, write_atomically
+from grid.models.meta import API_VERSION
+from grid.trust import CertificateAuthority
+
+SITE_LABEL = "grid.praxis-proxy.io/site"
+REGION_LABEL = "topology.kubernetes.io/region"
+GATEWAY_NAMESPACE = "grid-system"
+GATEWAY_NAME = "edge-gateway"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderPlan:
+    """A provider to run at a site, with its initial load."""
+
+    name: str
+    models: tuple[str, ...]
+    queue_depth: float = 2.0
+    kv_cache_utilization: float = 0.3
+    prefix_cache_hit_ratio: float = 0.5
+    p99_latency_s: float = 0.8
+    cost: tuple[str, str] = ("0.10", "0.20")
+    cluster: str | None = None
+    bearer_secret: tuple[str, str, str] | None = None
+    """(namespace, Secret name, key) of a bearer token, if the provider needs one."""
+
+
+@dataclass(frozen=True, slots=True)
+class SitePlan:
+    name: str
+    region: str
+    zone: str
+    providers: tuple[ProviderPlan, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MeshSettings:
+    """How the mesh runs. Short intervals keep a demo under a minute."""
+
+    network: str = "grid-demo"
+    probe_interval: str = "500ms"
+    suspicion_timeout: str = "1500ms"
+    gossip_nodes: int = 3
+    stale_ttl_seconds: int = 30
+    agent_probe_interval_s: float = 1.0
+    observe_interval: str = "1s"
+    seeds: int = 2
+    """How many sites (the first ones) are seeds."""
+    wrong_key_sites: frozenset[str] = frozenset()
+    """Sites given a SWIM key of their own: they can never join."""
+    mispinned_sites: frozenset[str] = frozenset()
+    """Sites whose GridSite pins a certificate other than the one they present."""
+    http: bool = False
+    """Serve each agent's /metrics, /healthz and /status on a free port."""
+    secrets_dir: Path | None = None
+
+
+@dataclass
+class SiteRuntime:
+    """Everything that belongs to one site of the mesh."""
+
+    plan: SitePlan
+    directory: Path
+    swim_address: str
+    egress_address: str
+    providers: dict[str, DemoProvider] = field(default_factory=dict)
+    agent: Agent | None = None
+    key_file: Path | None = None
+
+    @property
+    def resources(self) -> Path:
+        return self.directory / "resources"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.directory / "state"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.directory / "tls"
+
+
+_LOWEST_PORT = 10_000
+_FALLBACK_EPHEMERAL_START = 32_768
+
+
+def _ephemeral_start() -> int:
+    try:
+        text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
+        return int(text.split()[0])
+    except (OSError, ValueError, IndexError):
+        return _FALLBACK_EPHEMERAL_START
+
+
+def free_port(kind: socket.SocketKind) -> int:
+    """A loopback port free right now (for TCP or UDP), chosen below the ephemeral range:
+    a port from that range could be taken as the source port of an outgoing connection
+    between now and the moment its owner binds it."""
+    top = _ephemeral_start()
+    chooser = secrets.SystemRandom()
+    for _ in range(200):
+        port = chooser.randrange(_LOWEST_PORT, max(top, _LOWEST_PORT + 1))
+        with socket.socket(socket.AF_INET, kind) as probe:
+            try:
+                probe.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, kind) as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+class LocalMesh:
+    """Build with the sites, ``await prepare()``, ``await start()``; watch overlays with
+    :meth:`overlay` and :meth:`wait_for`; ``await crash(site)``; ``await stop()``."""
+
+    def __init__(
+        self, root: Path, sites: Sequence[SitePlan], settings: MeshSettings | None = None
+    ) -> None:
+        self.root = root
+        self.settings = settings or MeshSettings()
+        self.sites: dict[str, SiteRuntime] = {}
+        self._plans = list(sites)
+        self._changed = asyncio.Event()
+        self.overlay_log: list[tuple[float, str, GatewayOverlay]] = []
+        """(monotonic time, site, overlay) of every overlay written, in order."""
+
+    # -- setting up -------------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Mint the PKI and the key, start the provider endpoints, write each site's
+        resource directory."""
+        now = datetime.now(UTC)
+        ca = CertificateAuthority.generate("Grid demo CA", now=now)
+        shared_key = self.root / "swim.key"
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomically(shared_key, secrets.token_bytes(32), PRIVATE_FILE_MODE)
+        pins: dict[str, str] = {}
+        for plan in self._plans:
+            runtime = SiteRuntime(
+                plan,
+                self.root / plan.name,
+                f"{LOOPBACK}:{free_port(socket.SOCK_DGRAM)}",
+                f"{LOOPBACK}:{free_port(socket.SOCK_STREAM)}",
+            )
+            issued = ca.issue(plan.name, now=now, dns_names=("localhost",))
+            issued.write(runtime.tls_dir, "tls")
+            ca.write(runtime.tls_dir, "ca")
+            (runtime.tls_dir / "ca.key").unlink()
+            pins[plan.name] = issued.fingerprint
+            if plan.name in self.settings.mispinned_sites:
+                pins[plan.name] = ca.issue(plan.name, now=now).fingerprint
+            runtime.key_file = shared_key
+            if plan.name in self.settings.wrong_key_sites:
+                runtime.key_file = runtime.directory / "swim.key"
+                write_atomically(runtime.key_file, secrets.token_bytes(32), PRIVATE_FILE_MODE)
+            for provider in plan.providers:
+                endpoint = DemoProvider(
+                    queue_depth=provider.queue_depth,
+                    kv_cache_utilization=provider.kv_cache_utilization,
+                    prefix_cache_hit_ratio=provider.prefix_cache_hit_ratio,
+                    p99_latency_s=provider.p99_latency_s,
+                )
+                await endpoint.start()
+                runtime.providers[provider.name] = endpoint
+            self.sites[plan.name] = runtime
+        for runtime in self.sites.values():
+            self._write_resources(runtime, pins)
+
+    def _write_resources(self, runtime: SiteRuntime, pins: dict[str, str]) -> None:
+        directory = runtime.resources
+        directory.mkdir(parents=True, exist_ok=True)
+        seeds = [s.swim_address for s in list(self.sites.values())[: self.settings.seeds]]
+        files = {
+            "00-network.yaml": [self._network(seeds)],
+            "10-sites.yaml": [self._site(s, pins[name]) for name, s in self.sites.items()],
+            "20-providers.yaml": [self._provider(runtime, plan) for plan in runtime.plan.providers],
+        }
+        for name, documents in files.items():
+            if documents:
+                text = yaml.safe_dump_all(documents, sort_keys=False)
+                write_atomically(directory / name, text.encode())
+
+    def _network(self, seeds: list[str]) -> dict[str, Any]:
+        settings = self.settings
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "GridNetwork",
+            "metadata": {"name": settings.network},
+            "spec": {
+                "seeds": seeds,
+                "gatewayRefs": [{"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE}],
+                "swim": {
+                    "gossipNodes": settings.gossip_nodes,
+                    "probeInterval": settings.probe_interval,
+                    "suspicionTimeout": settings.suspicion_timeout,
+                },
+                "staleCandidateTtlSeconds": settings.stale_ttl_seconds,
+            },
+        }
+
+    def _site(self, runtime: SiteRuntime, pin: str) -> dict[str, Any]:
+        plan = runtime.plan
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "GridSite",
+            "metadata": {
+                "name": plan.name,
+                "labels": {SITE_LABEL: plan.name, REGION_LABEL: plan.region},
+            },
+            "spec": {
+                "gridNetworkRef": self.settings.network,
+                "egress": {"address": runtime.egress_address, "tlsMode": "mutual_tls"},
+                "region": plan.region,
+                "zone": plan.zone,
+                "trust": {"certFingerprint": pin},
+            },
+        }
+
+    def _provider(self, runtime: SiteRuntime, plan: ProviderPlan) -> dict[str, Any]:
+        endpoint = runtime.providers[plan.name]
+        interval = self.settings.observe_interval
+        spec: dict[str, Any] = {
+            "gridNetworkRef": self.settings.network,
+            "backendKind": "local",
+            "providerKind": "self_hosted",
+            "models": [{"name": model, "capabilities": ["chat"]} for model in plan.models],
+            "endpoint": endpoint.url,
+            "siteSelector": {"matchLabels": {SITE_LABEL: runtime.plan.name}},
+            "cost": {"inputPerMillion": plan.cost[0], "outputPerMillion": plan.cost[1]},
+            "healthCheck": {
+                "path": "/health",
+                "interval": interval,
+                "timeout": "500ms",
+                "healthyThreshold": 1,
+                "unhealthyThreshold": 2,
+            },
+            "metricsConfig": {
+                "port": endpoint.port,
+                "path": "/metrics",
+                "interval": interval,
+                "timeout": "500ms",
+                "signals": {
+                    "queueDepth": {"metric": QUEUE_METRIC, "aggregation": "sum"},
+                    "kvCacheUtilization": {"metric": KV_METRIC},
+                    "prefixCacheHitRatio": {"metric": PREFIX_METRIC},
+                    "p99LatencyMs": {"metric": LATENCY_METRIC, "scale": 1000},
+                },
+            },
+        }
+        if plan.cluster is not None:
+            spec["cluster"] = plan.cluster
+        if plan.bearer_secret is not None:
+            namespace, name, key = plan.bearer_secret
+            spec["auth"] = {
+                "strategy": "BearerToken",
+                "secretRef": {"name": name, "namespace": namespace, "key": key},
+            }
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProvider",
+            "metadata": {"name": plan.name},
+            "spec": spec,
+        }
+
+    # -- running ----------------------------------------------------------------------------
+
+    def options(self, site: str) -> AgentOptions:
+        runtime = self.sites[site]
+        settings = self.settings
+        assert runtime.key_file is not None
+        return AgentOptions(
+            resources=runtime.resources,
+            state_dir=runtime.state_dir,
+            site=PerNetwork(site),
+            bind=PerNetwork(runtime.swim_address),
+            key_files={None: (runtime.key_file,)},
+            tls_dir=runtime.tls_dir,
+            secrets_dir=settings.secrets_dir,
+            http=f"{LOOPBACK}:0" if settings.http else None,
+            egress_listen=runtime.egress_address,
+            probe_interval_s=settings.agent_probe_interval_s,
+            tick_s=0.5,
+        )
+
+    async def start(self, sites: Iterable[str] | None = None) -> None:
+        """Start the agents of ``sites`` (default: every site) side by side."""
+        names = list(self.sites) if sites is None else list(sites)
+        agents = []
+        for name in names:
+            agent = Agent(self.options(name))
+            agent.overlay_listeners.append(self._overlay_written)
+            self.sites[name].agent = agent
+            agents.append(agent)
+        await asyncio.gather(*(agent.start() for agent in agents))
+
+    def _overlay_written(self, network: str, overlay: GatewayOverlay, path: Path) -> None:
+        self.overlay_log.append((time.monotonic(), overlay.scope.local_site, overlay))
+        self._changed.set()
+
+    async def crash(self, site: str) -> None:
+        """Stop a site's agent without leaving the mesh, as a crash would."""
+        agent = self.sites[site].agent
+        if agent is not None:
+            await agent.stop(leave=False)
+
+    async def stop(self) -> None:
+        """Stop every agent (leaving the mesh) and every provider endpoint."""
+        await asyncio.gather(
+            *(r.agent.stop(leave=True) for r in self.sites.values() if r.agent is not None)
+        )
+        for runtime in self.sites.values():
+            for endpoint in runtime.providers.values():
+                await endpoint.stop()
+
+    # -- watching ---------------------------------------------------------------------------
+
+    def overlay(self, site: str) -> GatewayOverlay | None:
+        """The current overlay of ``site``'s gateway."""
+        agent = self.sites[site].agent
+        if agent is None or self.settings.network not in agent.networks:
+            return None
+        engine = agent.networks[self.settings.network].engine
+        return engine.overlays.get((GATEWAY_NAMESPACE, GATEWAY_NAME))
+
+    def candidates(self, site: str) -> list[dict[str, Any]]:
+        """The candidates of ``site``'s current overlay, in order."""
+        current = self.overlay(site)
+        if current is None or current.overlay is None:
+            return []
+        return list(current.overlay.document["overlay"]["candidates"])
+
+    def view_of(self, site: str, peer: str) -> tuple[str, str]:
+        """How ``site`` sees ``peer``: its SWIM state and its GridSite phase."""
+        agent = self.sites[site].agent
+        assert agent is not None
+        engine = agent.networks[self.settings.network].engine
+        member = engine.members.get(peer)
+        status = engine.statuses().get(("GridSite", peer))
+        return (
+            "unknown" if member is None else member.state.value,
+            "unknown" if status is None else str(status.phase),
+        )
+
+    def overlay_file(self, site: str) -> Path:
+        current = self.overlay(site)
+        assert current is not None
+        return overlay_path(self.sites[site].state_dir, self.settings.network, current)
+
+    async def wait_for(self, what: str, predicate: Callable[[], bool], timeout: float) -> float:
+        """Seconds until ``predicate`` holds, checked after every overlay written (and
+        every 50 ms). Raises :class:`TimeoutError` naming ``what``."""
+        started = time.monotonic()
+        while not predicate():
+            left = timeout - (time.monotonic() - started)
+            if left <= 0:
+                raise TimeoutError(f"{what}: not within {timeout:g}s")
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, 0.05)):
+                    await self._changed.wait()
+        return time.monotonic() - started
+
+
+def quiet_agents(verbose: bool) -> None:
+    """Agent logs go to standard error only when ``verbose``."""
+    logger = logging.getLogger("grid.agent")
+    if verbose:
+        if not logging.getLogger().handlers:
+            logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logger.setLevel(logging.INFO)
+        logger.propagate = True
+    else:
+        logger.propagate = False
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())

@@ -1,0 +1,36 @@
+"""The site engine: one site's state and decisions for one GridNetwork.
+
+Pure: resources, membership changes, received items, observations and probe results go in
+with ``now``; items to publish, overlays, phases, conditions and events come out. The
+standalone agent and the operator are the shells that feed it.
+"""
+
+from grid.engine.candidates import LocalView, RemoteSite
+from grid.engine.engine import (
+    DEFAULT_PROBE_INTERVAL_S,
+    GatewayOverlay,
+    ItemOutcome,
+    MemberInfo,
+    RefreshResult,
+    ResourceEvent,
+    ResourceStatus,
+    SiteEngine,
+)
+from grid.engine.targets import HealthTarget, MetricsTarget, ObservationTarget, ProbeTarget
+
+__all__ = [
+    "DEFAULT_PROBE_INTERVAL_S",
+    "GatewayOverlay",
+    "HealthTarget",
+    "ItemOutcome",
+    "LocalView",
+    "MemberInfo",
+    "MetricsTarget",
+    "ObservationTarget",
+    "ProbeTarget",
+    "RefreshResult",
+    "RemoteSite",
+    "ResourceEvent",
+    "ResourceStatus",
+    "SiteEngine",
+]

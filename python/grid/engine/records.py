@@ -1,0 +1,111 @@
+"""Translations between resources and the replicated records: what this site publishes
+about itself, and the resource-side form of what peers publish. Pure."""
+
+from __future__ import annotations
+
+from grid.crdt.records import (
+    CredentialRef,
+    GatewayRecord,
+    ModelEntry,
+    ProviderMetrics,
+    ProviderRecord,
+    ProviderSpec,
+    SelectorRequirement,
+    SiteMetadata,
+    TokenCost,
+)
+from grid.crdt.records import LabelSelector as RecordSelector
+from grid.models.provider import InferenceProvider, InferenceProviderPhase
+from grid.models.selectors import LabelSelector
+from grid.models.site import GridSite
+from grid.observe.signals import Signals
+
+
+def record_selector(selector: LabelSelector) -> RecordSelector:
+    """An access policy in its replicated form."""
+    return RecordSelector(
+        match_labels=dict(selector.match_labels),
+        match_expressions=tuple(
+            SelectorRequirement(entry.key, entry.operator.value, tuple(entry.values))
+            for entry in selector.match_expressions
+        ),
+    )
+
+
+def resource_selector(selector: RecordSelector) -> LabelSelector:
+    """A replicated access policy in the form scoring evaluates."""
+    return LabelSelector.model_validate(selector.as_kubernetes(), by_alias=True)
+
+
+def provider_record(
+    provider: InferenceProvider,
+    phase: InferenceProviderPhase,
+    metrics: ProviderMetrics,
+) -> ProviderRecord:
+    """What this site publishes about one of its providers. The credential travels as a
+    Secret reference only. Raises :class:`~grid.errors.CrdtValueError` for a value the
+    replicated form cannot hold (the message names the field)."""
+    spec = provider.spec
+    auth = spec.auth
+    credential = None
+    if auth is not None and auth.secret_ref is not None:
+        ref = auth.secret_ref
+        credential = CredentialRef(auth.strategy.value, ref.name, ref.namespace, ref.key)
+    cost = spec.cost
+    return ProviderRecord(
+        name=provider.metadata.name,
+        spec=ProviderSpec(
+            backend_kind=spec.backend_kind.value,
+            provider_kind=spec.provider_kind.value,
+            upstream=provider.cluster,
+            endpoint=spec.endpoint,
+            cost=None
+            if cost is None
+            else TokenCost.from_usd(cost.input_per_million, cost.output_per_million),
+            credential=credential,
+            access_policy=None
+            if spec.access_policy is None
+            else record_selector(spec.access_policy.site_selector),
+        ),
+        phase=phase.value,
+        metrics=metrics,
+        models=tuple(
+            ModelEntry(offer.name, tuple(offer.capabilities), offer.context_window)
+            for offer in spec.models
+        ),
+    )
+
+
+def provider_metrics(signals: Signals | None, healthy: bool | None) -> ProviderMetrics:
+    """The replicated metrics of a provider: the scraped signals and the health verdict."""
+    if signals is None:
+        return ProviderMetrics.from_measurements(healthy=healthy)
+    return ProviderMetrics.from_measurements(
+        healthy=healthy,
+        queue_depth=signals.queue_depth,
+        kv_cache_utilization=signals.kv_cache_utilization,
+        prefix_cache_hit_ratio=signals.prefix_cache_hit_ratio,
+        p99_latency_ms=signals.p99_latency_ms,
+    )
+
+
+def site_metadata(site: GridSite | None, grid_id: str | None) -> SiteMetadata:
+    """Where this site is, as its GridSite says, and the grid it belongs to."""
+    if site is None:
+        return SiteMetadata(grid_id=grid_id)
+    spec = site.spec
+    return SiteMetadata(
+        region=spec.region,
+        zone=spec.zone,
+        sovereignty_zone=spec.sovereignty_zone,
+        labels=dict(site.metadata.labels),
+        grid_id=grid_id,
+    )
+
+
+def gateway_record(site: GridSite | None) -> GatewayRecord | None:
+    """This site's egress as peers should reach it, if its GridSite names one."""
+    if site is None or site.spec.egress is None:
+        return None
+    egress = site.spec.egress
+    return GatewayRecord(egress.address, egress.tls_mode.value)

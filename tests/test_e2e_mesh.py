@@ -1,0 +1,247 @@
+"""Whole meshes on 127.0.0.1: agents with real SWIM over encrypted UDP, real TLS probes of
+each site's egress listener, real provider endpoints serving health and Prometheus metrics.
+
+A site killed with SIGKILL runs as its own ``grid agent`` process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
+from grid.membership import SwimConfig
+
+LLAMA = "llama-3.1-8b"
+QWEN = "qwen-2.5-72b"
+SITES = (
+    SitePlan("site-a", "us-east", "us-east-1a", (ProviderPlan("llama-a", (LLAMA,)),)),
+    SitePlan("site-b", "us-east", "us-east-1b", (ProviderPlan("qwen-b", (QWEN, LLAMA)),)),
+    SitePlan("site-c", "us-west", "us-west-2a", (ProviderPlan("llama-c", (LLAMA,)),)),
+)
+FAST = SwimConfig(probe_interval=0.5, suspicion_timeout=1.5, push_pull_interval=3.0)
+
+
+def sites_in(mesh: LocalMesh, site: str) -> set[str]:
+    return {c["site"] for c in mesh.candidates(site)}
+
+
+@pytest.fixture
+async def mesh(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[LocalMesh]:
+    settings = getattr(request, "param", MeshSettings())
+    built = LocalMesh(tmp_path, SITES, settings)
+    await built.prepare()
+    try:
+        yield built
+    finally:
+        await built.stop()
+
+
+async def test_a_metric_change_at_one_site_appears_in_another_sites_overlay(
+    mesh: LocalMesh,
+) -> None:
+    await mesh.start()
+    everyone = set(mesh.sites)
+    await mesh.wait_for(
+        "convergence", lambda: all(sites_in(mesh, s) == everyone for s in everyone), 20
+    )
+
+    def qwen_at(site: str) -> dict[str, object]:
+        return next(c for c in mesh.candidates(site) if c["site"] == "site-b" and c["name"] == QWEN)
+
+    before = qwen_at("site-a")
+    assert before["admission_state"] == "new_and_existing"
+    mesh.sites["site-b"].providers["qwen-b"].set_load(queue_depth=60, kv_cache_utilization=0.97)
+    seconds = await mesh.wait_for(
+        "load seen at site-a",
+        lambda: qwen_at("site-a")["admission_state"] == "existing_only",
+        15,
+    )
+    after = qwen_at("site-a")
+    assert after["score"] < before["score"]  # type: ignore[operator]
+    assert seconds < 10
+    # What the gateway reads is the file, and it says the same.
+    document = json.loads(mesh.overlay_file("site-a").read_text())
+    on_disk = next(
+        c for c in document["overlay"]["candidates"] if c["site"] == "site-b" and c["name"] == QWEN
+    )
+    assert on_disk["admission_state"] == "existing_only"
+    assert on_disk["score"] == after["score"]
+    assert [c["site"] for c in document["overlay"]["candidates"]][-2:] == ["site-b", "site-b"]
+
+
+def _agent_command(mesh: LocalMesh, site: str) -> list[str]:
+    options = mesh.options(site)
+    assert options.key_files[None] and options.tls_dir is not None and options.bind.default
+    return [
+        sys.executable,
+        "-m",
+        "grid.cli",
+        "agent",
+        "--resources",
+        str(options.resources),
+        "--state-dir",
+        str(options.state_dir),
+        "--site",
+        site,
+        "--bind",
+        options.bind.default,
+        "--key-file",
+        str(options.key_files[None][0]),
+        "--tls-dir",
+        str(options.tls_dir),
+        "--egress-listen",
+        str(options.egress_listen),
+        "--probe-interval",
+        "1",
+        "--reload-interval",
+        "1",
+    ]
+
+
+async def test_a_killed_site_leaves_every_survivors_overlay(mesh: LocalMesh) -> None:
+    log = mesh.root / "site-c.log"
+    with log.open("wb") as output:  # a file, not a pipe that could fill up and stall it
+        victim = subprocess.Popen(_agent_command(mesh, "site-c"), stdout=output, stderr=output)
+    try:
+        await mesh.start(["site-a", "site-b"])
+        everyone = set(mesh.sites)
+        survivors = ["site-a", "site-b"]
+        try:
+            await mesh.wait_for(
+                "convergence", lambda: all(sites_in(mesh, s) == everyone for s in survivors), 30
+            )
+        except TimeoutError:
+            raise AssertionError(
+                f"no convergence; site-c's log:\n{log.read_text()[-3000:]}"
+            ) from None
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=10)
+        removed = await mesh.wait_for(
+            "site-c removed", lambda: all("site-c" not in sites_in(mesh, s) for s in survivors), 15
+        )
+        down = await mesh.wait_for(
+            "site-c declared down",
+            lambda: all(mesh.view_of(s, "site-c")[0] == "down" for s in survivors),
+            15,
+        )
+        assert removed < 10
+        assert down < FAST.detection_bound(3) + 2  # scheduling slack on a loaded machine
+        for site in survivors:
+            document = json.loads(mesh.overlay_file(site).read_text())
+            assert "site-c" not in {c["site"] for c in document["overlay"]["candidates"]}
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+        victim.wait(timeout=10)
+
+
+async def test_a_site_whose_swim_stops_is_dropped_even_while_its_egress_answers(
+    mesh: LocalMesh,
+) -> None:
+    await mesh.start()
+    everyone = set(mesh.sites)
+    await mesh.wait_for(
+        "convergence", lambda: all(sites_in(mesh, s) == everyone for s in everyone), 20
+    )
+    agent = mesh.sites["site-c"].agent
+    assert agent is not None
+    node = agent.networks[mesh.settings.network].node
+    assert node is not None
+    node.close()  # SWIM goes silent; the egress listener keeps answering probes
+    survivors = ["site-a", "site-b"]
+    await mesh.wait_for(
+        "site-c dropped", lambda: all("site-c" not in sites_in(mesh, s) for s in survivors), 15
+    )
+    for site in survivors:
+        assert mesh.view_of(site, "site-c") == ("down", "Active")
+
+
+@pytest.mark.parametrize(
+    "mesh", [MeshSettings(wrong_key_sites=frozenset({"site-c"}))], indirect=True
+)
+async def test_a_site_with_the_wrong_key_never_appears(mesh: LocalMesh) -> None:
+    await mesh.start()
+    peers = {"site-a", "site-b"}
+    await mesh.wait_for(
+        "a and b converge", lambda: all(sites_in(mesh, s) == peers for s in peers), 20
+    )
+    await asyncio.sleep(2.5)  # five probe intervals, and site-c keeps trying to join
+    network = mesh.settings.network
+    for site in peers:
+        agent = mesh.sites[site].agent
+        assert agent is not None
+        runtime = agent.networks[network]
+        assert "site-c" not in runtime.engine.members
+        assert "site-c" not in runtime.engine.state.sites()
+        assert "site-c" not in sites_in(mesh, site)
+    stats = [mesh.sites[s].agent.networks[network].node.stats() for s in peers]  # type: ignore[union-attr]
+    assert sum(s["dropped_auth_failed"] for s in stats) > 0  # it did try, and was refused
+    outsider = mesh.sites["site-c"].agent
+    assert outsider is not None
+    assert outsider.networks[network].engine.members == {}
+    assert sites_in(mesh, "site-c") == {"site-c"}
+
+
+@pytest.mark.parametrize(
+    "mesh", [MeshSettings(mispinned_sites=frozenset({"site-c"}))], indirect=True
+)
+async def test_a_site_whose_certificate_does_not_match_its_pin_never_becomes_active(
+    mesh: LocalMesh,
+) -> None:
+    await mesh.start()
+    peers = {"site-a", "site-b"}
+    network = mesh.settings.network
+
+    def c_state_arrived() -> bool:
+        return all(
+            mesh.sites[s].agent.networks[network].engine.state.providers("site-c")  # type: ignore[union-attr]
+            for s in peers
+        )
+
+    await mesh.wait_for(
+        "a and b converge", lambda: all(sites_in(mesh, s) == peers for s in peers), 20
+    )
+    await mesh.wait_for("site-c's records arrive", c_state_arrived, 20)
+    await asyncio.sleep(2.5)  # more than two probes of site-c
+    for site in peers:
+        agent = mesh.sites[site].agent
+        assert agent is not None
+        engine = agent.networks[network].engine
+        assert engine.members["site-c"].state.value == "alive"
+        status = engine.statuses()[("GridSite", "site-c")]
+        assert str(status.phase) == "Connecting"
+        trusted = next(c for c in status.conditions if c.type == "Trusted")
+        assert (trusted.status, trusted.reason) == ("False", "FingerprintMismatch")
+        assert "site-c" not in engine.trusted_sites
+        assert "site-c" not in sites_in(mesh, site)
+    # site-c itself trusts the others: it is only the one nobody may route to.
+    assert sites_in(mesh, "site-c") == {"site-a", "site-b", "site-c"}
+
+
+async def test_a_failing_health_check_takes_a_provider_out_everywhere_and_back(
+    mesh: LocalMesh,
+) -> None:
+    await mesh.start(["site-a", "site-b"])
+    pair = {"site-a", "site-b"}
+    await mesh.wait_for("convergence", lambda: all(sites_in(mesh, s) == pair for s in pair), 20)
+    endpoint = mesh.sites["site-b"].providers["qwen-b"]
+    endpoint.healthy = False
+    await mesh.wait_for(
+        "qwen-b excluded", lambda: all(sites_in(mesh, s) == {"site-a"} for s in pair), 15
+    )
+    agent = mesh.sites["site-b"].agent
+    assert agent is not None
+    status = agent.networks[mesh.settings.network].engine.statuses()[
+        ("InferenceProvider", "qwen-b")
+    ]
+    assert str(status.phase) == "Unavailable"
+    assert "HTTP status 503" in status.last_health_check.message  # type: ignore[union-attr]
+    endpoint.healthy = True
+    await mesh.wait_for("qwen-b back", lambda: all(sites_in(mesh, s) == pair for s in pair), 15)
