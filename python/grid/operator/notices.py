@@ -1,0 +1,20 @@
+"""Log lines about a state that holds across reconcile passes (a missing Secret, a refused
+write): written when the state starts or changes, not on every pass."""
+
+from __future__ import annotations
+
+import logging
+
+
+class Notices:
+    """One log line per topic, repeated only when its message changes."""
+
+    def __init__(self, logger: logging.Logger, prefix: str) -> None:
+        self._logger = logger
+        self._prefix = prefix
+        self._last: dict[str, str] = {}
+
+    def say(self, topic: str, message: str, level: int = logging.INFO) -> None:
+        if self._last.get(topic) != message:
+            self._last[topic] = message
+            self._logger.log(level, "%s: %s", self._prefix, message)

@@ -1,0 +1,134 @@
+"""The operator's settings: what the Deployment gives it through the environment, what
+``grid operator`` takes on its command line, and what tests set directly."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from grid.errors import OperatorConfigError
+from grid.models.network import DEFAULT_SWIM_PORT
+
+DEFAULT_NAMESPACE = "grid-system"
+DEFAULT_METRICS_PORT = 9090
+DEFAULT_HEALTH_PORT = 8080
+# A pod serves on all its addresses: the kubelet probes and Prometheus scrapes its IP.
+WILDCARD_V4 = "0.0.0.0"  # noqa: S104
+WILDCARD_V6 = "::"
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorOptions:
+    """Everything the operator needs besides the Kubernetes API."""
+
+    namespace: str = DEFAULT_NAMESPACE
+    """The operator's own namespace: Events about Grid's (cluster-scoped) resources go
+    there."""
+    pod_name: str | None = None
+    site: str | None = None
+    """This cluster's GridSite name; found from the resources when unset."""
+    swim_bind_host: str = WILDCARD_V4
+    swim_advertise_host: str | None = None
+    """The address peers reach this pod at (its IP); each network adds its port."""
+    swim_port: int = DEFAULT_SWIM_PORT
+    """The SWIM port of networks whose spec.swim.port is not set."""
+    metrics_address: str | None = f"{WILDCARD_V4}:{DEFAULT_METRICS_PORT}"
+    """``host:port`` of ``/metrics`` (port 0 picks one; None: not served)."""
+    health_address: str | None = f"{WILDCARD_V4}:{DEFAULT_HEALTH_PORT}"
+    """``host:port`` of ``/healthz`` (port 0 picks one; None: not served)."""
+    tick_s: float = 1.0
+    """How often each network is refreshed when nothing wakes it sooner."""
+    status_interval_s: float = 10.0
+    """A status whose only change is a probe or check time is written at most this often."""
+    secret_refresh_s: float = 30.0
+    """How often the Secrets a network or provider names are read again (key rotation,
+    certificate renewal, a credential created late)."""
+    probe_interval_s: float = 10.0
+    """How often each site's egress is probed."""
+    push_pull_factor: float = 6.0
+    """Full-state SWIM syncs every this many probe intervals."""
+    join_grace_s: float = 5.0
+    """How long a new SWIM node may wait for a seed's answer before the status says none
+    came."""
+
+    def __post_init__(self) -> None:
+        for name in (
+            "tick_s",
+            "status_interval_s",
+            "secret_refresh_s",
+            "probe_interval_s",
+            "join_grace_s",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0:
+                raise OperatorConfigError(f"{name} must be a positive number of seconds")
+        if self.push_pull_factor < 1:
+            raise OperatorConfigError("push_pull_factor must be at least 1")
+        if not 1 <= self.swim_port <= 65535:
+            raise OperatorConfigError("the SWIM port must be from 1 to 65535")
+
+    def swim_bind(self, port: int) -> str:
+        return _join(self.swim_bind_host, port)
+
+    def swim_advertise(self, port: int) -> str | None:
+        if self.swim_advertise_host is None:
+            return None
+        return _join(self.swim_advertise_host, port)
+
+    @classmethod
+    def from_environment(
+        cls,
+        environ: Mapping[str, str],
+        *,
+        namespace: str | None = None,
+        site: str | None = None,
+    ) -> OperatorOptions:
+        """Settings from the Deployment's environment (``GRID_SWIM_ADVERTISE_ADDRESS``,
+        ``GRID_SWIM_PORT``, ``GRID_METRICS_PORT``, ``GRID_HEALTH_PORT``,
+        ``POD_NAMESPACE``, ``POD_NAME``, optionally ``GRID_SITE_NAME``); ``namespace`` and
+        ``site`` (from the command line) win over the environment."""
+        advertise = environ.get("GRID_SWIM_ADVERTISE_ADDRESS") or None
+        if advertise is not None:
+            advertise = _host(advertise, "GRID_SWIM_ADVERTISE_ADDRESS")
+        # Without an address to advertise, only a loopback node is reachable as bound.
+        wildcard = WILDCARD_V6 if advertise is not None and ":" in advertise else WILDCARD_V4
+        bind = wildcard if advertise is not None else LOOPBACK
+        return cls(
+            namespace=namespace or environ.get("POD_NAMESPACE") or DEFAULT_NAMESPACE,
+            pod_name=environ.get("POD_NAME") or None,
+            site=site or environ.get("GRID_SITE_NAME") or None,
+            swim_bind_host=bind,
+            swim_advertise_host=advertise,
+            swim_port=_port(environ, "GRID_SWIM_PORT", DEFAULT_SWIM_PORT),
+            metrics_address=_join(
+                wildcard, _port(environ, "GRID_METRICS_PORT", DEFAULT_METRICS_PORT)
+            ),
+            health_address=_join(wildcard, _port(environ, "GRID_HEALTH_PORT", DEFAULT_HEALTH_PORT)),
+        )
+
+
+def _port(environ: Mapping[str, str], name: str, default: int) -> int:
+    text = environ.get(name)
+    if not text:
+        return default
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise OperatorConfigError(f"{name} must be a port number from 1 to 65535")
+    return int(text)
+
+
+def _host(text: str, name: str) -> str:
+    """An IP address (the pod IP the Deployment passes), or a DNS name."""
+    value = text.strip().removeprefix("[").removesuffix("]")
+    try:
+        return str(ipaddress.ip_address(value))
+    except ValueError:
+        pass
+    if not value or any(char in value for char in " /:[]"):
+        raise OperatorConfigError(f"{name} must be an IP address or a host name (no port)")
+    return value
+
+
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

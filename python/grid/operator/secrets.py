@@ -1,0 +1,217 @@
+"""What the operator takes from Secrets, and how.
+
+A GridNetwork names three Secrets in ``spec.tls``: the SWIM keyring (``swimKeyRef``), the CA
+certificate (``caSecretRef``) and this site's ``kubernetes.io/tls`` certificate and key
+(``siteCertSecretRef``). They are read together into one :class:`TrustMaterial`: either all
+of them are usable or none is taken, so the mesh never runs half on old and half on new
+material. Provider credentials are only checked (the Secret exists, the key is there and not
+empty); their value is never decoded, kept or passed on.
+
+Messages name Secrets by namespace, name and key; they never quote what a Secret holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from grid.errors import (
+    CertificateRejected,
+    KubernetesApiError,
+    SecretMaterialError,
+    TrustConfigError,
+)
+from grid.models.meta import SecretKeyRef, SecretObjectRef
+from grid.models.network import TlsSettings
+from grid.models.phases import CredentialState
+from grid.operator.keyring import Keyring, parse_keyring
+from grid.trust.pem import check_public_cert_pem
+from grid.trust.probe import build_client_context
+
+TLS_CERT_KEY = "tls.crt"
+TLS_PRIVATE_KEY_KEY = "tls.key"
+_PRIVATE_KEY_BEGIN = "-----BEGIN"
+_MAX_PEM_BYTES = 64 * 1024
+
+
+class SecretSource(Protocol):
+    """Reads a Secret's ``data`` (base64 text per key), None when it does not exist."""
+
+    async def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TrustMaterial:
+    """A network's keyring, CA and site certificate, all read from its Secrets at once.
+    Never printed: the repr says what is present, not what it is."""
+
+    keyring: Keyring
+    ca_pem: str | None = None
+    certificate_pem: str | None = None
+    private_key_pem: str | None = None
+    certificate_fingerprint: str | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"TrustMaterial(keys={len(self.keyring.keys)}, ca={self.ca_pem is not None}, "
+            f"certificate={self.certificate_fingerprint})"
+        )
+
+
+def _where(ref: SecretKeyRef | SecretObjectRef, field: str, key: str | None = None) -> str:
+    entry = f", key {key}" if key else ""
+    return f"Secret {ref.namespace}/{ref.name}{entry} ({field})"
+
+
+async def _read(
+    source: SecretSource, ref: SecretKeyRef | SecretObjectRef, field: str
+) -> Mapping[str, str]:
+    try:
+        data = await source.read_secret(ref.namespace, ref.name)
+    except KubernetesApiError as error:
+        hint = (
+            f"; bind the grid-operator-namespaced ClusterRole in namespace {ref.namespace}"
+            if error.status == 403
+            else ""
+        )
+        raise SecretMaterialError(f"{_where(ref, field)} cannot be read: {error}{hint}") from None
+    if data is None:
+        raise SecretMaterialError(f"{_where(ref, field)} does not exist")
+    return data
+
+
+def _entry(
+    data: Mapping[str, str], ref: SecretKeyRef | SecretObjectRef, field: str, key: str
+) -> bytes:
+    encoded = data.get(key)
+    if encoded is None:
+        present = ", ".join(sorted(data)) or "none"
+        raise SecretMaterialError(
+            f"{_where(ref, field)} has no key {key} (keys present: {present})"
+        )
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise SecretMaterialError(f"{_where(ref, field, key)} is not valid base64 data") from None
+
+
+def _text(raw: bytes, where: str) -> str:
+    if len(raw) > _MAX_PEM_BYTES:
+        raise SecretMaterialError(f"{where} is larger than {_MAX_PEM_BYTES} bytes")
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise SecretMaterialError(f"{where} is not PEM text") from None
+
+
+async def load_trust_material(
+    source: SecretSource, tls: TlsSettings | None, now: datetime
+) -> TrustMaterial:
+    """Read and check every Secret ``tls`` names. Raises
+    :class:`~grid.errors.SecretMaterialError` for the first one that is missing or unusable
+    (nothing is taken then)."""
+    if tls is None or tls.swim_key_ref is None:
+        raise SecretMaterialError(
+            "spec.tls.swimKeyRef is not set: SWIM traffic is always encrypted; create a "
+            "Secret holding a 32-byte key and reference it (docs/install.md, step 4)"
+        )
+    key_ref = tls.swim_key_ref
+    data = await _read(source, key_ref, "spec.tls.swimKeyRef")
+    keyring = parse_keyring(
+        _entry(data, key_ref, "spec.tls.swimKeyRef", key_ref.key),
+        _where(key_ref, "spec.tls.swimKeyRef", key_ref.key),
+    )
+    ca_pem = None
+    if tls.ca_secret_ref is not None:
+        ca_ref = tls.ca_secret_ref
+        where = _where(ca_ref, "spec.tls.caSecretRef", ca_ref.key)
+        data = await _read(source, ca_ref, "spec.tls.caSecretRef")
+        ca_pem = _text(_entry(data, ca_ref, "spec.tls.caSecretRef", ca_ref.key), where)
+        _check_certificate(ca_pem, where, now)
+        try:
+            build_client_context(ca_pem=ca_pem)
+        except TrustConfigError as error:
+            raise SecretMaterialError(f"{where}: {error}") from None
+    certificate_pem = private_key_pem = fingerprint = None
+    if tls.site_cert_secret_ref is not None:
+        site_ref = tls.site_cert_secret_ref
+        field = "spec.tls.siteCertSecretRef"
+        data = await _read(source, site_ref, field)
+        cert_where = _where(site_ref, field, TLS_CERT_KEY)
+        certificate_pem = _text(_entry(data, site_ref, field, TLS_CERT_KEY), cert_where)
+        fingerprint = _check_certificate(certificate_pem, cert_where, now)
+        key_where = _where(site_ref, field, TLS_PRIVATE_KEY_KEY)
+        private_key_pem = _text(_entry(data, site_ref, field, TLS_PRIVATE_KEY_KEY), key_where)
+        if _PRIVATE_KEY_BEGIN not in private_key_pem:
+            raise SecretMaterialError(f"{key_where} is not a PEM private key")
+        try:
+            with pem_paths(certificate_pem, private_key_pem) as (cert_path, key_path):
+                build_client_context(client_cert=cert_path, client_key=key_path)
+        except TrustConfigError:
+            raise SecretMaterialError(
+                f"{_where(site_ref, field)}: tls.key is not the private key of tls.crt, or "
+                "one of them is not PEM"
+            ) from None
+    return TrustMaterial(keyring, ca_pem, certificate_pem, private_key_pem, fingerprint)
+
+
+def _check_certificate(pem: str, where: str, now: datetime) -> str:
+    try:
+        return check_public_cert_pem(pem, now).fingerprint
+    except (CertificateRejected, TrustConfigError) as error:
+        raise SecretMaterialError(f"{where}: {error}") from None
+
+
+def credential_state_of(data: Mapping[str, str] | None, key: str) -> CredentialState:
+    """What a provider's credential Secret holds for ``key``, judged by presence and length
+    alone: the value is never decoded."""
+    if data is None:
+        return CredentialState.SECRET_NOT_FOUND
+    if key not in data:
+        return CredentialState.KEY_NOT_FOUND
+    return CredentialState.VALID if data[key] else CredentialState.EMPTY
+
+
+@contextlib.contextmanager
+def pem_paths(*pems: str) -> Iterator[tuple[Path, ...]]:
+    """Paths that ``ssl`` can load ``pems`` from, gone when the block ends. On Linux they
+    are anonymous in-memory files (nothing touches a disk); elsewhere files in a private
+    temporary directory."""
+    if hasattr(os, "memfd_create"):
+        descriptors: list[int] = []
+        try:
+            for pem in pems:
+                descriptor = os.memfd_create("grid-pem", os.MFD_CLOEXEC)
+                descriptors.append(descriptor)
+                _write_all(descriptor, pem.encode("ascii"))
+            yield tuple(Path(f"/proc/self/fd/{descriptor}") for descriptor in descriptors)
+        finally:
+            for descriptor in descriptors:
+                os.close(descriptor)
+        return
+    with tempfile.TemporaryDirectory(prefix="grid-pem-") as directory:
+        paths = []
+        for index, pem in enumerate(pems):
+            path = Path(directory) / f"{index}.pem"
+            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                _write_all(descriptor, pem.encode("ascii"))
+            finally:
+                os.close(descriptor)
+            paths.append(path)
+        yield tuple(paths)
+
+
+def _write_all(descriptor: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(descriptor, view)
+        view = view[written:]

@@ -1,0 +1,404 @@
+"""Statuses the operator writes, as pure functions: the network's phase (the engine's view
+plus what only the shell knows: whether each ConfigMap was written, whether a seed
+answered), a spec-validity condition, the status of resources that never passed
+validation, tenant budgets, and when a status is worth a write.
+
+No clock is read: every function takes ``now``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from grid.crdt.state import GridState
+from grid.models.conditions import Condition, ConditionStatus, ConditionUpdate, set_condition
+from grid.models.meta import ObjectMeta
+from grid.models.network import (
+    GatewayOverlayStatus,
+    GridNetwork,
+    GridNetworkSpec,
+    GridNetworkStatus,
+    TenantBudget,
+    TenantBudgetStatus,
+)
+from grid.models.phases import Event, GatewayRender, NetworkObservation, evaluate_network
+from grid.models.provider import InferenceProviderStatus
+from grid.models.site import GridSiteStatus
+
+JsonObject = dict[str, Any]
+SPEC_VALID = "SpecValid"
+SEEDS_REACHABLE = "SeedsReachable"
+MAX_MESSAGE = 4096
+
+VOLATILE_FIELDS = frozenset({"lastProbe", "lastHealthCheck", "lastMetricsScrape", "lastSeenAlive"})
+"""Status fields that change with every observation: written at most once per status
+interval unless something else changed too."""
+
+
+def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _update(
+    type_: str, status: bool | None, reason: str, message: str, generation: int | None
+) -> ConditionUpdate:
+    value = {
+        True: ConditionStatus.TRUE,
+        False: ConditionStatus.FALSE,
+        None: ConditionStatus.UNKNOWN,
+    }
+    return ConditionUpdate(
+        type=type_,
+        status=value[status],
+        reason=reason,
+        message=_clip(message),
+        observed_generation=generation,
+    )
+
+
+# --- spec validity -------------------------------------------------------------------------
+
+
+def with_spec_condition(
+    conditions: Sequence[Condition],
+    problems: Sequence[str],
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """``conditions`` with ``SpecValid``: True, or False listing why the latest spec was
+    refused (the last valid one keeps serving)."""
+    if problems:
+        message = "the latest spec was refused, the last valid one keeps serving: " + "; ".join(
+            problems
+        )
+        update = _update(SPEC_VALID, False, "SpecRejected", message, generation)
+    else:
+        update = _update(SPEC_VALID, True, "SpecAccepted", "", generation)
+    return set_condition(conditions, update, now)
+
+
+def rejected_member_status(
+    kind: str,
+    problems: Sequence[str],
+    generation: int | None,
+    previous: Mapping[str, Any],
+    now: datetime,
+) -> GridSiteStatus | InferenceProviderStatus:
+    """The status of a GridSite or InferenceProvider that never passed validation: Pending,
+    not ready, and why."""
+    conditions = _previous_conditions(previous)
+    message = "the spec was refused: " + "; ".join(problems)
+    conditions = set_condition(
+        conditions, _update(SPEC_VALID, False, "SpecRejected", message, generation), now
+    )
+    conditions = set_condition(
+        conditions, _update("Ready", False, "SpecRejected", "phase is Pending", generation), now
+    )
+    if kind == "GridSite":
+        return GridSiteStatus(observed_generation=generation, conditions=conditions)
+    return InferenceProviderStatus(observed_generation=generation, conditions=conditions)
+
+
+def orphan_status(
+    kind: str,
+    network: str | None,
+    *,
+    network_exists: bool,
+    generation: int | None,
+    previous: Mapping[str, Any],
+    now: datetime,
+) -> GridSiteStatus | InferenceProviderStatus:
+    """The status of a GridSite or InferenceProvider that no network serves: its GridNetwork
+    does not exist, or its spec was refused."""
+    conditions = _previous_conditions(previous)
+    if network_exists:
+        reason = "NetworkRejected"
+        message = f"GridNetwork {network} has no valid spec (see its ConfigValid condition)"
+    else:
+        reason = "NetworkNotFound"
+        message = f"GridNetwork {network} does not exist" if network else "no gridNetworkRef"
+    conditions = set_condition(
+        conditions, _update("Ready", False, reason, message, generation), now
+    )
+    if kind == "GridSite":
+        return GridSiteStatus(observed_generation=generation, conditions=conditions)
+    return InferenceProviderStatus(observed_generation=generation, conditions=conditions)
+
+
+def _previous_conditions(previous: Mapping[str, Any]) -> list[Condition]:
+    found = []
+    for item in previous.get("conditions") or []:
+        try:
+            found.append(Condition.model_validate(item))
+        except ValueError:
+            continue
+    return found
+
+
+# --- the network ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOutcome:
+    """One gateway's overlay as rendered by the engine and written by the shell."""
+
+    name: str
+    namespace: str
+    revision: str | None = None
+    candidates: int = 0
+    rendered_at: datetime | None = None
+    render_message: str = ""
+    """Why the engine refused the last render (the previous overlay stays)."""
+    write_message: str = ""
+    """Why the ConfigMap could not be written (the previous one stays)."""
+
+    @property
+    def message(self) -> str:
+        return "; ".join(part for part in (self.render_message, self.write_message) if part)
+
+
+@dataclass(frozen=True, slots=True)
+class SeedReport:
+    """What became of the network's seeds."""
+
+    configured: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    """Seeds that are not addresses this site can send to (with the reason)."""
+    peers_known: int = 0
+    """Peers this site's SWIM node knows (alive or suspected)."""
+    joining: bool = False
+    """The node started recently: no verdict yet."""
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkReport:
+    """Everything one network's status is made of."""
+
+    config_error: str | None = None
+    membership_running: bool = False
+    grid_id: str | None = None
+    unreachable_sites: tuple[str, ...] = ()
+    connected_sites: int = 0
+    provider_count: int = 0
+    gateways: tuple[GatewayOutcome, ...] = ()
+    seeds: SeedReport = field(default_factory=SeedReport)
+    budgets: tuple[TenantBudgetStatus, ...] = ()
+
+
+def network_status(
+    network: GridNetwork,
+    previous: GridNetworkStatus | None,
+    report: NetworkReport,
+    now: datetime,
+) -> tuple[GridNetworkStatus, list[Event]]:
+    """The network's status and the events its phase change calls for."""
+    observation = NetworkObservation(
+        config_error=report.config_error,
+        membership_running=report.membership_running,
+        grid_id=report.grid_id,
+        unreachable_sites=report.unreachable_sites,
+        gateway_renders=tuple(
+            GatewayRender(g.name, g.namespace, not g.message, g.message) for g in report.gateways
+        ),
+    )
+    current = network.model_copy(update={"status": previous})
+    outcome = evaluate_network(current, observation, now)
+    generation = network.metadata.generation
+    conditions = set_condition(outcome.conditions, _seeds_condition(report, generation), now)
+    status = GridNetworkStatus(
+        phase=outcome.phase,
+        phase_transition_time=outcome.phase_transition_time,
+        observed_generation=generation,
+        conditions=conditions,
+        grid_id=report.grid_id,
+        connected_sites=report.connected_sites,
+        provider_count=report.provider_count,
+        gateways=[
+            GatewayOverlayStatus(
+                name=g.name,
+                namespace=g.namespace,
+                revision=g.revision,
+                candidates=g.candidates,
+                rendered_at=g.rendered_at,
+                message=_clip(g.message),
+            )
+            for g in sorted(report.gateways, key=lambda g: (g.namespace, g.name))
+        ],
+        budgets=list(report.budgets),
+    )
+    return status, list(outcome.events)
+
+
+def rejected_network(name: str, generation: int | None) -> GridNetwork:
+    """A stand-in for a network whose spec never passed validation, for its status only."""
+    return GridNetwork(
+        metadata=ObjectMeta(name=name, generation=generation), spec=GridNetworkSpec()
+    )
+
+
+def _seeds_condition(report: NetworkReport, generation: int | None) -> ConditionUpdate:
+    seeds = report.seeds
+    unresolved = f"; not usable: {', '.join(seeds.unresolved)}" if seeds.unresolved else ""
+    if not report.membership_running:
+        return _update(SEEDS_REACHABLE, None, "MembershipStopped", "", generation)
+    if seeds.peers_known:
+        return _update(
+            SEEDS_REACHABLE,
+            True,
+            "PeersKnown",
+            f"{seeds.peers_known} peer(s) known{unresolved}",
+            generation,
+        )
+    if not seeds.configured:
+        return _update(
+            SEEDS_REACHABLE,
+            True,
+            "NoSeeds",
+            "no seeds configured: this site waits for peers to join it",
+            generation,
+        )
+    if seeds.joining and not seeds.unresolved:
+        return _update(SEEDS_REACHABLE, None, "Joining", "waiting for a seed to answer", generation)
+    reachable = [seed for seed in seeds.configured if not _listed(seed, seeds.unresolved)]
+    waiting = f"no answer yet from {', '.join(reachable)} (joins are retried)" if reachable else ""
+    message = "; ".join(part for part in (waiting, unresolved.removeprefix("; ")) if part)
+    return _update(SEEDS_REACHABLE, False, "NoSeedAnswered", message, generation)
+
+
+def _listed(seed: str, unresolved: Sequence[str]) -> bool:
+    return any(entry.startswith(f"{seed} ") or entry == seed for entry in unresolved)
+
+
+# --- budgets -------------------------------------------------------------------------------
+
+
+def budget_window(budget: TenantBudget, now: datetime) -> tuple[str, datetime]:
+    """The label and start of the budget window ``now`` falls in. Windows are aligned to the
+    Unix epoch, so every site of a mesh counts into the same window."""
+    length = budget.window.seconds
+    start = math.floor(now.timestamp() / length) * length
+    return f"w{int(length)}-{int(start)}", datetime.fromtimestamp(start, UTC)
+
+
+def budget_statuses(
+    budgets: Sequence[TenantBudget], state: GridState, now: datetime
+) -> tuple[TenantBudgetStatus, ...]:
+    """Each tenant's known use in its current window (a lower bound: a partition can hide
+    use, never invent it)."""
+    found = []
+    for budget in budgets:
+        label, start = budget_window(budget, now)
+        used = state.budget_spend(budget.tenant, label)
+        found.append(
+            TenantBudgetStatus(
+                tenant=budget.tenant,
+                used=used,
+                cap=budget.cap,
+                window_start=start,
+                exhausted=used >= budget.cap,
+            )
+        )
+    return tuple(found)
+
+
+# --- when to write -------------------------------------------------------------------------
+
+
+def dump_status(status: Any) -> JsonObject:
+    """A status model as the API stores it (camelCase, unset fields left out)."""
+    dumped = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return dumped if isinstance(dumped, dict) else {}
+
+
+def significant(status: Mapping[str, Any]) -> str:
+    """The part of a status whose change is written at once."""
+    return json.dumps(
+        {key: value for key, value in status.items() if key not in VOLATILE_FIELDS},
+        sort_keys=True,
+    )
+
+
+@dataclass(slots=True)
+class _Written:
+    document: JsonObject
+    significant: str
+    at: float
+
+
+@dataclass
+class StatusMemory:
+    """What was last written per resource, to write only what changed: a significant change
+    at once, a change of volatile fields only at most every ``interval_s``. A status that
+    someone else changed (the API holds something else than what was written, for longer
+    than the watch takes to catch up) is written again."""
+
+    interval_s: float
+    _written: dict[tuple[str, str], _Written] = field(default_factory=dict)
+
+    def due(
+        self,
+        kind: str,
+        name: str,
+        document: Mapping[str, Any],
+        stored: Mapping[str, Any],
+        now: float,
+    ) -> JsonObject | None:
+        """The merge patch to write, or None when nothing needs writing. ``stored`` is the
+        status the API holds (as last seen through the watch)."""
+        key = (kind, name)
+        new, held = dict(document), dict(stored)
+        written = self._written.get(key)
+        drifted = written is not None and (
+            held != written.document and now - written.at >= self.interval_s
+        )
+        if written is None or drifted:
+            if held == new:
+                self._written[key] = _Written(new, significant(new), now)
+                return None
+            return merge_patch(held, new)
+        assert written is not None
+        if new == written.document:
+            return None
+        if written.significant == significant(new) and now - written.at < self.interval_s:
+            return None
+        return merge_patch(written.document, new)
+
+    def last(self, kind: str, name: str) -> JsonObject | None:
+        """The status last written (None before the first write)."""
+        written = self._written.get((kind, name))
+        return None if written is None else written.document
+
+    def wrote(self, kind: str, name: str, document: Mapping[str, Any], now: float) -> None:
+        new = dict(document)
+        self._written[(kind, name)] = _Written(new, significant(new), now)
+
+    def forget(self, kind: str, name: str) -> None:
+        self._written.pop((kind, name), None)
+
+    def keep_only(self, keys: set[tuple[str, str]]) -> None:
+        """Forget every resource but ``keys`` (the ones this writer still writes)."""
+        for key in set(self._written) - keys:
+            del self._written[key]
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> JsonObject:
+    """The RFC 7386 merge patch that turns ``old`` into ``new`` (``null`` removes a key;
+    lists are replaced whole)."""
+    patch: JsonObject = {}
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            nested = merge_patch(before, value)
+            if nested:
+                patch[key] = nested
+        elif before != value or key not in old:
+            patch[key] = value
+    return patch

@@ -1,0 +1,613 @@
+"""``grid operator`` in one cluster, end to end: an emulated API server on loopback, the
+operator running in its own kopf thread with a real SWIM node, a real provider endpoint,
+and every result read back through the API as a ``kubectl`` user would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from grid.render.validate import ExpectedScope, validate_overlay
+from k8s.cluster import Cluster
+from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from k8s.rbac import Permissions, served_requests
+from k8s.waiting import eventually
+from support.servers import ProviderEndpoint
+from test_operator_support import (
+    GATEWAY_NAMESPACE,
+    KEY_ENTRY,
+    KEY_SECRET,
+    NAMESPACE,
+    OperatorUnderTest,
+    condition,
+    configmap_exists,
+    event_reasons,
+    free_udp_port,
+    network_body,
+    new_key,
+    operator_for,
+    operator_requests,
+    prepare_namespaces,
+    provider_body,
+    put_secret,
+    read_configmap,
+    shipped_permissions,
+    site_body,
+    status_of,
+    wait_condition,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+NETWORK = "mesh"
+SITE = "site-a"
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[ProviderEndpoint]:
+    async with ProviderEndpoint() as server:
+        yield server
+
+
+async def overlay_names(cluster: Cluster, name: str = "edge-grid-config") -> list[str]:
+    configmap = await read_configmap(cluster, name)
+    document = json.loads(configmap.data["grid-config.json"])
+    return [candidate["name"] for candidate in document["overlay"]["candidates"]]
+
+
+async def _equal(found: Awaitable[list[str]], expected: list[str], *, ordered: bool = True) -> bool:
+    names = await found
+    return (names if ordered else sorted(names)) == expected
+
+
+async def _gone(cluster: Cluster, configmap: str) -> bool:
+    return not await configmap_exists(cluster, configmap)
+
+
+async def _network_gone(cluster: Cluster) -> bool:
+    return not await cluster.exists(GRID_NETWORKS, NETWORK)
+
+
+def _site_gone(running: OperatorUnderTest) -> bool:
+    engine = running.runtime(NETWORK).engine
+    return engine is not None and ("GridSite", SITE) not in engine.statuses()
+
+
+@pytest.fixture(scope="module")
+def permissions(tmp_path_factory: pytest.TempPathFactory) -> Permissions:
+    return shipped_permissions(tmp_path_factory.mktemp("rbac"))
+
+
+async def test_a_network_with_a_provider_writes_its_overlay_status_and_events(
+    cluster: Cluster, endpoint: ProviderEndpoint
+) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    async with operator_for(cluster, SITE) as running:
+        await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=running.swim_port))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body("llama-a", NETWORK, site=SITE, endpoint=endpoint.base_url),
+        )
+
+        status = await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+        assert status["gridId"]
+        assert condition(status, "ConfigValid")["status"] == "True"
+        assert condition(status, "MembershipReady")["status"] == "True"
+        await wait_phase(cluster, INFERENCE_PROVIDERS, "llama-a", "Available")
+        await eventually(
+            lambda: overlay_names(cluster), what="the overlay ConfigMap with a candidate"
+        )
+        configmap = await read_configmap(cluster, "edge-grid-config")
+        verdict = validate_overlay(
+            configmap.data["grid-config.json"], ExpectedScope(network=NETWORK, local_site=SITE)
+        )
+        assert verdict.accepted, verdict.detail
+        network = await cluster.get(GRID_NETWORKS, NETWORK)
+        (owner,) = configmap.metadata.owner_references
+        assert (owner.kind, owner.name, owner.uid) == (
+            "GridNetwork",
+            NETWORK,
+            network["metadata"]["uid"],
+        )
+        assert owner.block_owner_deletion is None
+
+        async def gateway_revision() -> Any:
+            status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+            gateways = status.get("gateways") or []
+            return gateways and gateways[0].get("revision")
+
+        revision = await eventually(gateway_revision, what="the overlay revision in status")
+        assert configmap.metadata.annotations["grid.praxis-proxy.io/revision"] == revision
+        reasons = await eventually(
+            lambda: event_reasons(cluster, NETWORK), what="Events about the network"
+        )
+        assert reasons[0] == "ConfigAccepted"
+        assert reasons[-1] in ("MeshJoined", "Recovered")
+        assert "ProviderReady" in await event_reasons(cluster, "llama-a")
+
+
+async def configmap_writes(cluster: Cluster) -> list[str]:
+    """Every ConfigMap create, patch or delete the API served, in order."""
+    return [
+        f"{request.method.value} {request.name or ''}"
+        for request in served_requests(cluster.emulator)
+        if request.resource is not None
+        and request.resource.plural == "configmaps"
+        and request.method.value in ("POST", "PATCH", "PUT", "DELETE")
+    ]
+
+
+async def test_updates_and_deletions_reach_configmaps_statuses_and_the_mesh(
+    cluster: Cluster, endpoint: ProviderEndpoint, permissions: Permissions
+) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    async with operator_for(cluster, SITE) as running:
+        await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=running.swim_port))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body("llama-a", NETWORK, site=SITE, endpoint=endpoint.base_url),
+        )
+        await eventually(
+            lambda: _equal(overlay_names(cluster), ["llama"]), what="llama in the overlay"
+        )
+
+        # Nothing changes: nothing is written, however many passes run.
+        await wait_phase(cluster, INFERENCE_PROVIDERS, "llama-a", "Available")
+        settled = await configmap_writes(cluster)
+        await asyncio.sleep(1.5)
+        assert await configmap_writes(cluster) == settled
+        assert running.runtime(NETWORK).passes > 10
+
+        # A second provider joins the overlay.
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body("qwen-a", NETWORK, site=SITE, endpoint=endpoint.base_url, model="qwen"),
+        )
+        await eventually(
+            lambda: _equal(overlay_names(cluster), ["llama", "qwen"], ordered=False),
+            what="qwen joining the overlay",
+        )
+
+        # The gateway asks for the whole gateway configuration; a second gateway, after the
+        # filter rename, gets the overlay under its own key.
+        gateways = [
+            {"name": "edge", "namespace": GATEWAY_NAMESPACE, "consumerConfig": {"enabled": True}},
+            {
+                "name": "next",
+                "namespace": GATEWAY_NAMESPACE,
+                "configMapKey": "routing-overlay.json",
+                "routeFilterName": "intelligent_route",
+                "credentialFilterName": "credential_inject",
+            },
+        ]
+        await cluster.patch(GRID_NETWORKS, NETWORK, {"spec": {"gatewayRefs": gateways}})
+        praxis = await eventually(
+            lambda: read_configmap(cluster, "edge-praxis"), what="the gateway configuration"
+        )
+        config = yaml.safe_load(praxis.data["praxis.yaml"])
+        assert config["admin"] == {"address": "127.0.0.1:9901"}
+        assert config["listeners"][0]["address"] == "0.0.0.0:8080"
+        nxt = await eventually(
+            lambda: read_configmap(cluster, "next-grid-config"), what="the second gateway"
+        )
+        assert set(nxt.data) == {"routing-overlay.json"}
+
+        async def gateways_in_status() -> list[str]:
+            status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+            return sorted(g["name"] for g in status.get("gateways") or [] if g.get("revision"))
+
+        await eventually(
+            lambda: _equal(gateways_in_status(), ["edge", "next"]), what="both gateways in status"
+        )
+
+        # Removing a gatewayRef removes what Grid wrote for it.
+        await cluster.patch(GRID_NETWORKS, NETWORK, {"spec": {"gatewayRefs": gateways[:1]}})
+        await eventually(
+            lambda: _gone(cluster, "next-grid-config"), what="the removed gateway's ConfigMap"
+        )
+        assert await configmap_exists(cluster, "edge-grid-config")
+
+        # An edited provider serves another model; a deleted one leaves the overlay.
+        await cluster.patch(
+            INFERENCE_PROVIDERS, "qwen-a", {"spec": {"models": [{"name": "qwen-2"}]}}
+        )
+        await eventually(
+            lambda: _equal(overlay_names(cluster), ["llama", "qwen-2"], ordered=False),
+            what="the edited provider's model in the overlay",
+        )
+        await cluster.delete(INFERENCE_PROVIDERS, "qwen-a")
+        await eventually(
+            lambda: _equal(overlay_names(cluster), ["llama"]), what="qwen leaving the overlay"
+        )
+
+        # Without any provider there is nothing to route to: the last good overlay stays
+        # and the status says why.
+        await cluster.delete(INFERENCE_PROVIDERS, "llama-a")
+        status = await wait_condition(cluster, GRID_NETWORKS, NETWORK, "OverlaysWritten", "False")
+        assert "gateways/edge" in status["message"]
+        network = await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Degraded")
+        (edge,) = network["gateways"]
+        assert edge["message"] and edge["revision"]
+        assert await overlay_names(cluster) == ["llama"]
+
+        # A deleted site is no longer reported.
+        await cluster.delete(GRID_SITES, SITE)
+        await eventually(lambda: _site_gone(running), what="the site leaving the engine")
+
+        # Deleting the network leaves its mesh and removes everything Grid wrote for it.
+        runtime = running.runtime(NETWORK)
+        await cluster.delete(GRID_NETWORKS, NETWORK)
+        await eventually(
+            lambda: _network_gone(cluster), what="the network deleted through Grid's finalizer"
+        )
+        for name in ("edge-grid-config", "edge-praxis"):
+            assert not await configmap_exists(cluster, name)
+        assert runtime.node is None
+        assert NETWORK not in running.operator.runtimes
+
+    # Everything the operator did was allowed by the shipped RBAC (with the gateway
+    # namespace bound as docs/install.md says).
+    assert permissions.denied(operator_requests(cluster)) == []
+
+
+async def test_a_malformed_network_gets_a_clear_condition_and_a_bad_edit_keeps_the_last_good(
+    cluster: Cluster, endpoint: ProviderEndpoint
+) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    async with operator_for(cluster, SITE) as running:
+        # A real API server would refuse this one (no unit on the duration); the emulator
+        # stores it, so the operator must say what is wrong.
+        broken = network_body("broken", port=running.swim_port)
+        broken["spec"]["swim"]["probeInterval"] = "5"
+        broken["spec"]["colour"] = "blue"
+        await cluster.create(GRID_NETWORKS, broken)
+        refused = await wait_condition(cluster, GRID_NETWORKS, "broken", "ConfigValid", "False")
+        assert "spec.swim.probeInterval" in refused["message"]
+        assert "spec.colour: unknown field" in refused["message"]
+        assert (await status_of(cluster, GRID_NETWORKS, "broken"))["phase"] == "Pending"
+        assert "SpecRejected" in await eventually(
+            lambda: event_reasons(cluster, "broken"), what="a SpecRejected Event"
+        )
+        assert running.runtime("broken").node is None
+        # What belongs to it says why nothing serves it.
+        await cluster.create(GRID_SITES, site_body("site-z", "broken"))
+        served = await wait_condition(cluster, GRID_SITES, "site-z", "Ready", "False")
+        assert served["reason"] == "NetworkRejected"
+
+        # A valid network, then an edit only the models can refuse (suspicion shorter than
+        # the probe interval): the last valid spec keeps serving.
+        await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=free_udp_port()))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body("llama-a", NETWORK, site=SITE, endpoint=endpoint.base_url),
+        )
+        await eventually(lambda: overlay_names(cluster), what="the overlay")
+        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+        node = running.runtime(NETWORK).node
+        await cluster.patch(
+            GRID_NETWORKS, NETWORK, {"spec": {"swim": {"suspicionTimeout": "100ms"}}}
+        )
+        refused = await wait_condition(cluster, GRID_NETWORKS, NETWORK, "ConfigValid", "False")
+        assert "last valid one keeps serving" in refused["message"]
+        assert "suspicionTimeout must be at least probeInterval" in refused["message"]
+        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Degraded")
+        assert running.runtime(NETWORK).node is node, "SWIM keeps running on the last good spec"
+        assert await overlay_names(cluster) == ["llama"]
+
+        await cluster.patch(GRID_NETWORKS, NETWORK, {"spec": {"swim": {"suspicionTimeout": "2s"}}})
+        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+        assert (await status_of(cluster, GRID_NETWORKS, NETWORK))["observedGeneration"] == 3
+
+
+async def test_missing_secrets_and_a_key_of_the_wrong_length_are_reported_until_fixed(
+    cluster: Cluster,
+) -> None:
+    prepare_namespaces(cluster)
+    async with operator_for(cluster, SITE) as running:
+        await cluster.create(
+            GRID_NETWORKS, network_body(NETWORK, port=running.swim_port, gateways=[])
+        )
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        missing = await wait_condition(cluster, GRID_NETWORKS, NETWORK, "ConfigValid", "False")
+        assert missing["message"] == (
+            "Secret grid-system/swim-key (spec.tls.swimKeyRef) does not exist"
+        )
+        membership = condition(await status_of(cluster, GRID_NETWORKS, NETWORK), "MembershipReady")
+        assert membership["status"] == "False"
+
+        await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: b"\x01\x02" * 8})
+        wrong = await wait_condition(
+            cluster, GRID_NETWORKS, NETWORK, "ConfigValid", "False", reason="ConfigRejected"
+        )
+        await eventually(
+            lambda: _message_has(cluster, "holds 16 bytes that are not text"),
+            what="the wrong key length named",
+        )
+        assert running.runtime(NETWORK).node is None, wrong
+
+        await put_secret(cluster, KEY_SECRET, {"other": new_key()})
+        await eventually(
+            lambda: _message_has(cluster, "has no key swim.key (keys present: other)"),
+            what="the missing key named",
+        )
+
+        await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+        assert running.runtime(NETWORK).node is not None
+
+        # A bad edit of the key Secret later keeps the keys in use.
+        node = running.runtime(NETWORK).node
+        await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: b"not base64 at all!"})
+        await eventually(
+            lambda: _message_has(cluster, "line 1: not base64"), what="the broken keyring named"
+        )
+        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Degraded")
+        assert running.runtime(NETWORK).node is node and node.running
+
+
+async def _message_has(cluster: Cluster, text: str) -> bool:
+    status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+    return text in condition(status, "ConfigValid").get("message", "")
+
+
+async def test_unreachable_and_unresolvable_seeds_are_reported(cluster: Cluster) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    silent = f"127.0.0.1:{free_udp_port()}"
+    async with operator_for(cluster, SITE) as running:
+        body = network_body(NETWORK, port=running.swim_port, seeds=[silent, "nowhere.invalid:7946"])
+        await cluster.create(GRID_NETWORKS, body)
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        seeds = await wait_condition(
+            cluster, GRID_NETWORKS, NETWORK, "SeedsReachable", "False", reason="NoSeedAnswered"
+        )
+        assert f"no answer yet from {silent}" in seeds["message"]
+        assert "nowhere.invalid:7946 (seed" in seeds["message"]
+        # The site still runs its SWIM node, waiting to be joined or for a seed to come up.
+        status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+        assert condition(status, "MembershipReady")["status"] == "True"
+        assert running.runtime(NETWORK).node is not None
+
+
+async def test_provider_problems_are_reported_on_the_provider(
+    cluster: Cluster, endpoint: ProviderEndpoint
+) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    async with operator_for(cluster, SITE) as running:
+        # Before its network exists, a provider says so.
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body(
+                "keyed",
+                NETWORK,
+                site=SITE,
+                endpoint=endpoint.base_url,
+                secret=(NAMESPACE, "provider-token", "token"),
+            ),
+        )
+        orphan = await wait_condition(cluster, INFERENCE_PROVIDERS, "keyed", "Ready", "False")
+        assert orphan["reason"] == "NetworkNotFound"
+
+        await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=running.swim_port))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        # Its credential Secret is missing: Unavailable, and why.
+        credentials = await wait_condition(
+            cluster, INFERENCE_PROVIDERS, "keyed", "CredentialsValid", "False"
+        )
+        assert credentials["reason"] == "SecretNotFound"
+        await wait_phase(cluster, INFERENCE_PROVIDERS, "keyed", "Unavailable")
+        await put_secret(cluster, "provider-token", {"token": b"grid-test-token"})
+        await wait_phase(cluster, INFERENCE_PROVIDERS, "keyed", "Available")
+
+        # A provider only the models can refuse (BearerToken without a secretRef).
+        bad = provider_body("no-secret", NETWORK, site=SITE, endpoint=endpoint.base_url)
+        bad["spec"]["auth"] = {"strategy": "BearerToken"}
+        await cluster.create(INFERENCE_PROVIDERS, bad)
+        refused = await wait_condition(
+            cluster, INFERENCE_PROVIDERS, "no-secret", "SpecValid", "False"
+        )
+        assert "spec.auth: strategy BearerToken needs secretRef" in refused["message"]
+        assert "SpecRejected" in await eventually(
+            lambda: event_reasons(cluster, "no-secret"), what="a SpecRejected Event"
+        )
+        valid = await status_of(cluster, INFERENCE_PROVIDERS, "keyed")
+        assert condition(valid, "SpecValid")["status"] == "True"
+
+
+async def test_a_configmap_grid_did_not_write_is_left_alone(
+    cluster: Cluster, endpoint: ProviderEndpoint
+) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    foreign = {"metadata": {"name": "edge-grid-config"}, "data": {"mine": "keep me"}}
+    await cluster.call(cluster.core.create_namespaced_config_map, GATEWAY_NAMESPACE, foreign)
+    async with operator_for(cluster, SITE) as running:
+        await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=running.swim_port))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body("llama-a", NETWORK, site=SITE, endpoint=endpoint.base_url),
+        )
+        written = await wait_condition(cluster, GRID_NETWORKS, NETWORK, "OverlaysWritten", "False")
+        await eventually(
+            lambda: _overlay_message_has(cluster, "was not written by Grid"),
+            what="the conflict named in status",
+        )
+        assert "gateways/edge" in written["message"]
+        configmap = await read_configmap(cluster, "edge-grid-config")
+        assert configmap.data == {"mine": "keep me"}
+
+        # Once the gateway points at its own ConfigMap, the overlay is written there.
+        await cluster.patch(
+            GRID_NETWORKS,
+            NETWORK,
+            {
+                "spec": {
+                    "gatewayRefs": [
+                        {
+                            "name": "edge",
+                            "namespace": GATEWAY_NAMESPACE,
+                            "configMapName": "edge-overlay",
+                        }
+                    ]
+                }
+            },
+        )
+        await eventually(
+            lambda: overlay_names(cluster, "edge-overlay"), what="the overlay in its own ConfigMap"
+        )
+        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+    assert (await read_configmap(cluster, "edge-grid-config")).data == {"mine": "keep me"}
+
+
+async def _overlay_message_has(cluster: Cluster, text: str) -> bool:
+    status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+    return any(text in (gateway.get("message") or "") for gateway in status.get("gateways") or [])
+
+
+async def test_the_grid_id_is_generated_once_and_kept_across_restarts(cluster: Cluster) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    port = free_udp_port()
+    async with operator_for(cluster, SITE, swim_port=port):
+        await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=port, gateways=[]))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        first = await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+    assert first["gridId"]
+    async with operator_for(cluster, SITE, swim_port=port) as running:
+        await eventually(
+            lambda: running.runtime(NETWORK).engine is not None, what="the network running again"
+        )
+        assert running.runtime(NETWORK).engine.grid_id == first["gridId"]
+        status = await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+        assert status["gridId"] == first["gridId"]
+
+
+async def test_a_gateway_removed_while_the_operator_was_down_is_cleaned_up_on_restart(
+    cluster: Cluster, endpoint: ProviderEndpoint
+) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    port = free_udp_port()
+    gateways = [
+        {"name": "edge", "namespace": GATEWAY_NAMESPACE},
+        {"name": "next", "namespace": GATEWAY_NAMESPACE},
+    ]
+    async with operator_for(cluster, SITE, swim_port=port):
+        await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=port, gateways=gateways))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body("llama-a", NETWORK, site=SITE, endpoint=endpoint.base_url),
+        )
+        await eventually(lambda: overlay_names(cluster, "next-grid-config"), what="next's overlay")
+    await cluster.patch(GRID_NETWORKS, NETWORK, {"spec": {"gatewayRefs": gateways[:1]}})
+    assert await configmap_exists(cluster, "next-grid-config")
+    async with operator_for(cluster, SITE, swim_port=port):
+        await eventually(
+            lambda: _gone(cluster, "next-grid-config"), what="next's ConfigMap removed on restart"
+        )
+        assert await overlay_names(cluster) == ["llama"]
+
+
+def free_tcp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_grid_operator_runs_from_the_deployment_s_environment_and_stops_on_sigterm(
+    cluster: Cluster, endpoint: ProviderEndpoint, tmp_path: Path
+) -> None:
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "lab", "cluster": {"server": cluster.url}}],
+                "users": [{"name": "grid", "user": {"token": "grid-operator-token"}}],
+                "contexts": [{"name": "lab", "context": {"cluster": "lab", "user": "grid"}}],
+                "current-context": "lab",
+            }
+        )
+    )
+    swim_port, health_port = free_udp_port(), free_tcp_port()
+    environment = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "GRID_SWIM_ADVERTISE_ADDRESS": "127.0.0.1",
+        "GRID_SWIM_PORT": str(swim_port),
+        "GRID_METRICS_PORT": str(free_tcp_port()),
+        "GRID_HEALTH_PORT": str(health_port),
+        "POD_NAMESPACE": NAMESPACE,
+        "POD_NAME": "grid-operator-7d9f",
+        "GRID_SITE_NAME": SITE,
+    }
+    environment.pop("KUBERNETES_SERVICE_HOST", None)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "grid.cli",
+        "operator",
+        "--log-level",
+        "WARNING",
+        env=environment,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await eventually(
+            lambda: cluster.emulator.watch_count(GRID_NETWORKS) > 0,
+            timeout=20,
+            what="the operator watching GridNetworks",
+        )
+        network = network_body(NETWORK, port=swim_port)
+        del network["spec"]["swim"]["port"]  # GRID_SWIM_PORT applies
+        await cluster.create(GRID_NETWORKS, network)
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        await cluster.create(
+            INFERENCE_PROVIDERS,
+            provider_body("llama-a", NETWORK, site=SITE, endpoint=endpoint.base_url),
+        )
+        await eventually(lambda: overlay_names(cluster), timeout=15, what="the overlay")
+        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+        events = await cluster.events_about(NETWORK, NAMESPACE)
+        assert events and events[0].reporting_instance == "grid-operator-7d9f"
+
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{health_port}/healthz") as answer,
+        ):
+            assert answer.status == 200
+            assert f"{NETWORK}: SWIM running" in await answer.text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(process.wait(), 15)
+        except TimeoutError:
+            process.kill()
+            raise
+    errors = (await process.stderr.read()).decode() if process.stderr else ""
+    assert process.returncode == 0, errors

@@ -1,0 +1,188 @@
+"""Secret canaries: a provider token, the SWIM keys and the site's private key are planted in
+Secrets, and none of them may appear in anything the operator wrote (ConfigMaps, statuses,
+Events), logged, or serves (``/metrics``, ``/healthz``); a Secret it cannot use is reported
+without quoting it. The operator's own endpoints are checked on the way."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+import yaml
+
+from k8s.cluster import Cluster
+from k8s.emulator import CONFIGMAPS, EVENTS, GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from k8s.waiting import eventually
+from support.pki import make_pki
+from support.servers import ProviderEndpoint, TlsServer
+from test_operator_support import (
+    CA_SECRET,
+    GATEWAY_NAMESPACE,
+    KEY_ENTRY,
+    KEY_SECRET,
+    NAMESPACE,
+    SITE_TLS_SECRET,
+    captured_logs,
+    keyring_text,
+    network_body,
+    new_key,
+    operator_for,
+    prepare_namespaces,
+    provider_body,
+    put_secret,
+    put_site_tls,
+    read_configmap,
+    site_body,
+    wait_condition,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+NETWORK = "mesh"
+SITE = "site-a"
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[ProviderEndpoint]:
+    async with ProviderEndpoint() as server:
+        yield server
+
+
+def forms(secret: bytes) -> list[str]:
+    """Every spelling of a secret that could leak: as text, base64 and hex."""
+    spellings = [base64.b64encode(secret).decode(), secret.hex()]
+    with contextlib.suppress(UnicodeDecodeError):
+        spellings.append(secret.decode())
+    return spellings
+
+
+async def fetch(address: str, path: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(f"http://{address}{path}") as answer:
+        return answer.status, await answer.text()
+
+
+async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
+    cluster: Cluster, endpoint: ProviderEndpoint, tmp_path: Path
+) -> None:
+    token = b"grid-canary-token-" + secrets.token_hex(16).encode()
+    swim_key, next_key = new_key(), new_key()
+    pki = make_pki(tmp_path, (SITE,))
+    private_key = pki[SITE].issued.private_key_pem()
+    key_lines = [line for line in private_key.decode().splitlines() if "-----" not in line]
+    broken_keyring = b"grid-canary-keyring-" + secrets.token_hex(16).encode()
+    canaries = [
+        *forms(token),
+        *forms(swim_key),
+        *forms(next_key),
+        *forms(broken_keyring),
+        *key_lines,
+    ]
+
+    prepare_namespaces(cluster)
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: keyring_text(swim_key, next_key)})
+    await put_secret(cluster, CA_SECRET, {"ca.crt": pki.ca_pem.encode()})
+    await put_site_tls(cluster, pki[SITE].issued)
+    await put_secret(cluster, "provider-token", {"token": token})
+    tls = {
+        "swimKeyRef": {"name": KEY_SECRET, "namespace": NAMESPACE, "key": KEY_ENTRY},
+        "caSecretRef": {"name": CA_SECRET, "namespace": NAMESPACE, "key": "ca.crt"},
+        "siteCertSecretRef": {"name": SITE_TLS_SECRET, "namespace": NAMESPACE},
+    }
+    gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE, "consumerConfig": {"enabled": True}}
+    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
+    with captured_logs() as logs:
+        async with egress, operator_for(cluster, None) as running:
+            await cluster.create(
+                GRID_NETWORKS,
+                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
+            )
+            await cluster.create(
+                GRID_SITES,
+                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            )
+            await cluster.create(
+                INFERENCE_PROVIDERS,
+                provider_body(
+                    "openai-a",
+                    NETWORK,
+                    site=SITE,
+                    endpoint=endpoint.base_url,
+                    secret=(NAMESPACE, "provider-token", "token"),
+                    backend="api_provider",
+                ),
+            )
+            praxis = await eventually(
+                lambda: read_configmap(cluster, "edge-praxis"), what="the gateway configuration"
+            )
+            await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
+            await wait_phase(cluster, INFERENCE_PROVIDERS, "openai-a", "Available")
+            # This cluster's site was found by its certificate pin, and its own egress
+            # passed the mutual TLS probe with the certificate from the Secret.
+            assert running.runtime(NETWORK).site == SITE
+            await wait_phase(cluster, GRID_SITES, SITE, "Active")
+
+            # The gateway configuration points at the mounted Secret file, nothing more.
+            text = praxis.data["praxis.yaml"]
+            assert "/etc/grid/credentials/provider-token/token" in text
+            config = yaml.safe_load(text)
+            assert config["admin"] == {"address": "127.0.0.1:9901"}
+
+            # A keyring edit that cannot be used is reported without quoting it.
+            await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: broken_keyring})
+            refused = await wait_condition(cluster, GRID_NETWORKS, NETWORK, "ConfigValid", "False")
+            assert "line 1: not base64" in refused["message"]
+
+            health = await fetch(running.operator.health_address, "/healthz")
+            metrics = await fetch(running.operator.metrics_address, "/metrics")
+
+    assert health[0] == 200 and health[1].startswith("ok\n")
+    assert f"{NETWORK}: SWIM running" in health[1]
+    status, exposition = metrics
+    assert status == 200
+    assert 'grid_operator_configmap_writes_total{operation="create",outcome="ok"} 2.0' in exposition
+    assert f'grid_members{{network="{NETWORK}",state="alive"}} 0.0' in exposition
+    assert (
+        f'grid_overlay_candidates{{gateway="edge",namespace="{GATEWAY_NAMESPACE}",network="{NETWORK}"}} 1.0'
+        in exposition
+    )
+    assert 'grid_operator_secret_reads_total{outcome="Valid",purpose="credential"}' in exposition
+
+    emulator = cluster.emulator
+    written = [
+        json.dumps(emulator.get_object(CONFIGMAPS, name, GATEWAY_NAMESPACE))
+        for name in ("edge-grid-config", "edge-praxis")
+    ]
+    statuses = [
+        json.dumps((emulator.get_object(resource, name) or {}).get("status"))
+        for resource, name in (
+            (GRID_NETWORKS, NETWORK),
+            (GRID_SITES, SITE),
+            (INFERENCE_PROVIDERS, "openai-a"),
+        )
+    ]
+    events = [
+        json.dumps(stored.raw)
+        for (resource, _, _), stored in emulator.objects.items()
+        if resource == EVENTS and not stored.deleted
+    ]
+    assert events, "the operator posted Events"
+    assert len(logs.lines) > 20, "the operator logged"
+    everything = {
+        "configmaps": written,
+        "statuses": statuses,
+        "events": events,
+        "logs": logs.lines,
+        "metrics": [exposition],
+        "health": [health[1]],
+    }
+    for where, texts in everything.items():
+        for text in texts:
+            for canary in canaries:
+                assert canary not in text, f"a secret leaked into {where}"
