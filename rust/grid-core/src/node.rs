@@ -548,7 +548,8 @@ fn run(mut driver: Driver, socket: &UdpSocket, shared: &Shared, commands: &Recei
             driver.flush(now, &mut out);
         }
 
-        publish_events(&mut driver, shared);
+        // The snapshot and the counters go out before the events, so a reader woken by an
+        // event never sees a member list or stats older than that event.
         let changed = driver.take_membership_changed();
         if changed || stopping || last_view.elapsed() >= VIEW_REFRESH {
             last_view = Instant::now();
@@ -562,6 +563,7 @@ fn run(mut driver: Driver, socket: &UdpSocket, shared: &Shared, commands: &Recei
             stats.frames = counters;
             stats.driver = driver.stats();
         }
+        publish_events(&mut driver, shared);
         if stopping {
             shared.mark_stopped();
             for reply in replies.drain(..) {
