@@ -92,7 +92,9 @@ def grid_like_operator(cluster: Cluster) -> kopf.OperatorRegistry:
     def reconcile(body: kopf.Body, name: str, patch: kopf.Patch, **_: Any) -> None:
         core.read_namespaced_secret("swim-key", NAMESPACE)
         overlay: dict[str, Any] = {"metadata": {"name": f"{name}-overlay"}, "data": {"k": "v"}}
-        kopf.append_owner_reference(overlay, owner=body)
+        # blockOwnerDeletion would need delete permission on the owner, which the shipped
+        # RBAC does not grant: a real API server refuses such a reference with 422.
+        kopf.append_owner_reference(overlay, owner=body, block_owner_deletion=False)
         core.create_namespaced_config_map(NAMESPACE, overlay)
         site = {
             "apiVersion": GRID_API_VERSION,
