@@ -11,7 +11,7 @@ from typing import Any
 
 from grid import __version__
 from grid.errors import EmptyOverlayError, OverlayRenderError, ScoringInputError
-from grid.render.digest import content_digest, stable_id
+from grid.render.digest import rendered_content_digest, stable_id
 from grid.scoring.inputs import check_name
 from grid.scoring.ranking import LeftOut, LeftOutReason, RankedCandidate, Ranking
 
@@ -182,7 +182,7 @@ def render_overlay(
         )
     kept, cut = select_candidates(ranking.candidates, max_candidates)
     candidates = [candidate_document(entry, rank) for rank, entry in enumerate(kept)]
-    digest = content_digest(scope.network, scope.local_site, candidates)
+    digest = rendered_content_digest(scope.network, scope.local_site, candidates)
     rendered_at = rfc3339(now)
     document = {
         "schema_version": SCHEMA_VERSION,

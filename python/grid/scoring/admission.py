@@ -79,6 +79,17 @@ def admission_state(
     """The plain mode: Excluded when unhealthy, ExistingOnly when the queue or the KV cache
     is above its threshold (strictly), NewAndExisting otherwise."""
     queue_utilization, kv_utilization, healthy = observation
+    return load_admission(queue_utilization, kv_utilization, healthy, thresholds)
+
+
+def load_admission(
+    queue_utilization: float | None,
+    kv_utilization: float | None,
+    healthy: bool | None,
+    thresholds: AdmissionThresholds,
+) -> AdmissionState:
+    """:func:`admission_state` of the observation made of these three values, without
+    making it (ranking asks for every candidate of every pass)."""
     if healthy is False:
         return AdmissionState.EXCLUDED
     if (queue_utilization is not None and queue_utilization > thresholds.queue_depth) or (

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from operator import attrgetter
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -22,22 +23,25 @@ from grid.models.selectors import selector_matches
 from grid.scoring.admission import (
     AdmissionMemory,
     LoadObservation,
-    admission_state,
     check_thresholds,
+    load_admission,
     stabilized_admission,
 )
 from grid.scoring.inputs import CandidateInput, ConsumingSite
 from grid.scoring.signals import (
     ScoreBreakdown,
     SignalValues,
-    blended_score,
+    score_blender,
     score_breakdown,
-    signal_values,
+    signal_reader,
 )
 from grid.scoring.tiers import TIER_ORDER, locality_tier
 
 CandidateKey = tuple[str, str, str]
 """(provider, model, site)."""
+_Groups = dict[AdmissionState, dict[LocalityTier, list["RankedCandidate"]]]
+"""Ranked candidates by admission state and locality tier, the first two parts of the
+order."""
 
 ADMISSION_ORDER: tuple[AdmissionState, ...] = (
     AdmissionState.NEW_AND_EXISTING,
@@ -47,6 +51,8 @@ ADMISSION_ORDER: tuple[AdmissionState, ...] = (
 
 _ADMISSION_RANK = {state: position for position, state in enumerate(ADMISSION_ORDER)}
 _TIER_RANK = {tier: position for position, tier in enumerate(TIER_ORDER)}
+_CANDIDATE_KEY = attrgetter("candidate.key")
+_SCORE = attrgetter("score")
 
 
 class LeftOutReason(StrEnum):
@@ -134,6 +140,28 @@ def order_key(
     )
 
 
+def _in_gateway_order(by_group: _Groups) -> list[RankedCandidate]:
+    """The candidates of every (admission, tier) group, sorted by :func:`order_key`.
+
+    The same order as one sort by that key, for less: the groups are taken in order, each
+    is sorted by score alone (a sort of plain floats) and only a run of equal scores is
+    sorted by the full key.
+    """
+    ordered: list[RankedCandidate] = []
+    for admission in ADMISSION_ORDER:
+        for tier in TIER_ORDER:
+            group = by_group[admission][tier]
+            group.sort(key=_SCORE, reverse=True)
+            start, size = 0, len(group)
+            for end in range(1, size + 1):
+                if end == size or group[end].score != group[start].score:
+                    if end - start > 1:
+                        group[start:end] = sorted(group[start:end], key=order_key)
+                    start = end
+            ordered += group
+    return ordered
+
+
 def rank_candidates(
     candidates: Iterable[CandidateInput],
     consumer: ConsumingSite,
@@ -161,12 +189,18 @@ def rank_candidates(
     thresholds, scales, weights = config.admission, config.scales, config.weights
     check_thresholds(thresholds)
     stabilized = thresholds.hysteresis.enabled
+    queue_capacity = scales.queue_capacity
+    read_signals = signal_reader(consumer, scales)
+    blend = score_blender(weights)
     previous_memory = admission_memory or {}
     memory: dict[CandidateKey, AdmissionMemory] = {}
+    consumer_name = consumer.name
     consumer_labels = consumer.labels
     now_seconds = now.timestamp()
     seen: set[CandidateKey] = set()
-    ranked: list[RankedCandidate] = []
+    by_group: _Groups = {
+        admission: {tier: [] for tier in TIER_ORDER} for admission in ADMISSION_ORDER
+    }
     left_out: list[LeftOut] = []
 
     for candidate in candidates:
@@ -178,14 +212,13 @@ def rank_candidates(
             )
         seen.add(key)
 
-        at_consumer = candidate.site == consumer.name
         updated_seconds = candidate.updated_seconds
         stale = (
             stale_after_seconds is not None
             and updated_seconds is not None
             and now_seconds - updated_seconds > stale_after_seconds
         )
-        if stale and not at_consumer:
+        if stale and candidate.site != consumer_name:
             left_out.append(
                 LeftOut(
                     candidate,
@@ -202,7 +235,7 @@ def rank_candidates(
                     LeftOut(
                         candidate,
                         LeftOutReason.CONSUMER_UNKNOWN,
-                        f"has an access policy and site {consumer.name!r} is unknown",
+                        f"has an access policy and site {consumer_name!r} is unknown",
                     )
                 )
                 continue
@@ -211,20 +244,24 @@ def rank_candidates(
                     LeftOut(
                         candidate,
                         LeftOutReason.ACCESS_DENIED,
-                        f"access policy does not select site {consumer.name!r}",
+                        f"access policy does not select site {consumer_name!r}",
                     )
                 )
                 continue
 
-        observation = LoadObservation.of(candidate, scales)
         if stabilized:
             remembered = stabilized_admission(
-                previous_memory.get(key), observation, thresholds, now
+                previous_memory.get(key), LoadObservation.of(candidate, scales), thresholds, now
             )
             memory[key] = remembered
             admission = remembered.state
         else:
-            admission = admission_state(observation, thresholds)
+            metrics = candidate.metrics
+            queue_depth = metrics.queue_depth
+            queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
+            admission = load_admission(
+                queue_utilization, metrics.kv_cache_utilization, candidate.healthy, thresholds
+            )
         if admission is AdmissionState.EXCLUDED:
             if candidate.healthy is False:
                 left_out.append(LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing"))
@@ -238,23 +275,20 @@ def rank_candidates(
                 )
             continue
 
-        signals = signal_values(candidate, consumer, scales)
-        ranked.append(
-            RankedCandidate(
-                candidate,
-                signals,
-                blended_score(signals, weights),
-                admission,
-                locality_tier(candidate, consumer),
-                not (candidate.degraded or stale),
-                weights,
-            )
+        signals = read_signals(candidate)
+        score = blend(signals)
+        tier = locality_tier(candidate, consumer)
+        fresh = not (candidate.degraded or stale)
+        # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__ is a
+        # Python function that costs three times as much, once per candidate.
+        entry = tuple.__new__(
+            RankedCandidate, (candidate, signals, score, admission, tier, fresh, weights)
         )
+        by_group[admission][tier].append(entry)
 
-    ranked.sort(key=order_key)
     routes: dict[tuple[str, str, str], RankedCandidate] = {}
     kept: list[RankedCandidate] = []
-    for entry in ranked:
+    for entry in _in_gateway_order(by_group):
         candidate = entry.candidate
         route = candidate.route
         winner = routes.get(route)
@@ -269,7 +303,7 @@ def rank_candidates(
                     f"provider {winner.candidate.provider!r} ranks higher on the same route",
                 )
             )
-    left_out.sort(key=lambda entry: entry.candidate.key)
+    left_out.sort(key=_CANDIDATE_KEY)
     return Ranking(
         consumer=consumer,
         candidates=tuple(kept),

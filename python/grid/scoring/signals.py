@@ -7,6 +7,7 @@ same numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 from grid.models.common import BackendKind, ScoringWeights, SignalScales
@@ -83,6 +84,46 @@ def blended_cost_per_million(cost: TokenCost, scales: SignalScales) -> float:
     return (1.0 - output_share) * cost.input_float + output_share * cost.output_float
 
 
+def signal_reader(
+    consumer: ConsumingSite, scales: SignalScales
+) -> Callable[[CandidateInput], SignalValues]:
+    """:func:`signal_values` for one consumer and one set of scales, which it reads once:
+    a scoring pass applies it to every candidate."""
+    queue_capacity = scales.queue_capacity
+    latency_ceiling_ms = scales.latency_ceiling_ms
+    cost_ceiling = scales.cost_ceiling_per_million
+
+    def read(candidate: CandidateInput) -> SignalValues:
+        metrics = candidate.metrics
+        queue_depth = metrics.queue_depth
+        kv_utilization = metrics.kv_cache_utilization
+        hit_ratio = metrics.prefix_cache_hit_ratio
+        p99_latency_ms = metrics.p99_latency_ms
+        cost = candidate.cost
+        queue_share = NEUTRAL_SHARE if queue_depth is None else queue_depth / queue_capacity
+        latency_share = (
+            NEUTRAL_SHARE if p99_latency_ms is None else p99_latency_ms / latency_ceiling_ms
+        )
+        cost_share = (
+            NEUTRAL_SHARE if cost is None else blended_cost_per_million(cost, scales) / cost_ceiling
+        )
+        # tuple.__new__ rather than SignalValues(...): the named tuple's own __new__ is a
+        # Python function that costs three times as much, once per candidate.
+        return tuple.__new__(
+            SignalValues,
+            (
+                locality_signal(candidate, consumer),
+                1.0 - queue_share if queue_share < 1.0 else 0.0,
+                NEUTRAL if kv_utilization is None else 1.0 - kv_utilization,
+                NEUTRAL if hit_ratio is None else hit_ratio,
+                1.0 - latency_share if latency_share < 1.0 else 0.0,
+                1.0 - cost_share if cost_share < 1.0 else 0.0,
+            ),
+        )
+
+    return read
+
+
 def signal_values(
     candidate: CandidateInput, consumer: ConsumingSite, scales: SignalScales
 ) -> SignalValues:
@@ -96,62 +137,51 @@ def signal_values(
     - cost: 1 when free, falling linearly to 0 at the cost ceiling
       (see :func:`blended_cost_per_million`).
 
-    A missing value scores :data:`NEUTRAL`. Written out in one function because ranking
-    calls it for every candidate of every pass.
+    A missing value scores :data:`NEUTRAL`.
     """
-    metrics = candidate.metrics
-    queue_depth = metrics.queue_depth
-    kv_utilization = metrics.kv_cache_utilization
-    hit_ratio = metrics.prefix_cache_hit_ratio
-    p99_latency_ms = metrics.p99_latency_ms
-    cost = candidate.cost
-    queue_share = NEUTRAL_SHARE if queue_depth is None else queue_depth / scales.queue_capacity
-    latency_share = (
-        NEUTRAL_SHARE if p99_latency_ms is None else p99_latency_ms / scales.latency_ceiling_ms
-    )
-    cost_share = (
-        NEUTRAL_SHARE
-        if cost is None
-        else blended_cost_per_million(cost, scales) / scales.cost_ceiling_per_million
-    )
-    return SignalValues(
-        locality_signal(candidate, consumer),
-        1.0 - queue_share if queue_share < 1.0 else 0.0,
-        NEUTRAL if kv_utilization is None else 1.0 - kv_utilization,
-        NEUTRAL if hit_ratio is None else hit_ratio,
-        1.0 - latency_share if latency_share < 1.0 else 0.0,
-        1.0 - cost_share if cost_share < 1.0 else 0.0,
-    )
+    return signal_reader(consumer, scales)(candidate)
+
+
+def score_blender(weights: ScoringWeights) -> Callable[[SignalValues], float]:
+    """:func:`blended_score` for one set of weights, which it reads and sums once: a
+    scoring pass applies it to every candidate."""
+    w_locality, w_queue_depth, w_kv_cache, w_prefix_cache, w_latency, w_cost = _weights(weights)
+    weight_sum = w_locality + w_queue_depth + w_kv_cache + w_prefix_cache + w_latency + w_cost
+
+    def blend(signals: SignalValues) -> float:
+        locality, queue_depth, kv_cache, prefix_cache, latency, cost = signals
+        if weight_sum <= 0:
+            return 0.0
+        total = (
+            locality * w_locality
+            + queue_depth * w_queue_depth
+            + kv_cache * w_kv_cache
+            + prefix_cache * w_prefix_cache
+            + latency * w_latency
+            + cost * w_cost
+        )
+        return round(total / weight_sum, DECIMALS)
+
+    return blend
 
 
 def blended_score(signals: SignalValues, weights: ScoringWeights) -> float:
     """The score: the weighted sum of the signals divided by the sum of the weights, so it
     lies in [0, 1] whatever the weights (0 when every weight is 0), rounded to six
     decimals."""
-    locality, queue_depth, kv_cache, prefix_cache, latency, cost = signals
-    w_locality, w_queue_depth, w_kv_cache = weights.locality, weights.queue_depth, weights.kv_cache
-    w_prefix_cache, w_latency, w_cost = weights.prefix_cache, weights.latency, weights.cost
-    weight_sum = w_locality + w_queue_depth + w_kv_cache + w_prefix_cache + w_latency + w_cost
-    if weight_sum <= 0:
-        return 0.0
-    total = (
-        locality * w_locality
-        + queue_depth * w_queue_depth
-        + kv_cache * w_kv_cache
-        + prefix_cache * w_prefix_cache
-        + latency * w_latency
-        + cost * w_cost
-    )
-    return round(total / weight_sum, DECIMALS)
+    return score_blender(weights)(signals)
 
 
 def score_breakdown(signals: SignalValues, weights: ScoringWeights) -> ScoreBreakdown:
     """Each weighted contribution rounded to six decimals; the total is the sum of those
     rounded contributions, so the published breakdown adds up exactly."""
-    locality, queue_depth, kv_cache, prefix_cache, latency, cost = (
-        round(value * weight, DECIMALS)
-        for value, weight in zip(signals, _weights(weights), strict=True)
-    )
+    locality, queue_depth, kv_cache, prefix_cache, latency, cost = signals
+    locality = round(locality * weights.locality, DECIMALS)
+    queue_depth = round(queue_depth * weights.queue_depth, DECIMALS)
+    kv_cache = round(kv_cache * weights.kv_cache, DECIMALS)
+    prefix_cache = round(prefix_cache * weights.prefix_cache, DECIMALS)
+    latency = round(latency * weights.latency, DECIMALS)
+    cost = round(cost * weights.cost, DECIMALS)
     total = round(locality + queue_depth + kv_cache + prefix_cache + latency + cost, DECIMALS)
     return ScoreBreakdown(locality, queue_depth, kv_cache, prefix_cache, latency, cost, total)
 
