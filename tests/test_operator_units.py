@@ -42,10 +42,10 @@ from grid.operator.configmaps import (
     matches,
     spec_targets,
 )
-from grid.operator.keyring import KEY_BYTES, parse_keyring
 from grid.operator.kube import KubeApi
 from grid.operator.options import OperatorOptions
 from grid.operator.secrets import credential_state_of, load_trust_material, pem_paths
+from grid.operator.secrets import secret_keyring as parse_keyring
 from grid.operator.sites import discovered_site_manifest, resolve_local_site
 from grid.operator.status import (
     GatewayOutcome,
@@ -60,6 +60,7 @@ from grid.operator.status import (
 )
 from grid.operator.validation import check_manifest
 from grid.render.overlay import OverlayScope, OverlaySource, render_overlay
+from grid.runtime.keyring import KEY_BYTES
 from grid.scoring.inputs import CandidateInput, ConsumingSite
 from grid.scoring.ranking import rank_candidates
 from k8s.cluster import Cluster

@@ -31,7 +31,7 @@ from grid.agent.network import (
 )
 from grid.agent.options import DEFAULT_BIND_HOST, AgentOptions
 from grid.agent.outputs import OutputWriter
-from grid.agent.probes import Prober, SiteTls
+from grid.agent.probes import SiteTls
 from grid.engine import SiteEngine
 from grid.errors import AgentConfigError, ConfigError, GridError, ResourceError
 from grid.models.network import GridNetwork, generate_grid_id
@@ -101,7 +101,7 @@ class Agent:
         self._session = aiohttp.ClientSession()
         self._shared = Shared(
             writer=OutputWriter(options.state_dir, status_interval_s=options.status_interval_s),
-            prober=Prober(tls),
+            prober=tls.prober(),
             session=self._session,
             secrets_dir=options.secrets_dir,
             tick_s=options.tick_s,
@@ -242,7 +242,7 @@ class Agent:
         try:
             tls = SiteTls.from_dir(self.options.tls_dir)
             certificate_pem = _read_certificate(tls)
-            prober = Prober(tls)
+            prober = tls.prober()
             if self._egress is not None:
                 if tls.certificate is None or tls.private_key is None:
                     raise AgentConfigError("the egress listener needs tls.crt and tls.key")
@@ -254,6 +254,7 @@ class Agent:
         now = datetime.now(UTC)
         for runtime in self.networks.values():
             runtime.engine.set_certificate(certificate_pem, now)
+            runtime.use_prober(prober)
             runtime.wake()
         _log.info("%s: TLS files reloaded", self.site)
 

@@ -9,13 +9,15 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from grid import __version__
 from grid.agent.network import NetworkRuntime
-from grid.errors import GridError
+from grid.errors import AgentConfigError, GridError
+from grid.runtime.http import Endpoint, health_handler, metrics_handler
+from grid.runtime.metrics import NetworkGauges
 from grid.trust.probe import parse_address
 
 if TYPE_CHECKING:
@@ -142,21 +144,8 @@ class AgentCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         agent = self._agent
-        members = GaugeMetricFamily(
-            "grid_members", "Peers by SWIM state.", labels=["network", "state"]
-        )
-        trusted = GaugeMetricFamily(
-            "grid_trusted_sites", "Peers whose certificate matched its pin.", labels=["network"]
-        )
-        candidates = GaugeMetricFamily(
-            "grid_overlay_candidates",
-            "Candidates in the current overlay.",
-            labels=["network", "namespace", "gateway"],
-        )
-        refused = GaugeMetricFamily(
-            "grid_overlay_render_refused",
-            "1 while the last render was refused and the previous overlay is kept.",
-            labels=["network", "namespace", "gateway"],
+        gauges = NetworkGauges(
+            "1 while the last render was refused and the previous overlay is kept."
         )
         writes = CounterMetricFamily(
             "grid_overlay_writes",
@@ -176,53 +165,22 @@ class AgentCollector(Collector):
             "Items received from peers, by outcome.",
             labels=["network", "lane", "outcome"],
         )
-        phases = GaugeMetricFamily(
-            "grid_resource_phase",
-            "1 for the current phase of each resource.",
-            labels=["network", "kind", "name", "phase"],
-        )
-        swim = GaugeMetricFamily(
-            "grid_swim", "SWIM node counters and gauges.", labels=["network", "name"]
-        )
         for name, runtime in sorted(agent.networks.items()):
             engine = runtime.engine
-            states: dict[str, int] = {"alive": 0, "suspect": 0, "down": 0, "left": 0}
-            for member in engine.members.values():
-                states[member.state.value] += 1
-            for state, count in states.items():
-                members.add_metric([name, state], count)
-            trusted.add_metric([name], len(engine.trusted_sites))
-            for (namespace, gateway), current in sorted(engine.overlays.items()):
-                count = 0 if current.overlay is None else len(current.overlay.candidates)
-                candidates.add_metric([name, namespace, gateway], count)
-                refused.add_metric([name, namespace, gateway], 1 if current.message else 0)
+            gauges.add_engine(name, engine, lambda overlay: bool(overlay.message))
+            gauges.add_node(name, runtime.node)
+            for namespace, gateway in sorted(engine.overlays):
                 writes.add_metric(
                     [name, namespace, gateway], runtime.overlay_writes[(namespace, gateway)]
                 )
-            for lane, count in sorted(runtime.items_published.items()):
+            for lane, count in sorted(runtime.swim.published.items()):
                 published.add_metric([name, lane], count)
-            for error, count in sorted(runtime.publish_refused.items()):
+            for error, count in sorted(runtime.swim.refused.items()):
                 unpublished.add_metric([name, error], count)
-            for (lane, outcome), count in sorted(runtime.items_received.items()):
+            for (lane, outcome), count in sorted(runtime.swim.received.items()):
                 received.add_metric([name, lane, outcome], count)
-            for (kind, resource), status in engine.statuses().items():
-                phases.add_metric([name, kind, resource, str(status.phase)], 1)
-            node = runtime.node
-            if node is not None and node.running:
-                for stat, value in sorted(node.stats().items()):
-                    swim.add_metric([name, stat], value)
-        yield from (
-            members,
-            trusted,
-            candidates,
-            refused,
-            writes,
-            published,
-            unpublished,
-            received,
-            phases,
-            swim,
-        )
+        yield from gauges.families()
+        yield from (writes, published, unpublished, received)
         errors = GaugeMetricFamily(
             "grid_resource_errors", "Invalid resource documents in the directory."
         )
@@ -236,51 +194,42 @@ class StatusServer:
     def __init__(self, agent: Agent, address: str) -> None:
         host, _, port = address.rpartition(":")
         try:
-            self._host, _ = parse_address(f"{host}:1")
+            host, _ = parse_address(f"{host}:1")
         except GridError:
             raise GridError(f"--http {address!r} is not host:port") from None
         if not port.isdigit() or int(port) > 65535:
             raise GridError(f"--http {address!r} has no port between 0 and 65535")
-        self._port = int(port)
         self._agent = agent
         self.registry = CollectorRegistry()
         self.registry.register(AgentCollector(agent))
-        self._runner: web.AppRunner | None = None
+        routes = {
+            "/healthz": health_handler(self._health),
+            "/status": self._status,
+            "/metrics": metrics_handler(self.registry),
+        }
+        self._endpoint = Endpoint(host, int(port), routes, error=AgentConfigError)
 
     @property
     def address(self) -> str:
-        if self._runner is None:
-            raise RuntimeError("the HTTP server is not started")
-        host, port = self._runner.addresses[0][:2]
-        return f"{host}:{port}"
+        return self._endpoint.address
 
     async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/status", self._status)
-        app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, self._host, self._port).start()
+        """Listen. Raises :class:`~grid.errors.AgentConfigError` when the address cannot be
+        bound."""
+        await self._endpoint.start()
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        await self._endpoint.stop()
 
-    async def _healthz(self, request: web.Request) -> web.Response:
+    def _health(self) -> tuple[bool, str]:
         down = [
             name
             for name, runtime in sorted(self._agent.networks.items())
             if runtime.node is None or not runtime.node.running
         ]
         if down:
-            return web.Response(status=503, text=f"SWIM not running for: {', '.join(down)}\n")
-        return web.Response(text="ok\n")
+            return False, f"SWIM not running for: {', '.join(down)}"
+        return True, "ok"
 
     async def _status(self, request: web.Request) -> web.Response:
         return web.json_response(status_document(self._agent))
-
-    async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(self.registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

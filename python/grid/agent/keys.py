@@ -1,21 +1,14 @@
-"""SWIM key files: 32 raw bytes (``head -c 32 /dev/urandom > swim.key``), or text with one
-base64 key per line, the first sealing and all opening. Editing the file rotates the
-keyring: add the new key on a second line (every site can open it), move it to the first
-line (it seals), then delete the old line (it is forgotten)."""
+"""SWIM key files, in the format :mod:`grid.runtime.keyring` reads: editing the file rotates
+the keyring (add the new key on a second line, move it to the first, delete the old line)."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from grid.errors import KeyFileError
-
-KEY_BYTES = 32
-MAX_KEYS = 8
-_MAX_FILE_BYTES = 4096
+from grid.runtime.keyring import MAX_ENTRY_BYTES, parse_keyring
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,45 +31,14 @@ def read_key_file(path: Path) -> KeyFile:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
             raise KeyFileError(f"key file {path} is not a regular file")
-        if info.st_size > _MAX_FILE_BYTES:
-            raise KeyFileError(f"key file {path} is larger than {_MAX_FILE_BYTES} bytes")
+        if info.st_size > MAX_ENTRY_BYTES:
+            raise KeyFileError(f"key file {path} is larger than {MAX_ENTRY_BYTES} bytes")
         data = path.read_bytes()
     except OSError as error:
         raise KeyFileError(f"cannot read key file {path}: {error.strerror}") from None
     others = bool(info.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
-    if len(data) == KEY_BYTES:
-        return KeyFile(path, (data,), others)
-    return KeyFile(path, _base64_keys(path, data), others)
-
-
-def _base64_keys(path: Path, data: bytes) -> tuple[bytes, ...]:
-    try:
-        text = data.decode("ascii")
-    except UnicodeDecodeError:
-        raise KeyFileError(
-            f"key file {path} is neither {KEY_BYTES} raw bytes nor base64 text"
-        ) from None
-    keys: list[bytes] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        entry = line.strip()
-        if not entry or entry.startswith("#"):
-            continue
-        try:
-            key = base64.b64decode(entry, validate=True)
-        except (binascii.Error, ValueError):
-            raise KeyFileError(f"key file {path}, line {number}: not base64") from None
-        if len(key) != KEY_BYTES:
-            raise KeyFileError(
-                f"key file {path}, line {number}: decodes to {len(key)} bytes, not {KEY_BYTES}"
-            )
-        if key in keys:
-            raise KeyFileError(f"key file {path}, line {number}: the same key twice")
-        keys.append(key)
-    if not keys:
-        raise KeyFileError(f"key file {path} holds no key")
-    if len(keys) > MAX_KEYS:
-        raise KeyFileError(f"key file {path} holds more than {MAX_KEYS} keys")
-    return tuple(keys)
+    keyring = parse_keyring(data, f"key file {path}", error=KeyFileError)
+    return KeyFile(path, keyring.keys, others)
 
 
 def merge_keys(files: list[KeyFile]) -> tuple[bytes, ...]:

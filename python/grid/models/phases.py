@@ -175,9 +175,17 @@ def _ready(phase: StrEnum, ready_phase: StrEnum, generation: int | None) -> Cond
     )
 
 
-def _condition(
-    type_: str, status: bool | None, reason: str, message: str, generation: int | None
+def condition_update(
+    type_: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    generation: int | None,
+    *,
+    limit: int = _MAX_CONDITION_MESSAGE,
 ) -> ConditionUpdate:
+    """A condition to set: ``status`` True, False or None (Unknown), ``message`` cut to
+    ``limit`` characters."""
     value = {
         True: ConditionStatus.TRUE,
         False: ConditionStatus.FALSE,
@@ -187,7 +195,7 @@ def _condition(
         type=type_,
         status=value[status],
         reason=reason,
-        message=_clip(message, _MAX_CONDITION_MESSAGE),
+        message=_clip(message, limit),
         observed_generation=generation,
     )
 
@@ -326,21 +334,23 @@ def evaluate_site(
 
     probe = observation.probe
     if probe is None:
-        reachable = _condition("Reachable", None, "NotProbed", "no probe yet", generation)
-        trusted = _condition("Trusted", None, "NotProbed", "no certificate seen yet", generation)
+        reachable = condition_update("Reachable", None, "NotProbed", "no probe yet", generation)
+        trusted = condition_update(
+            "Trusted", None, "NotProbed", "no certificate seen yet", generation
+        )
     elif not probe.reachable:
-        reachable = _condition(
+        reachable = condition_update(
             "Reachable", False, "ProbeFailed", probe.error or "egress probe failed", generation
         )
-        trusted = _condition(
+        trusted = condition_update(
             "Trusted", None, "NotProbed", "the last probe did not reach the site", generation
         )
     else:
-        reachable = _condition(
+        reachable = condition_update(
             "Reachable", True, "ProbeSucceeded", "egress probe passed", generation
         )
         check = _check_trust(site, probe.presented_fingerprint)
-        trusted = _condition(
+        trusted = condition_update(
             "Trusted", check.pin is not None, check.reason, check.message, generation
         )
     conditions = _apply_conditions(
@@ -468,31 +478,31 @@ def evaluate_provider(
     credentials_ok = credentials not in _CREDENTIAL_PROBLEMS
     check = provider.spec.health_check
     if check is None:
-        healthy = _condition(
+        healthy = condition_update(
             "Healthy", True, "HealthCheckNotConfigured", "no health check configured", generation
         )
     elif observation.consecutive_failures >= check.unhealthy_threshold:
-        healthy = _condition(
+        healthy = condition_update(
             "Healthy", False, "HealthCheckFailing", observation.health_message, generation
         )
     elif observation.consecutive_successes >= check.healthy_threshold:
-        healthy = _condition("Healthy", True, "HealthCheckPassing", "", generation)
+        healthy = condition_update("Healthy", True, "HealthCheckPassing", "", generation)
     else:
-        healthy = _condition(
+        healthy = condition_update(
             "Healthy", None, "HealthCheckPending", "not enough checks yet", generation
         )
     if observation.metrics_ok is None:
-        metrics = _condition("MetricsAvailable", None, "NotScraped", "", generation)
+        metrics = condition_update("MetricsAvailable", None, "NotScraped", "", generation)
     elif observation.metrics_ok:
-        metrics = _condition("MetricsAvailable", True, "Scraped", "", generation)
+        metrics = condition_update("MetricsAvailable", True, "Scraped", "", generation)
     else:
-        metrics = _condition(
+        metrics = condition_update(
             "MetricsAvailable", False, "ScrapeFailed", observation.metrics_message, generation
         )
     conditions = _apply_conditions(
         previous,
         [
-            _condition(
+            condition_update(
                 "CredentialsValid",
                 credentials_ok,
                 str(credentials),
@@ -607,28 +617,28 @@ def evaluate_network(
     conditions = _apply_conditions(
         previous,
         [
-            _condition(
+            condition_update(
                 "ConfigValid",
                 error is None,
                 "ConfigAccepted" if error is None else "ConfigRejected",
                 error or "",
                 generation,
             ),
-            _condition(
+            condition_update(
                 "MembershipReady",
                 observation.membership_running,
                 "MembershipRunning" if observation.membership_running else "MembershipStopped",
                 "",
                 generation,
             ),
-            _condition(
+            condition_update(
                 "OverlaysWritten",
                 not failed,
                 "OverlaysWritten" if not failed else "RenderFailed",
                 f"not written for: {', '.join(failed)}" if failed else "",
                 generation,
             ),
-            _condition(
+            condition_update(
                 "SitesReachable",
                 not unreachable,
                 "SitesReachable" if not unreachable else "SitesUnreachable",

@@ -10,13 +10,17 @@ outcomes: never a key, a token or anything read from a Secret.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from grid.runtime.metrics import NetworkGauges
+
 if TYPE_CHECKING:
+    from grid.engine import GatewayOverlay
     from grid.operator.runtime import NetworkRuntime
 
 
@@ -93,60 +97,35 @@ class _NetworkCollector(Collector):
             "GridNetworks this operator runs, by SWIM state.",
             labels=["membership"],
         )
-        members = GaugeMetricFamily(
-            "grid_members", "Peers by SWIM state.", labels=["network", "state"]
-        )
-        trusted = GaugeMetricFamily(
-            "grid_trusted_sites", "Peers whose certificate matched its pin.", labels=["network"]
-        )
-        candidates = GaugeMetricFamily(
-            "grid_overlay_candidates",
-            "Candidates in the current overlay.",
-            labels=["network", "namespace", "gateway"],
-        )
-        refused = GaugeMetricFamily(
-            "grid_overlay_render_refused",
-            "1 while the last render or write was refused and the previous overlay is kept.",
-            labels=["network", "namespace", "gateway"],
-        )
-        phases = GaugeMetricFamily(
-            "grid_resource_phase",
-            "1 for the current phase of each resource.",
-            labels=["network", "kind", "name", "phase"],
-        )
-        swim = GaugeMetricFamily(
-            "grid_swim", "SWIM node counters and gauges.", labels=["network", "name"]
+        gauges = NetworkGauges(
+            "1 while the last render or write was refused and the previous overlay is kept."
         )
         running = stopped = 0
         for runtime in sorted(self._runtimes(), key=lambda r: r.name):
             name = runtime.name
-            node = runtime.node
-            if node is not None and node.running:
+            if gauges.add_node(name, runtime.node):
                 running += 1
-                for stat, value in sorted(node.stats().items()):
-                    swim.add_metric([name, stat], value)
             else:
                 stopped += 1
             composed = runtime.network_status
             if composed is not None:
-                phases.add_metric([name, "GridNetwork", name, str(composed.phase)], 1)
+                gauges.add_phase(name, "GridNetwork", name, str(composed.phase))
             engine = runtime.engine
             if engine is None:
                 continue
-            states = {"alive": 0, "suspect": 0, "down": 0, "left": 0}
-            for member in engine.members.values():
-                states[member.state.value] += 1
-            for state, count in states.items():
-                members.add_metric([name, state], count)
-            trusted.add_metric([name], len(engine.trusted_sites))
-            for (namespace, gateway), current in sorted(engine.overlays.items()):
-                count = 0 if current.overlay is None else len(current.overlay.candidates)
-                candidates.add_metric([name, namespace, gateway], count)
-                failed = bool(current.message or runtime.write_message(namespace, gateway))
-                refused.add_metric([name, namespace, gateway], 1 if failed else 0)
-            for (kind, resource), status in engine.statuses().items():
-                if kind != "GridNetwork":
-                    phases.add_metric([name, kind, resource, str(status.phase)], 1)
+            gauges.add_engine(
+                name,
+                engine,
+                partial(_held_back, runtime),
+                # The network's phase is the one composed with what only the shell knows.
+                phases_of=lambda kind: kind != "GridNetwork",
+            )
         networks.add_metric(["running"], running)
         networks.add_metric(["stopped"], stopped)
-        yield from (networks, members, trusted, candidates, refused, phases, swim)
+        yield networks
+        yield from gauges.families()
+
+
+def _held_back(runtime: NetworkRuntime, overlay: GatewayOverlay) -> bool:
+    """Whether the gateway's overlay failed to render or its ConfigMaps to be written."""
+    return bool(overlay.message or runtime.write_message(*overlay.key))

@@ -20,13 +20,14 @@ from grid.errors import KubernetesApiError, OperatorConfigError
 from grid.models.network import GatewayRef
 from grid.operator.cache import ResourceCache, valid_network
 from grid.operator.configmaps import Target, gateway_targets, selector, spec_targets
-from grid.operator.http import Endpoint, health_endpoint, metrics_endpoint
+from grid.operator.http import health_endpoint, metrics_endpoint
 from grid.operator.kube import KubeApi
 from grid.operator.metrics import OperatorMetrics
 from grid.operator.options import OperatorOptions
 from grid.operator.runtime import NetworkRuntime, PostEvent, Shared, utc_now
 from grid.operator.status import dump_status, orphan_status
 from grid.operator.writes import StatusWriter, delete_managed_configmap
+from grid.runtime.http import Endpoint
 
 _log = logging.getLogger("grid.operator")
 

@@ -40,12 +40,10 @@ from grid.models.phases import Event, EventType
 from grid.models.site import GridSitePhase
 from grid.operator.cache import NETWORK, Entry, ResourceCache, valid_network
 from grid.operator.configmaps import Target
+from grid.operator.credentials import CredentialChecks
 from grid.operator.kube import KubeApi
 from grid.operator.metrics import OperatorMetrics
-from grid.operator.notices import Notices
-from grid.operator.observers import Observers
 from grid.operator.options import OperatorOptions
-from grid.operator.probes import SiteProber
 from grid.operator.secrets import TrustMaterial, load_trust_material
 from grid.operator.sites import auto_discovers, discovered_site_manifest, resolve_local_site
 from grid.operator.status import (
@@ -60,8 +58,11 @@ from grid.operator.status import (
     rejected_network,
     with_spec_condition,
 )
-from grid.operator.swim import MeshNode, SwimPlan
 from grid.operator.writes import ConfigMapWriter, StatusWriter
+from grid.runtime.notices import Notices
+from grid.runtime.observers import Observers
+from grid.runtime.probes import SiteProber
+from grid.runtime.swim import SwimDriver, SwimPlan
 
 _log = logging.getLogger("grid.operator")
 
@@ -98,15 +99,27 @@ class NetworkRuntime:
         options = shared.options
         self.engine: SiteEngine | None = None
         self._notices = Notices(_log, f"network {name}")
-        self.mesh = MeshNode(name, shared.metrics, self._notices, self._engine, self.wake)
+        metrics = shared.metrics
+        self.mesh = SwimDriver(
+            self._notices,
+            _log,
+            self._engine,
+            self.wake,
+            on_published=lambda item: metrics.items_published.labels(name, item.lane).inc(),
+            on_received=lambda lane, outcome: metrics.items_received.labels(
+                name, lane, outcome.value
+            ).inc(),
+        )
         self._observers = Observers(
-            kube=shared.kube,
             session=shared.session,
-            metrics=shared.metrics,
-            notices=self._notices,
+            prober=SiteProber.from_pem(),
             engine_of=self._engine,
             wake=self.wake,
-            credential_refresh_s=options.secret_refresh_s,
+            logger=_log,
+            prefix=f"network {name}",
+        )
+        self._credentials = CredentialChecks(
+            shared.kube, metrics, self._notices, options.secret_refresh_s
         )
         self._configmaps = ConfigMapWriter(
             name,
@@ -239,10 +252,10 @@ class NetworkRuntime:
         if self._material is None:
             engine.set_membership_running(False)
         else:
-            plan = SwimPlan.of(network, shared.options)
+            plan = _swim_plan(network, shared.options)
             await self.mesh.ensure(engine, plan, self._material.keyring)
         engine.set_config_error(self._config_error(entry))
-        await self._observers.check_credentials(engine, moment)
+        await self._credentials.check(engine, moment)
         self._observers.follow(engine)
         self._observers.probe_due_sites(engine, now)
         self.mesh.sync_members(engine, now)
@@ -319,7 +332,7 @@ class NetworkRuntime:
         metrics = self._shared.metrics
         try:
             material = await load_trust_material(self._shared.kube, network.spec.tls, now)
-            prober = SiteProber(material) if material != self._material else None
+            prober = _prober(material) if material != self._material else None
         except (SecretMaterialError, TrustConfigError) as error:
             self._material_error = str(error)
             metrics.secret_reads.labels("trust", "invalid").inc()
@@ -534,6 +547,16 @@ class NetworkRuntime:
                 self._notices.say(topic, f"created GridSite {peer} for a peer seen alive")
 
 
+def _swim_plan(network: GridNetwork, options: OperatorOptions) -> SwimPlan:
+    """The plan for ``network``: on its own port when ``spec.swim.port`` is set, else on
+    the operator's (``GRID_SWIM_PORT``)."""
+    swim = network.spec.swim
+    port = swim.port if "port" in swim.model_fields_set else options.swim_port
+    return SwimPlan.of(
+        network, options.swim_bind(port), options.swim_advertise(port), options.push_pull_factor
+    )
+
+
 def _grid_id(network: GridNetwork, entry: Entry) -> str:
     """The spec's grid id, else the one recorded in status by an earlier run, else new."""
     if network.spec.grid_id:
@@ -570,3 +593,9 @@ def _carry(conditions: list[Condition], previous: Mapping[str, Any], type_: str)
             except ValueError:
                 break
     return list(conditions)
+
+
+def _prober(material: TrustMaterial) -> SiteProber:
+    """A prober with the network's CA and site certificate (the private key stays inside
+    its TLS context, it is not kept anywhere else)."""
+    return SiteProber.from_pem(material.ca_pem, material.certificate_pem, material.private_key_pem)

@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import contextlib
-import os
-import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Protocol
 
 from grid.errors import (
@@ -32,7 +28,8 @@ from grid.errors import (
 from grid.models.meta import SecretKeyRef, SecretObjectRef
 from grid.models.network import TlsSettings
 from grid.models.phases import CredentialState
-from grid.operator.keyring import Keyring, parse_keyring
+from grid.runtime.keyring import Keyring, parse_keyring
+from grid.runtime.probes import pem_paths
 from grid.trust.pem import check_public_cert_pem
 from grid.trust.probe import build_client_context
 
@@ -125,7 +122,7 @@ async def load_trust_material(
         )
     key_ref = tls.swim_key_ref
     data = await _read(source, key_ref, "spec.tls.swimKeyRef")
-    keyring = parse_keyring(
+    keyring = secret_keyring(
         _entry(data, key_ref, "spec.tls.swimKeyRef", key_ref.key),
         _where(key_ref, "spec.tls.swimKeyRef", key_ref.key),
     )
@@ -163,6 +160,12 @@ async def load_trust_material(
     return TrustMaterial(keyring, ca_pem, certificate_pem, private_key_pem, fingerprint)
 
 
+def secret_keyring(entry: bytes, where: str) -> Keyring:
+    """The SWIM keyring held by one Secret entry; ``where`` names the entry in messages.
+    Raises :class:`~grid.errors.SecretMaterialError`."""
+    return parse_keyring(entry, where, error=SecretMaterialError)
+
+
 def _check_certificate(pem: str, where: str, now: datetime) -> str:
     try:
         return check_public_cert_pem(pem, now).fingerprint
@@ -178,40 +181,3 @@ def credential_state_of(data: Mapping[str, str] | None, key: str) -> CredentialS
     if key not in data:
         return CredentialState.KEY_NOT_FOUND
     return CredentialState.VALID if data[key] else CredentialState.EMPTY
-
-
-@contextlib.contextmanager
-def pem_paths(*pems: str) -> Iterator[tuple[Path, ...]]:
-    """Paths that ``ssl`` can load ``pems`` from, gone when the block ends. On Linux they
-    are anonymous in-memory files (nothing touches a disk); elsewhere files in a private
-    temporary directory."""
-    if hasattr(os, "memfd_create"):
-        descriptors: list[int] = []
-        try:
-            for pem in pems:
-                descriptor = os.memfd_create("grid-pem", os.MFD_CLOEXEC)
-                descriptors.append(descriptor)
-                _write_all(descriptor, pem.encode("ascii"))
-            yield tuple(Path(f"/proc/self/fd/{descriptor}") for descriptor in descriptors)
-        finally:
-            for descriptor in descriptors:
-                os.close(descriptor)
-        return
-    with tempfile.TemporaryDirectory(prefix="grid-pem-") as directory:
-        paths = []
-        for index, pem in enumerate(pems):
-            path = Path(directory) / f"{index}.pem"
-            descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                _write_all(descriptor, pem.encode("ascii"))
-            finally:
-                os.close(descriptor)
-            paths.append(path)
-        yield tuple(paths)
-
-
-def _write_all(descriptor: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(descriptor, view)
-        view = view[written:]

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from grid.crdt.state import GridState
-from grid.models.conditions import Condition, ConditionStatus, ConditionUpdate, set_condition
+from grid.models.conditions import Condition, ConditionUpdate, set_condition
 from grid.models.meta import ObjectMeta
 from grid.models.network import (
     GatewayOverlayStatus,
@@ -26,7 +26,13 @@ from grid.models.network import (
     TenantBudget,
     TenantBudgetStatus,
 )
-from grid.models.phases import Event, GatewayRender, NetworkObservation, evaluate_network
+from grid.models.phases import (
+    Event,
+    GatewayRender,
+    NetworkObservation,
+    condition_update,
+    evaluate_network,
+)
 from grid.models.provider import InferenceProviderStatus
 from grid.models.site import GridSiteStatus
 
@@ -47,18 +53,7 @@ def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
 def _update(
     type_: str, status: bool | None, reason: str, message: str, generation: int | None
 ) -> ConditionUpdate:
-    value = {
-        True: ConditionStatus.TRUE,
-        False: ConditionStatus.FALSE,
-        None: ConditionStatus.UNKNOWN,
-    }
-    return ConditionUpdate(
-        type=type_,
-        status=value[status],
-        reason=reason,
-        message=_clip(message),
-        observed_generation=generation,
-    )
+    return condition_update(type_, status, reason, message, generation, limit=MAX_MESSAGE)
 
 
 # --- spec validity -------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from grid.operator.configmaps import (
 )
 from grid.operator.kube import KubeApi
 from grid.operator.metrics import OperatorMetrics
-from grid.operator.notices import Notices
 from grid.operator.status import StatusMemory
+from grid.runtime.notices import Notices
 
 _log = logging.getLogger("grid.operator")
 

@@ -1,5 +1,6 @@
-"""Log lines about a state that holds across reconcile passes (a missing Secret, a refused
-write): written when the state starts or changes, not on every pass."""
+"""Log lines about a state that holds across the passes of a loop (a missing Secret, a
+node that cannot bind, a refused write): written when the state starts or changes, not on
+every pass."""
 
 from __future__ import annotations
 
@@ -18,3 +19,8 @@ class Notices:
         if self._last.get(topic) != message:
             self._last[topic] = message
             self._logger.log(level, "%s: %s", self._prefix, message)
+
+    @property
+    def prefix(self) -> str:
+        """What every line starts with (``network lab``)."""
+        return self._prefix

@@ -1,6 +1,11 @@
-"""A network's SWIM node in the operator: started from the network's settings and the keyring
-of its Secret, restarted when the settings change, its keyring rotated in place when the
-Secret changes, and its events (membership changes, received items) fed to the engine."""
+"""Driving a network's SWIM node: started from a plan and a keyring, restarted when the
+plan changes, its keyring rotated in place, its events (membership changes, received
+items) fed to the engine and the engine's items published.
+
+A member comes back to life in the engine by an event (a rejoin carries a newer
+generation) or, in the member list, by a newer generation or a refuted suspicion only: a
+site the engine saw leave or fail is never revived by the list alone.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +13,27 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from grid.crdt.snapshot import Item
 from grid.engine import ItemOutcome, SiteEngine
-from grid.errors import BroadcastRefused, GridError
+from grid.errors import BroadcastRefused, GridError, NodeStateError
 from grid.membership import ItemEvent, MemberEvent, SwimConfig, SwimNode, parse_address
 from grid.models.network import GridNetwork
 from grid.models.phases import MemberState
-from grid.operator.keyring import Keyring
-from grid.operator.metrics import OperatorMetrics
-from grid.operator.notices import Notices
-from grid.operator.options import OperatorOptions
-
-_log = logging.getLogger("grid.operator")
+from grid.runtime.keyring import Keyring
+from grid.runtime.notices import Notices
 
 EngineOf = Callable[[], SiteEngine | None]
+"""The network's engine right now (None while there is none)."""
 
 
 @dataclass(frozen=True, slots=True)
 class SwimPlan:
-    """How the network's SWIM node is set up; a change means a new node."""
+    """How a network's SWIM node is set up; a change means a new node."""
 
     bind: str
     advertise: str | None
@@ -38,48 +41,62 @@ class SwimPlan:
     seeds: tuple[str, ...]
 
     @classmethod
-    def of(cls, network: GridNetwork, options: OperatorOptions) -> SwimPlan:
-        """The plan for ``network``: its ``spec.swim`` settings and seeds, on its own port
-        when ``spec.swim.port`` is set, else on the operator's (``GRID_SWIM_PORT``)."""
+    def of(
+        cls, network: GridNetwork, bind: str, advertise: str | None, push_pull_factor: float
+    ) -> SwimPlan:
+        """The plan for ``network``'s ``spec.swim`` settings and seeds on ``bind``, with a
+        push/pull sync every ``push_pull_factor`` probe intervals."""
         swim = network.spec.swim
-        port = swim.port if "port" in swim.model_fields_set else options.swim_port
         probe = swim.probe_interval.seconds
         config = SwimConfig(
             probe_interval=probe,
             suspicion_timeout=swim.suspicion_timeout.seconds,
             gossip_nodes=swim.gossip_nodes,
-            push_pull_interval=probe * options.push_pull_factor,
+            push_pull_interval=probe * push_pull_factor,
         )
-        return cls(
-            options.swim_bind(port), options.swim_advertise(port), config, tuple(network.spec.seeds)
-        )
+        return cls(bind, advertise, config, tuple(network.spec.seeds))
 
 
-class MeshNode:
-    """The SWIM node of one network (at most one at a time)."""
+class SwimDriver:
+    """The SWIM node of one network (at most one at a time), between it and the engine.
+
+    Counts what it moves: :attr:`published` by lane, :attr:`received` by lane and outcome,
+    :attr:`refused` by error; ``on_published`` and ``on_received`` hear of each one too.
+    """
 
     def __init__(
         self,
-        network: str,
-        metrics: OperatorMetrics,
         notices: Notices,
+        logger: logging.Logger,
         engine_of: EngineOf,
         wake: Callable[[], None],
+        *,
+        on_published: Callable[[Item], None] | None = None,
+        on_received: Callable[[str, ItemOutcome], None] | None = None,
     ) -> None:
-        self._network = network
-        self._metrics = metrics
         self._notices = notices
+        self._log = logger
         self._engine_of = engine_of
         self._wake = wake
+        self._on_published = on_published
+        self._on_received = on_received
         self.node: SwimNode | None = None
         self.error: str | None = None
         """Why the node could not start, or its keyring could not be rotated."""
         self.unusable_seeds: tuple[str, ...] = ()
         """Seeds that could not be joined, each with its reason."""
         self.started_at = 0.0
+        """When the node started (monotonic seconds)."""
+        self.published: Counter[str] = Counter()
+        self.received: Counter[tuple[str, str]] = Counter()
+        self.refused: Counter[str] = Counter()
         self._plan: SwimPlan | None = None
         self._keys: Keyring | None = None
         self._events: asyncio.Task[None] | None = None
+
+    @property
+    def _prefix(self) -> str:
+        return self._notices.prefix
 
     @property
     def running(self) -> bool:
@@ -90,13 +107,17 @@ class MeshNode:
         node = self.node
         if node is None or not node.running:
             return 0
-        return sum(1 for member in node.members() if member.state in ("alive", "suspect"))
+        try:
+            members = node.members()
+        except GridError:
+            return 0  # stopped between the check and the call
+        return sum(1 for member in members if member.state in ("alive", "suspect"))
 
     async def ensure(self, engine: SiteEngine, plan: SwimPlan, keyring: Keyring) -> None:
         """Run a node with ``plan`` and ``keyring``: start it, restart it for a new plan, or
         rotate its keys."""
         if self.node is not None and plan != self._plan:
-            _log.info("network %s: SWIM settings changed, restarting the node", self._network)
+            self._log.info("%s: SWIM settings changed, restarting the node", self._prefix)
             await self.stop(leave=True)
             # Peers forgot this site when it left: its records must come back as news.
             engine.reset_state()
@@ -130,7 +151,7 @@ class MeshNode:
             f"seeds {', '.join(seeds) or 'none'}",
         )
         for problem in self.unusable_seeds:
-            _log.warning("network %s: seed not used: %s", self._network, problem)
+            self._log.warning("%s: seed not used: %s", self._prefix, problem)
         self._events = asyncio.create_task(self._read_events(node))
         # Everything this site holds goes out again under the new node.
         for item in engine.state.all_items():
@@ -176,34 +197,42 @@ class MeshNode:
             else:
                 node.close()
         except GridError as error:
-            _log.warning("network %s: stopping SWIM: %s", self._network, error)
+            self._log.warning("%s: stopping SWIM: %s", self._prefix, error)
 
     def publish(self, item: Item) -> None:
+        """Hand ``item`` to the node (nothing while none runs: the next node publishes
+        everything the engine holds)."""
         node = self.node
         if node is None:
             return
         try:
             sent = node.publish(item.lane, item.key, item.version, item.payload)
         except BroadcastRefused as error:
-            _log.error(
-                "network %s: %s/%s not published: %s", self._network, item.lane, item.key, error
-            )
+            self.refused[type(error).__name__] += 1
+            self._log.error("%s: %s/%s not published: %s", self._prefix, item.lane, item.key, error)
             return
+        except NodeStateError:
+            return  # the node stopped under us; the next node publishes everything again
         if sent:
-            self._metrics.items_published.labels(self._network, item.lane).inc()
+            self.published[item.lane] += 1
+            if self._on_published is not None:
+                self._on_published(item)
 
     def sync_members(self, engine: SiteEngine, now: datetime) -> None:
         """Events can be lost (a slow reader) and suspicion has no event: the member list
-        tells who is alive or suspected right now. The list can lag behind the events,
-        though (a member that just left may still be listed alive), so an identity the
-        engine saw leave or fail is only revived by an event, which comes with a newer
-        generation; the list revives only a suspect that refuted its suspicion."""
+        tells who is alive or suspected right now. An identity the engine saw leave or fail
+        is revived only by a newer generation (a rejoin); the list revives a suspect that
+        refuted its suspicion."""
         node = self.node
         if node is None or not node.running:
             engine.set_membership_running(False)
             return
+        try:
+            members = node.members()
+        except GridError:
+            return  # stopped between the check and the call
         known = engine.members
-        for member in node.members():
+        for member in members:
             seen = known.get(member.site)
             if member.state == "alive":
                 newer = seen is None or seen.generation < member.generation
@@ -222,35 +251,41 @@ class MeshNode:
             engine = self._engine_of()
             if engine is None:
                 continue
-            now = datetime.now(UTC)
-            if isinstance(event, ItemEvent):
-                outcome = engine.receive_item(
-                    event.origin, event.lane, event.key, event.version, event.payload, now
-                )
-                self._metrics.items_received.labels(self._network, event.lane, outcome.value).inc()
-                if outcome is ItemOutcome.APPLIED:
-                    self._wake()
-                continue
-            self._member_event(engine, event, now)
-            self._wake()
+            try:
+                self._handle(engine, event, datetime.now(UTC))
+            except Exception:
+                # One bad event must not stop the stream: report it and take the next.
+                self._log.exception("%s: a SWIM event could not be handled", self._prefix)
 
-    def _member_event(self, engine: SiteEngine, event: MemberEvent, now: datetime) -> None:
+    def _handle(self, engine: SiteEngine, event: ItemEvent | MemberEvent, now: datetime) -> None:
+        if isinstance(event, ItemEvent):
+            outcome = engine.receive_item(
+                event.origin, event.lane, event.key, event.version, event.payload, now
+            )
+            self.received[(event.lane, outcome.value)] += 1
+            if self._on_received is not None:
+                self._on_received(event.lane, outcome)
+            if outcome is ItemOutcome.APPLIED:
+                self._wake()
+            return
         if event.kind in ("member_up", "member_renamed"):
             engine.member_up(event.site, event.address, event.generation, now)
-            _log.info("network %s: %s is up (%s)", self._network, event.site, event.address)
+            self._log.info("%s: %s is up (%s)", self._prefix, event.site, event.address)
         elif event.kind == "member_down":
             engine.member_down(event.site, event.address, event.generation, now)
-            _log.warning("network %s: %s is down", self._network, event.site)
+            self._log.warning("%s: %s is down", self._prefix, event.site)
         else:
             engine.member_left(event.site, event.address, event.generation, now)
-            _log.info("network %s: %s left", self._network, event.site)
+            self._log.info("%s: %s left", self._prefix, event.site)
+        self._wake()
 
 
 async def _usable_seeds(
     seeds: tuple[str, ...], own_address: str
 ) -> tuple[list[str], tuple[str, ...]]:
-    """The seeds to join (resolved, this node excluded) and the ones that cannot be used,
-    each with its reason. Name resolution blocks, so it runs off the event loop."""
+    """The seeds to join, resolved one by one (this node excluded, so one bad name does not
+    keep the others out), and the ones that cannot be used, each with its reason. Name
+    resolution blocks, so it runs off the event loop."""
     usable: list[str] = []
     unusable: list[str] = []
     for seed in seeds:
@@ -260,5 +295,5 @@ async def _usable_seeds(
             unusable.append(f"{seed} ({error})")
             continue
         if address != own_address:
-            usable.append(seed)
+            usable.append(address)
     return usable, tuple(unusable)

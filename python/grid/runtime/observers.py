@@ -1,0 +1,127 @@
+"""What a network observes for its engine: health checks and metrics scrapes of the
+providers the engine names (:meth:`~grid.engine.SiteEngine.observation_targets`), and
+probes of every site whose egress is due. Each result goes to the engine at once, and the
+network is woken to act on it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import aiohttp
+
+from grid.engine import ObservationTarget, ProbeTarget, SiteEngine
+from grid.observe.health import check_health
+from grid.observe.scrape import scrape
+from grid.runtime.probes import SiteProber
+from grid.runtime.swim import EngineOf
+from grid.runtime.tasks import Tasks
+
+Observe = Callable[[SiteEngine, str, Any, datetime], None]
+"""An engine method taking one result: (engine, provider or site, result, now)."""
+
+
+class Observers:
+    """Runs the observations of one network (each provider's loops, each site's probe)."""
+
+    def __init__(
+        self,
+        *,
+        session: aiohttp.ClientSession,
+        prober: SiteProber,
+        engine_of: EngineOf,
+        wake: Callable[[], None],
+        logger: logging.Logger,
+        prefix: str,
+    ) -> None:
+        self._session = session
+        self.prober = prober
+        """Replaced when this site's TLS material changes; the next probe uses it."""
+        self._engine_of = engine_of
+        self._wake = wake
+        self._tasks = Tasks(logger, prefix)
+        self._providers: dict[str, tuple[ObservationTarget, list[asyncio.Task[None]]]] = {}
+        self._probing: set[str] = set()
+
+    async def stop(self) -> None:
+        """Cancel every observation (and wait until they are gone)."""
+        await self._tasks.cancel_all()
+        self._providers.clear()
+        self._probing.clear()
+
+    def _deliver(self, observe: Observe, name: str, result: object) -> None:
+        engine = self._engine_of()
+        if engine is not None:
+            observe(engine, name, result, datetime.now(UTC))
+            self._wake()
+
+    # -- providers ------------------------------------------------------------------------
+
+    def follow(self, engine: SiteEngine) -> None:
+        """Run the health checks and scrapes the engine asks for, and only those."""
+        wanted = {target.provider: target for target in engine.observation_targets()}
+        for name in list(self._providers):
+            target, tasks = self._providers[name]
+            if wanted.get(name) != target:
+                for task in tasks:
+                    task.cancel()
+                del self._providers[name]
+        for name, target in wanted.items():
+            if name in self._providers:
+                continue
+            tasks = []
+            if target.health is not None:
+                health = target.health
+                check = partial(
+                    check_health,
+                    health.url,
+                    timeout=health.timeout_s,
+                    expected_status=health.expected_status,
+                    session=self._session,
+                )
+                loop = self._repeat(health.interval_s, check, SiteEngine.observe_health, name)
+                tasks.append(self._tasks.spawn(loop, f"health of {name}"))
+            if target.metrics is not None:
+                metrics = target.metrics
+                fetch = partial(
+                    scrape,
+                    metrics.url,
+                    timeout=metrics.timeout_s,
+                    max_body_bytes=metrics.max_body_bytes,
+                    session=self._session,
+                )
+                loop = self._repeat(metrics.interval_s, fetch, SiteEngine.observe_scrape, name)
+                tasks.append(self._tasks.spawn(loop, f"scrape of {name}"))
+            self._providers[name] = (target, tasks)
+
+    async def _repeat(
+        self,
+        interval_s: float,
+        fetch: Callable[[], Awaitable[object]],
+        observe: Observe,
+        provider: str,
+    ) -> None:
+        """Every ``interval_s``: ``fetch`` a result (never raises) and hand it over."""
+        while True:
+            self._deliver(observe, provider, await fetch())
+            await asyncio.sleep(interval_s)
+
+    # -- sites ----------------------------------------------------------------------------
+
+    def probe_due_sites(self, engine: SiteEngine, now: datetime) -> None:
+        """Start a probe of every site whose egress is due (one at a time per site)."""
+        for target in engine.take_due_probes(now):
+            if target.site not in self._probing:
+                self._probing.add(target.site)
+                self._tasks.spawn(self._probe(target), f"probe of {target.site}")
+
+    async def _probe(self, target: ProbeTarget) -> None:
+        try:
+            result = await self.prober.probe(target)
+            self._deliver(SiteEngine.observe_probe, target.site, result)
+        finally:
+            self._probing.discard(target.site)

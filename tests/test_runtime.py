@@ -1,0 +1,268 @@
+"""The shell-neutral runtime on its own: keyring parsing, the TLS prober against real
+servers with certificates minted here, the HTTP endpoint pieces on 127.0.0.1, the
+observation loops against a real provider endpoint, and two real SWIM nodes driven into
+two engines."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import secrets
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry, Gauge
+
+from grid.engine import ItemOutcome, ProbeTarget, SiteEngine
+from grid.errors import ConfigError, KeyFileError, SecretMaterialError
+from grid.membership import SwimConfig
+from grid.models import InferenceProvider
+from grid.models.phases import MemberState
+from grid.models.site import EgressTlsMode
+from grid.runtime.http import Endpoint, health_handler, metrics_handler
+from grid.runtime.keyring import KEY_BYTES, Keyring, parse_keyring
+from grid.runtime.notices import Notices
+from grid.runtime.observers import Observers
+from grid.runtime.probes import SiteProber, tcp_probe
+from grid.runtime.swim import SwimDriver, SwimPlan
+from support.pki import make_pki
+from support.servers import PlainTcpServer, ProviderEndpoint, TlsServer, closed_port
+from test_engine import SITES, network, provider
+
+pytestmark = pytest.mark.timeout(30)
+
+LABEL = "key file /etc/grid/swim.key"
+
+
+async def eventually(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.05)
+
+
+# --- keyrings --------------------------------------------------------------------------------
+
+
+def test_a_keyring_is_raw_bytes_or_base64_lines_under_the_shells_error() -> None:
+    first, second = secrets.token_bytes(KEY_BYTES), secrets.token_bytes(KEY_BYTES)
+    assert parse_keyring(first, LABEL, error=KeyFileError).keys == (first,)
+    text = b"# next key first\n" + b"\n".join(base64.b64encode(k) for k in (second, first))
+    ring = parse_keyring(text, LABEL, error=SecretMaterialError)
+    assert ring.keys == (second, first) and ring.primary == second
+    assert repr(ring) == "Keyring(keys=2)"
+
+
+@pytest.mark.parametrize("error", [KeyFileError, SecretMaterialError])
+def test_an_unusable_keyring_raises_the_given_error_naming_the_label_only(
+    error: type[ConfigError],
+) -> None:
+    material = base64.b64encode(b"secret-material-16")
+    with pytest.raises(error) as raised:
+        parse_keyring(material, LABEL, error=error)
+    message = str(raised.value)
+    assert message.startswith(LABEL) and "line 1: decodes to 18 bytes" in message
+    assert material.decode() not in message and "secret-material" not in message
+
+
+# --- probes ----------------------------------------------------------------------------------
+
+
+async def test_the_prober_built_from_pem_text_presents_this_sites_certificate(
+    tmp_path: Path,
+) -> None:
+    pki = make_pki(tmp_path, ("site-a", "site-b"))
+    own = pki["site-a"]
+    prober = SiteProber.from_pem(
+        pki.ca_pem, own.certificate_pem, own.issued.private_key_pem().decode("ascii")
+    )
+    assert repr(prober) == "SiteProber(mutual=True)"
+    async with TlsServer(
+        pki["site-b"].files, client_ca_file=pki.ca_file, require_client_cert=True
+    ) as server:
+        mutual = ProbeTarget("site-b", server.address, EgressTlsMode.MUTUAL_TLS, "site-b")
+        result = await prober.probe(mutual)
+        assert result.reachable, result.error
+        assert result.fingerprint == pki["site-b"].fingerprint
+        await eventually("the client seen", lambda: server.client_names == ["site-a"])
+        # Without this site's certificate the server drops the session (TLS 1.3 says so
+        # only after the handshake) and never accepts an anonymous client.
+        anonymous = SiteProber.from_pem(pki.ca_pem)
+        assert repr(anonymous) == "SiteProber(mutual=False)"
+        refused = await anonymous.probe(mutual)
+        assert refused.error is not None and "client certificate" in refused.error
+        assert server.client_names == ["site-a"]
+
+
+async def test_plaintext_egress_is_a_tcp_connect() -> None:
+    prober = SiteProber.from_pem()
+    async with PlainTcpServer(None) as server:
+        opened = await prober.probe(ProbeTarget("p", server.address, EgressTlsMode.PLAINTEXT, None))
+        assert opened.reachable and opened.fingerprint is None
+    closed = await tcp_probe(f"127.0.0.1:{closed_port()}", 2.0)
+    assert not closed.reachable and closed.error == "connection refused"
+    malformed = await tcp_probe("no-port", 2.0)
+    assert not malformed.reachable and malformed.error
+
+
+# --- HTTP ------------------------------------------------------------------------------------
+
+
+async def test_the_endpoint_serves_health_and_metrics_and_names_a_busy_address() -> None:
+    registry = CollectorRegistry()
+    Gauge("grid_test_value", "a value", registry=registry).set(7)
+    healthy = [True]
+    routes = {
+        "/healthz": health_handler(lambda: (healthy[0], "ok" if healthy[0] else "SWIM down")),
+        "/metrics": metrics_handler(registry),
+    }
+    endpoint = Endpoint("127.0.0.1", 0, routes, error=KeyFileError)
+    await endpoint.start()
+    try:
+        base = f"http://{endpoint.address}"
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/healthz") as response:
+                assert (response.status, await response.text()) == (200, "ok\n")
+            healthy[0] = False
+            async with session.get(f"{base}/healthz") as response:
+                assert (response.status, await response.text()) == (503, "SWIM down\n")
+            async with session.get(f"{base}/metrics") as response:
+                assert "grid_test_value 7.0" in await response.text()
+        port = int(endpoint.address.rpartition(":")[2])
+        busy = Endpoint("127.0.0.1", port, routes, error=SecretMaterialError)
+        with pytest.raises(SecretMaterialError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await busy.start()
+    finally:
+        await endpoint.stop()
+    with pytest.raises(RuntimeError):
+        _ = endpoint.address
+
+
+# --- observations ----------------------------------------------------------------------------
+
+
+async def test_observations_follow_the_engines_targets_and_reach_it() -> None:
+    async with ProviderEndpoint() as served, aiohttp.ClientSession() as session:
+        served.set_gauge("queue", 3)
+        served.set_gauge("kv", 0.5)
+        base = provider("vllm", "site-a", health=True, metrics=True).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        )
+        base["spec"]["endpoint"] = served.base_url
+        base["spec"]["healthCheck"]["path"] = "/healthz"
+        base["spec"]["metricsConfig"]["port"] = int(served.base_url.rpartition(":")[2])
+        watched = InferenceProvider.model_validate(base)
+        engine = SiteEngine(network(), "site-a", sites=SITES, providers=[watched])
+        woken: list[int] = []
+        observers = Observers(
+            session=session,
+            prober=SiteProber.from_pem(),
+            engine_of=lambda: engine,
+            wake=lambda: woken.append(1),
+            logger=logging.getLogger("grid.test"),
+            prefix="site-a/mesh",
+        )
+        try:
+            observers.follow(engine)
+            await eventually(
+                "health checked", lambda: any(p == "/healthz" for p, _ in served.requests)
+            )
+            await eventually(
+                "metrics scraped", lambda: any(p == "/metrics" for p, _ in served.requests)
+            )
+            await eventually("the engine woken", lambda: len(woken) >= 2)
+            # Following again with the same targets starts nothing new.
+            observers.follow(engine)
+            engine.set_resources(network(), SITES, [])
+            observers.follow(engine)
+            await asyncio.sleep(0.1)  # a request in flight when the loops stopped
+            seen = len(served.requests)
+            await asyncio.sleep(1.2)  # past the 1s interval of both loops
+            assert len(served.requests) == seen, "the loops of a removed provider stopped"
+        finally:
+            await observers.stop()
+
+
+# --- SWIM ------------------------------------------------------------------------------------
+
+
+def _driver(engine: SiteEngine, woken: list[str]) -> SwimDriver:
+    logger = logging.getLogger("grid.test")
+    return SwimDriver(
+        Notices(logger, engine.site), logger, lambda: engine, lambda: woken.append(engine.site)
+    )
+
+
+async def test_two_drivers_join_exchange_items_and_a_departed_peer_stays_gone() -> None:
+    key = secrets.token_bytes(KEY_BYTES)
+    keyring = Keyring((key,))
+    config = SwimConfig(probe_interval=0.2, suspicion_timeout=1.0, push_pull_interval=0.5)
+    a_engine = SiteEngine(network(), "site-a", sites=SITES, providers=[provider("m", "site-a")])
+    b_engine = SiteEngine(network(), "site-b", sites=SITES, providers=[])
+    woken: list[str] = []
+    a, b = _driver(a_engine, woken), _driver(b_engine, woken)
+    try:
+        await a.ensure(a_engine, SwimPlan("127.0.0.1:0", None, config, ()), keyring)
+        assert a.node is not None and a.running and a.error is None
+        # A seed that cannot be used is reported and skipped; the next one is still joined.
+        seeds = ("127.0.0.1:0", a.node.address)
+        await b.ensure(b_engine, SwimPlan("127.0.0.1:0", None, config, seeds), keyring)
+        assert len(b.unusable_seeds) == 1 and b.unusable_seeds[0].startswith("127.0.0.1:0 (")
+        await eventually(
+            "b up at a",
+            lambda: (
+                "site-b" in a_engine.members
+                and a_engine.members["site-b"].state is MemberState.ALIVE
+            ),
+        )
+        assert a.peers_known() == 1
+        # a's items (its provider record among them) reach b's engine through the driver.
+        for item in a_engine.refresh(a_engine.members["site-b"].since).items:
+            a.publish(item)
+        await eventually(
+            "items applied at b", lambda: b.received[("state", ItemOutcome.APPLIED.value)] >= 1
+        )
+        assert a.published and not a.refused
+        await b.stop(leave=True)
+        await eventually(
+            "b left at a", lambda: a_engine.members["site-b"].state is MemberState.LEFT
+        )
+        left = a_engine.members["site-b"]
+        # The member list never brings an identity back that the engine saw leave.
+        for _ in range(5):
+            a.sync_members(a_engine, left.since)
+            await asyncio.sleep(0.1)
+        assert a_engine.members["site-b"].state is MemberState.LEFT
+        assert "site-a" in woken
+    finally:
+        await b.stop(leave=False)
+        await a.stop(leave=False)
+    assert a.node is None and not a.running
+
+
+async def test_a_node_that_cannot_bind_is_reported_and_retried() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        engine = SiteEngine(network(), "site-a", sites=SITES, providers=[])
+        driver = _driver(engine, [])
+        keyring = parse_keyring(secrets.token_bytes(KEY_BYTES), LABEL, error=KeyFileError)
+        plan = SwimPlan(address, None, SwimConfig(), ())
+        await driver.ensure(engine, plan, keyring)
+        assert driver.node is None and driver.error is not None
+        assert driver.error.startswith(f"SWIM cannot start on {address}")
+        assert key_not_in(driver.error, keyring.primary)
+    await driver.ensure(engine, plan, keyring)
+    try:
+        assert driver.node is not None and driver.error is None
+    finally:
+        await driver.stop(leave=False)
+
+
+def key_not_in(text: str, key: bytes) -> bool:
+    return base64.b64encode(key).decode() not in text and key.hex() not in text
