@@ -17,6 +17,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.commands.render",
     "grid.commands.agent",
     "grid.commands.demo",
+    "grid.commands.bench",
     "grid.commands.operator",
 )
 

@@ -15,5 +15,6 @@ pub mod frame;
 pub mod identity;
 pub mod lanes;
 pub mod node;
+pub mod sim;
 pub mod timers;
 pub mod wire;

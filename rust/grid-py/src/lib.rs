@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 
 mod errors;
 mod frame;
+mod sim;
 mod swim;
 
 #[pymodule]
@@ -12,5 +13,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     frame::register(m)?;
     swim::register(m)?;
+    sim::register(m)?;
     Ok(())
 }

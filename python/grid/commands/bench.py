@@ -1,0 +1,217 @@
+"""``grid bench convergence``: SWIM convergence figures from the deterministic simulator.
+
+Join dissemination, failure detection, accuracy under loss, partition and heal, and the
+simulator's own speed, each under Grid's SWIM defaults and under memberlist's LAN
+parameters, next to the epidemic bound. docs/convergence.md explains every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from grid.errors import ConfigError
+from grid.simbench.plot import render_svg
+from grid.simbench.profiles import PROFILES, NetworkModel
+from grid.simbench.progress import Progress
+from grid.simbench.report import render
+from grid.simbench.runner import SCENARIOS, Plan, run_plan
+
+EXIT_OK = 0
+EXIT_TARGET_MISSED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``grid bench`` and its ``convergence`` subcommand."""
+    bench = subparsers.add_parser(
+        "bench",
+        help="benchmarks (SWIM convergence on the simulator)",
+        description="Benchmarks that need no network: they run on Grid's simulator.",
+    )
+    bench.set_defaults(handler=lambda _args: _usage(bench))
+    commands = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
+    convergence = commands.add_parser(
+        "convergence",
+        help="how fast membership news spreads, failures are noticed and partitions heal",
+        description="Runs SWIM scenarios on the deterministic simulator (the real driver, "
+        "many times over, on a virtual clock) under Grid's defaults and memberlist's LAN "
+        "parameters, and reports p50/p99/max over seeded runs with the epidemic bound and "
+        "the issue's targets. Exit status: 0 done, 1 a target was missed (with --strict), "
+        "2 invalid options, 130 interrupted.",
+    )
+    convergence.add_argument(
+        "--scenario",
+        default="all",
+        metavar="NAME[,NAME]",
+        help=f"{', '.join(SCENARIOS)} or all (default: all)",
+    )
+    convergence.add_argument(
+        "--sizes",
+        default="100,1000,10000",
+        metavar="N[,N]",
+        help="cluster sizes (default: 100,1000,10000; accuracy and partition use those up "
+        "to 1,000, speed those from 1,000)",
+    )
+    convergence.add_argument(
+        "--runs",
+        type=int,
+        metavar="K",
+        help="seeded runs per size and profile (default: 20 joins, 10 crashes, 3 partitions "
+        "and 1 accuracy run; fewer for shared large clusters and with --quick)",
+    )
+    convergence.add_argument("--seed", type=int, default=1, help="first seed (default: 1)")
+    convergence.add_argument(
+        "--profiles",
+        default=",".join(PROFILES),
+        metavar="NAME[,NAME]",
+        help=f"SWIM profiles to run, {' and '.join(PROFILES)} (default: both; the ratios "
+        "need both)",
+    )
+    convergence.add_argument(
+        "--losses",
+        default="0.1,0.2",
+        metavar="P[,P]",
+        help="loss probabilities of the accuracy runs (default: 0.1,0.2)",
+    )
+    convergence.add_argument(
+        "--no-slow-node",
+        dest="slow_node",
+        action="store_false",
+        help="skip the accuracy run with one slow node",
+    )
+    convergence.add_argument(
+        "--accuracy-minutes",
+        type=float,
+        metavar="M",
+        help="virtual minutes per accuracy run (default: 30; 5 with --quick)",
+    )
+    convergence.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer runs, and 5-minute accuracy runs instead of 30",
+    )
+    convergence.add_argument("--json", action="store_true", help="print the report as JSON")
+    convergence.add_argument(
+        "--plot", metavar="FILE.svg", type=Path, help="also write the CDFs as an SVG"
+    )
+    convergence.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw the progress bar on stderr even when it is not a terminal",
+    )
+    convergence.add_argument(
+        "--threads", type=int, metavar="T", help="simulator threads (default: every core)"
+    )
+    convergence.add_argument(
+        "--delay",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="fixed one-way delay in milliseconds (default: 5)",
+    )
+    convergence.add_argument(
+        "--jitter",
+        type=float,
+        default=5.0,
+        metavar="MS",
+        help="mean of the exponential extra delay in milliseconds (default: 5)",
+    )
+    convergence.add_argument(
+        "--shared-from",
+        type=int,
+        default=5000,
+        metavar="N",
+        help="clusters this large are formed once and shared by their runs (default: 5000)",
+    )
+    convergence.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    convergence.set_defaults(handler=convergence_command)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def _ints(text: str, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"{what} must be comma-separated whole numbers, got {text!r}") from None
+    if not values:
+        raise ConfigError(f"{what} must name at least one value")
+    return values
+
+
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The plan the options describe; ConfigError says what is wrong with them."""
+    names = tuple(part.strip() for part in args.scenario.split(",") if part.strip())
+    scenarios = SCENARIOS if names in ((), ("all",)) else names
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError(f"--threads must be at least 1, got {args.threads}")
+    if not (args.delay > 0 and args.jitter >= 0):
+        raise ConfigError("--delay must be positive and --jitter not negative (milliseconds)")
+    try:
+        losses = tuple(float(part) for part in args.losses.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(
+            f"--losses must be comma-separated numbers, got {args.losses!r}"
+        ) from None
+    try:
+        return Plan(
+            scenarios=scenarios,
+            sizes=_ints(args.sizes, "--sizes"),
+            runs=args.runs,
+            seed=args.seed,
+            quick=args.quick,
+            network=NetworkModel(delay=args.delay / 1000, jitter=args.jitter / 1000),
+            threads=args.threads,
+            shared_from=args.shared_from,
+            profiles=tuple(part.strip() for part in args.profiles.split(",") if part.strip()),
+            losses=losses,
+            slow_node=args.slow_node,
+            accuracy_minutes=args.accuracy_minutes,
+        )
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+
+
+def convergence_command(args: argparse.Namespace) -> int:
+    try:
+        plan = plan_from_args(args)
+    except ConfigError as err:
+        print(f"grid bench convergence: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.plot is not None and not args.plot.parent.resolve().is_dir():
+        print(
+            f"grid bench convergence: --plot: no directory {str(args.plot.parent)!r}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    progress = Progress.for_stderr(args.progress)
+    try:
+        report = run_plan(plan, progress)
+    except KeyboardInterrupt:
+        progress.clear()
+        print("grid bench convergence: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ConfigError as err:
+        progress.clear()
+        print(f"grid bench convergence: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(report))
+    if args.plot is not None:
+        try:
+            args.plot.write_text(render_svg(report), encoding="utf-8")
+        except OSError as err:
+            print(f"grid bench convergence: cannot write the plot: {err}", file=sys.stderr)
+            return EXIT_USAGE
+    missed = [target for target in report["targets"] if not target["met"]]
+    return EXIT_TARGET_MISSED if args.strict and missed else EXIT_OK

@@ -1,0 +1,409 @@
+"""Runs the convergence scenarios for a plan (sizes, runs, seed) under both profiles and
+gathers one report: per-run figures reduced to p50/p99/max, CDFs for plotting, the
+epidemic bound and memberlist-LAN ratios, and the issue's targets checked."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from grid.simbench.profiles import (
+    GRID,
+    MEMBERLIST_LAN,
+    PROFILES,
+    NetworkModel,
+    epidemic_rounds,
+    profile,
+)
+from grid.simbench.progress import Progress
+from grid.simbench.scenarios import (
+    Context,
+    FailureRun,
+    JoinRun,
+    accuracy_run,
+    failure_runs,
+    form_cluster,
+    join_runs,
+    partition_run,
+    rounds,
+)
+from grid.simbench.stats import pooled_cdf, spread
+
+SCENARIOS = ("join", "failure", "accuracy", "partition", "speed")
+#: Fractions of the cluster a join is timed to.
+COVERAGE = (("50%", 0.5), ("99%", 0.99), ("100%", 1.0))
+#: The issue's accuracy sizes, losses and duration.
+ACCURACY_LOSSES = (0.10, 0.20)
+ACCURACY_MAX_SIZE = 1000
+PARTITION_MAX_SIZE = 1000
+SPEED_MIN_SIZE = 1000
+#: Up to this size the speed probe also runs a whole push/pull period straight through.
+DIRECT_SPEED_MAX_SIZE = 2000
+JOIN_ROUND_TARGET = 15
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What to run. ``runs`` None picks each scenario's default (fewer when quick)."""
+
+    scenarios: tuple[str, ...] = SCENARIOS
+    sizes: tuple[int, ...] = (100, 1000, 10_000)
+    runs: int | None = None
+    seed: int = 1
+    quick: bool = False
+    network: NetworkModel = field(default_factory=NetworkModel)
+    threads: int | None = None
+    #: Clusters at least this large are formed once per profile and shared by the runs.
+    shared_from: int = 5000
+    profiles: tuple[str, ...] = PROFILES
+    #: Accuracy runs: losses, whether to add the slow-node run, minutes (None: 30, 5 quick).
+    losses: tuple[float, ...] = ACCURACY_LOSSES
+    slow_node: bool = True
+    accuracy_minutes: float | None = None
+
+    def __post_init__(self) -> None:
+        unknown = set(self.scenarios) - set(SCENARIOS)
+        if unknown:
+            raise ValueError(
+                f"unknown scenario {sorted(unknown)[0]!r}; scenarios are {', '.join(SCENARIOS)}"
+            )
+        if not self.sizes or any(size < 3 for size in self.sizes):
+            raise ValueError("sizes must be at least 3 members each")
+        if self.runs is not None and self.runs < 1:
+            raise ValueError(f"runs must be at least 1, got {self.runs}")
+        if not self.profiles:
+            raise ValueError("name at least one profile")
+        if any(not 0.0 <= loss <= 1.0 for loss in self.losses):
+            raise ValueError("losses must be probabilities between 0 and 1")
+        if self.accuracy_minutes is not None and not self.accuracy_minutes > 0:
+            raise ValueError("accuracy minutes must be positive")
+        for name in self.profiles:
+            profile(name, 3)
+
+    def run_count(self, scenario: str, size: int) -> int:
+        if self.runs is not None:
+            return self.runs
+        shared = size >= self.shared_from
+        defaults = {
+            "join": (5, 2) if self.quick else (20, 3),
+            "failure": (3, 1) if self.quick else (10, 2),
+            "partition": (1, 1) if self.quick else (3, 1),
+        }
+        regular, large = defaults.get(scenario, (1, 1))
+        return large if shared else regular
+
+    def seeds(self, scenario: str, size: int) -> list[int]:
+        return [self.seed + i for i in range(self.run_count(scenario, size))]
+
+    @property
+    def accuracy_duration(self) -> float:
+        if self.accuracy_minutes is not None:
+            return self.accuracy_minutes * 60
+        return 300.0 if self.quick else 1800.0
+
+
+def run_plan(plan: Plan, progress: Progress) -> dict[str, Any]:
+    """Runs every scenario of the plan; returns the report (JSON-ready)."""
+    ctx = Context(network=plan.network, threads=plan.threads, progress=progress)
+    report: dict[str, Any] = {
+        "plan": {
+            "scenarios": list(plan.scenarios),
+            "sizes": list(plan.sizes),
+            "seed": plan.seed,
+            "quick": plan.quick,
+            "shared_from": plan.shared_from,
+            "network": {
+                "delay": plan.network.delay,
+                "jitter": plan.network.jitter,
+                "jitter_kind": plan.network.jitter_kind,
+            },
+            "profiles": list(plan.profiles),
+        }
+    }
+    if {"join", "failure"} & set(plan.scenarios):
+        report |= _membership(plan, ctx)
+    steps: dict[str, Callable[[Plan, Context], list[Row]]] = {
+        "accuracy": _accuracy,
+        "partition": _partition,
+        "speed": _speed,
+    }
+    for scenario, step in steps.items():
+        if scenario in plan.scenarios:
+            report[scenario] = step(plan, ctx)
+    progress.clear()
+    report["targets"] = targets(report)
+    return report
+
+
+def _membership(plan: Plan, ctx: Context) -> dict[str, list[Row]]:
+    """Join and failure runs. A large cluster is formed once per profile and serves the
+    joins, then the crashes; only one is alive at a time."""
+    rows: dict[str, list[Row]] = {s: [] for s in ("join", "failure") if s in plan.scenarios}
+    for size in plan.sizes:
+        joins: dict[str, Row] = {}
+        failures: dict[str, Row] = {}
+        for name in plan.profiles:
+            prof = profile(name, size)
+            shared = None
+            if size >= plan.shared_from:
+                shared = form_cluster(size - 1, plan.seed, prof, ctx, label=f"N={size} {name}")
+                shared.run_until(shared.now + prof.probe_interval)
+            if "join" in rows:
+                runs = join_runs(size, plan.seeds("join", size), prof, ctx, shared)
+                joins[name] = _join_row(size, name, runs, shared is not None)
+            if "failure" in rows:
+                crashes = failure_runs(size, plan.seeds("failure", size), prof, ctx, shared)
+                failures[name] = _failure_row(size, name, crashes, shared is not None)
+            del shared
+        if "join" in rows:
+            _add_ratios(joins, ("seconds", "100%", "p50"))
+            rows["join"].extend(joins.values())
+        if "failure" in rows:
+            _add_ratios(failures, ("everywhere", "p50"))
+            rows["failure"].extend(failures.values())
+    return rows
+
+
+def _join_row(size: int, name: str, runs: Sequence[JoinRun], shared: bool) -> Row:
+    prof = profile(name, size)
+    row: Row = {
+        "size": size,
+        "profile": name,
+        "runs": len(runs),
+        "shared_cluster": shared,
+        "probe_interval": prof.probe_interval,
+        "gossip_interval": prof.gossip_interval,
+        "seconds": {},
+        "rounds": {},
+    }
+    for label, fraction in COVERAGE:
+        times = [t for run in runs if (t := run.coverage(fraction)) is not None]
+        row["seconds"][label] = spread(times)
+        row["rounds"][label] = spread([rounds(t, prof) or 0.0 for t in times])
+    full = [run.coverage(1.0) for run in runs]
+    row["reached_all"] = sum(1 for t in full if t is not None) / len(runs)
+    row["within_target_rounds"] = sum(
+        1 for t in full if t is not None and t <= JOIN_ROUND_TARGET * prof.gossip_interval
+    ) / len(runs)
+    joiner = [t for run in runs if (t := run.joiner_coverage(0.99)) is not None]
+    row["joiner_knows_99%"] = spread(joiner)
+    bound = epidemic_rounds(size, prof.gossip_nodes)
+    row["epidemic_bound_rounds"] = bound
+    measured = row["rounds"]["100%"]
+    row["rounds_vs_bound"] = None if measured is None else measured["p50"] / bound
+    row["cdf"] = pooled_cdf([(run.delays, run.observers) for run in runs])
+    return row
+
+
+def _failure_row(size: int, name: str, runs: Sequence[FailureRun], shared: bool) -> Row:
+    prof = profile(name, size)
+    everywhere = [t for run in runs if (t := run.everywhere) is not None]
+    return {
+        "size": size,
+        "profile": name,
+        "runs": len(runs),
+        "shared_cluster": shared,
+        "probe_interval": prof.probe_interval,
+        "suspicion_timeout": prof.suspicion_timeout,
+        "first_suspicion": spread([t for r in runs if (t := r.first_suspicion) is not None]),
+        "first_down": spread([t for r in runs if (t := r.first_down) is not None]),
+        "everywhere": spread(everywhere),
+        "detected_everywhere": len(everywhere) / len(runs),
+        "false_positives": sum(run.false_positives for run in runs),
+        "cdf": pooled_cdf([(run.delays, run.observers) for run in runs]),
+    }
+
+
+def _accuracy(plan: Plan, ctx: Context) -> list[Row]:
+    rows: list[Row] = []
+    sizes = [s for s in plan.sizes if s <= ACCURACY_MAX_SIZE] or [min(plan.sizes)]
+    variants = [(loss, False) for loss in plan.losses] + ([(0.0, True)] if plan.slow_node else [])
+    for size in sizes:
+        for loss, slow in variants:
+            for name in plan.profiles:
+                prof = profile(name, size)
+                for seed in plan.seeds("accuracy", size):
+                    run = accuracy_run(
+                        size,
+                        seed,
+                        prof,
+                        ctx,
+                        loss=loss,
+                        duration=plan.accuracy_duration,
+                        slow=slow,
+                    )
+                    rows.append(
+                        {
+                            "size": size,
+                            "profile": name,
+                            "seed": seed,
+                            "loss": loss,
+                            "slow_node_delay": run.slow_delay,
+                            "minutes": run.duration / 60,
+                            "false_declarations": run.false_declarations,
+                            "falsely_declared_members": run.falsely_declared,
+                            "false_declarations_by_slow_node": run.by_slow,
+                            "false_declarations_of_slow_node": run.of_slow,
+                            "false_per_member_hour": run.per_member_hour,
+                            "false_suspicions": run.false_suspicions,
+                            "messages_per_member_second": run.message_rate,
+                            "updates_backlog_max": run.backlog_max,
+                        }
+                    )
+    return rows
+
+
+def _partition(plan: Plan, ctx: Context) -> list[Row]:
+    rows: list[Row] = []
+    sizes = [s for s in plan.sizes if s <= PARTITION_MAX_SIZE] or [min(plan.sizes)]
+    for size in sizes:
+        by_profile: dict[str, Row] = {}
+        for name in plan.profiles:
+            prof = profile(name, size)
+            runs = [partition_run(size, seed, prof, ctx) for seed in plan.seeds("partition", size)]
+            times = [t for run in runs if (t := run.converged_after) is not None]
+            by_profile[name] = {
+                "size": size,
+                "profile": name,
+                "runs": len(runs),
+                "split_seconds": spread([run.split_for for run in runs]),
+                "split_complete": sum(run.split_complete for run in runs) / len(runs),
+                "converged": len(times) / len(runs),
+                "converged_after": spread(times),
+                "converged_after_probe_intervals": spread([t / prof.probe_interval for t in times]),
+            }
+        _add_ratios(by_profile, ("converged_after", "p50"))
+        rows.extend(by_profile.values())
+    return rows
+
+
+def _speed(plan: Plan, ctx: Context) -> list[Row]:
+    sizes = [s for s in plan.sizes if s >= SPEED_MIN_SIZE] or [max(plan.sizes)]
+    rows: list[Row] = []
+    for size in sizes:
+        ctx.progress.show(f"speed N={size} (separate process)", 0, 1)
+        rows.append(measure_speed(size, plan.seed, GRID, plan.network, plan.threads))
+    return rows
+
+
+def measure_speed(
+    size: int, seed: int, name: str, network: NetworkModel, threads: int | None
+) -> Row:
+    """Runs the speed probe in a fresh interpreter so its peak memory is its own."""
+    command = [
+        sys.executable,
+        "-m",
+        "grid.simbench.speed",
+        "--size",
+        str(size),
+        "--seed",
+        str(seed),
+        "--profile",
+        name,
+        "--delay",
+        str(network.delay),
+        "--jitter",
+        str(network.jitter),
+        "--jitter-kind",
+        network.jitter_kind,
+    ]
+    if threads is not None:
+        command += ["--threads", str(threads)]
+    if size <= DIRECT_SPEED_MAX_SIZE:
+        command.append("--direct")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the speed probe for N={size} failed (exit {done.returncode}): "
+            + done.stderr.strip()[-2000:]
+        )
+    row: Row = json.loads(done.stdout)
+    return row
+
+
+def _add_ratios(by_profile: dict[str, Row], path: tuple[str, ...]) -> None:
+    """Adds ``grid_vs_memberlist``: Grid's figure at ``path`` over memberlist-LAN's."""
+    if GRID not in by_profile or MEMBERLIST_LAN not in by_profile:
+        return
+    ours, theirs = _dig(by_profile[GRID], path), _dig(by_profile[MEMBERLIST_LAN], path)
+    ratio = None if ours is None or theirs is None or theirs == 0 else ours / theirs
+    by_profile[GRID]["grid_vs_memberlist"] = {"/".join(path): ratio}
+
+
+def _dig(row: Row, path: tuple[str, ...]) -> float | None:
+    value: Any = row
+    for key in path:
+        if value is None:
+            return None
+        value = value.get(key)
+    return None if value is None else float(value)
+
+
+def targets(report: dict[str, Any]) -> list[Row]:
+    """The issue's targets, each with the measured figure (Grid's profile)."""
+    checks: list[Row] = []
+    for row in report.get("speed", []):
+        size = row["size"]
+        if size == 10_000:
+            checks.append(
+                _target(
+                    "10,000 members at >= real time on 2 cores within 8 GiB",
+                    f"{row['amortized_speed']:.2f}x real time, peak "
+                    f"{row['peak_rss_bytes'] / 2**30:.2f} GiB",
+                    row["amortized_speed"] >= 1.0 and row["peak_rss_bytes"] <= 8 * 2**30,
+                )
+            )
+        if size == 1000:
+            checks.append(
+                _target(
+                    "1,000 members at >= 20x real time",
+                    f"{row['amortized_speed']:.1f}x real time",
+                    row["amortized_speed"] >= 20.0,
+                )
+            )
+    for row in report.get("join", []):
+        if row["profile"] != GRID:
+            continue
+        if row["size"] == 10_000:
+            checks.append(
+                _target(
+                    "a join reaches 100% of 10,000 within 15 gossip rounds in >= 99.9% of runs",
+                    f"{row['within_target_rounds']:.1%} of {row['runs']} runs; "
+                    f"max {_fmt(row['rounds']['100%'], 'max')} rounds",
+                    row["within_target_rounds"] >= 0.999,
+                )
+            )
+        if row["size"] == 1000:
+            spread_ = row["joiner_knows_99%"]
+            checks.append(
+                _target(
+                    "a joiner knows >= 99% of a 1,000-member cluster within 5 s",
+                    f"max {_fmt(spread_, 'max')} s over {row['runs']} runs",
+                    spread_ is not None and spread_["max"] <= 5.0,
+                )
+            )
+    for row in report.get("accuracy", []):
+        if row["profile"] == GRID and row["loss"] == 0.10 and row["size"] in (100, 1000):
+            checks.append(
+                _target(
+                    f"zero false downs in 30 min at 10% loss, N={row['size']}",
+                    f"{row['false_declarations']} false declarations in "
+                    f"{row['minutes']:.0f} min (seed {row['seed']})",
+                    row["false_declarations"] == 0 and row["minutes"] >= 30,
+                )
+            )
+    return checks
+
+
+def _target(name: str, measured: str, met: bool) -> Row:
+    return {"target": name, "measured": measured, "met": met}
+
+
+def _fmt(spread_: dict[str, float] | None, key: str) -> str:
+    return "-" if spread_ is None else f"{spread_[key]:.2f}"

@@ -1,0 +1,190 @@
+"""grid.simbench and ``grid bench convergence`` at tiny sizes."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grid.cli import main
+from grid.simbench.plot import render_svg
+from grid.simbench.profiles import GRID, MEMBERLIST_LAN, epidemic_rounds, profile
+from grid.simbench.progress import Progress
+from grid.simbench.report import render
+from grid.simbench.runner import Plan, run_plan
+from grid.simbench.scenarios import Context, failure_runs, form_cluster, join_runs
+from grid.simbench.speed import measure
+from grid.simbench.stats import coverage_time, pooled_cdf, quantile, spread
+
+
+def test_quantiles_interpolate() -> None:
+    assert quantile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert quantile([1.0, 2.0], 0.5) == 1.5
+    assert quantile([5.0], 0.99) == 5.0
+    assert quantile([0.0, 10.0], 0.99) == pytest.approx(9.9)
+    with pytest.raises(ValueError, match="no values"):
+        quantile([], 0.5)
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        quantile([1.0], 1.5)
+    assert spread([]) is None
+    assert spread([1.0, 2.0, 3.0]) == {"p50": 2.0, "p99": pytest.approx(2.98), "max": 3.0}
+
+
+def test_coverage_counts_the_whole_population() -> None:
+    delays = [0.1, 0.2, 0.3, 0.4]
+    assert coverage_time(delays, 4, 0.5) == 0.2
+    assert coverage_time(delays, 4, 1.0) == 0.4
+    assert coverage_time(delays, 5, 1.0) is None  # one member never learned
+    assert coverage_time(delays, 100, 0.99) is None
+    curve = pooled_cdf([(delays, 4), ([0.2], 2)], points=5)
+    assert curve[0] == (0.1, pytest.approx((0.25 + 0.0) / 2))
+    assert curve[-1] == (0.4, pytest.approx((1.0 + 0.5) / 2))
+    assert [t for t, _ in curve] == sorted({t for t, _ in curve})
+    assert pooled_cdf([([], 3)]) == []
+
+
+def test_profiles_and_the_epidemic_bound() -> None:
+    grid = profile(GRID, 1000)
+    assert (grid.probe_interval, grid.suspicion_timeout, grid.gossip_interval) == (5.0, 10.0, 1.0)
+    lan = profile(MEMBERLIST_LAN, 1000)
+    assert lan.gossip_interval == pytest.approx(0.2)
+    assert lan.suspicion_timeout == pytest.approx(12.0)
+    assert profile(MEMBERLIST_LAN, 5).suspicion_timeout == pytest.approx(4.0)
+    # Pittel's log2 N + ln N for fanout 1.
+    assert epidemic_rounds(1024, 1) == pytest.approx(10 + math.log(1024))
+    assert epidemic_rounds(10_000, 3) == pytest.approx(math.log(10_000, 4) + math.log(10_000) / 3)
+    with pytest.raises(ValueError, match="unknown profile"):
+        profile("consul", 10)
+
+
+def test_join_and_failure_runs_share_a_large_cluster() -> None:
+    ctx = Context()
+    lan = profile(MEMBERLIST_LAN, 30)
+    shared = form_cluster(29, 1, lan, ctx, label="shared")
+    joins = join_runs(30, [1, 2], lan, ctx, shared)
+    assert [run.size for run in joins] == [30, 31]  # the second joined the first's cluster
+    for run in joins:
+        assert run.coverage(1.0) is not None
+        assert run.coverage(0.5) <= run.coverage(1.0)  # type: ignore[operator]
+        assert run.joiner_coverage(0.99) is not None
+    crashes = failure_runs(30, [1, 2], lan, ctx, shared)
+    assert [crash.observers for crash in crashes] == [30, 29]  # 31 members, then one down
+    for crash in crashes:
+        assert crash.false_positives == 0
+        assert crash.first_suspicion is not None and crash.everywhere is not None
+        assert crash.first_suspicion < crash.everywhere
+    alone = failure_runs(30, [3], lan, ctx, None)
+    assert alone[0].observers == 29
+
+
+@pytest.fixture(scope="module")
+def report() -> dict[str, Any]:
+    plan = Plan(
+        scenarios=("join", "failure", "accuracy", "partition"),
+        sizes=(20,),
+        runs=1,
+        quick=True,
+    )
+    return run_plan(plan, Progress(None))
+
+
+def test_a_plan_reports_every_scenario_under_both_profiles(report: dict[str, Any]) -> None:
+    json.dumps(report)  # JSON-ready throughout
+    for scenario in ("join", "failure", "partition"):
+        assert {row["profile"] for row in report[scenario]} == {GRID, MEMBERLIST_LAN}
+    join = {row["profile"]: row for row in report["join"]}
+    assert join[GRID]["reached_all"] == 1.0
+    assert join[GRID]["epidemic_bound_rounds"] == pytest.approx(epidemic_rounds(20, 3))
+    assert join[GRID]["grid_vs_memberlist"]["seconds/100%/p50"] > 1.0  # slower gossip
+    assert join[GRID]["cdf"][-1][1] == pytest.approx(1.0)
+    accuracy = report["accuracy"]
+    assert len(accuracy) == 2 * 3  # two profiles, 10% and 20% loss and a slow node
+    assert {row["loss"] for row in accuracy} == {0.0, 0.1, 0.2}
+    partition = {row["profile"]: row for row in report["partition"]}
+    assert partition[GRID]["split_complete"] == 1.0
+    assert partition[GRID]["converged"] == 1.0
+    targets = report["targets"]
+    assert targets == []  # the issue's targets name sizes this plan does not run
+    text = render(report)
+    for heading in ("Join dissemination", "Failure detection", "Accuracy", "Partition"):
+        assert heading in text
+
+
+def test_the_plot_is_an_svg_with_one_curve_per_row(report: dict[str, Any]) -> None:
+    root = ET.fromstring(render_svg(report))
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    curves = root.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(curves) == len(report["join"]) + len(report["failure"])
+    empty = render_svg({"plan": {}})
+    ET.fromstring(empty)
+    assert "no join or failure results to plot" in empty
+
+
+def test_speed_is_measured_in_virtual_per_wall_seconds() -> None:
+    from grid.simbench.profiles import NetworkModel
+
+    row = measure(40, 1, GRID, network=NetworkModel(), threads=1, min_syncs=5, direct=True)
+    assert row["syncs_sampled"] > 0
+    assert row["quiet_speed"] > 1.0
+    assert row["amortized_speed"] > 1.0
+    assert row["direct_speed"] > 1.0
+    assert row["peak_rss_bytes"] > 0
+
+
+def test_the_command_prints_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    plot = tmp_path / "cdf.svg"
+    argv = ["bench", "convergence", "--scenario", "join", "--sizes", "20", "--runs", "2"]
+    assert main([*argv, "--json", "--plot", str(plot)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["size"] for row in report["join"]] == [20, 20]
+    assert report["join"][0]["runs"] == 2
+    ET.parse(plot)
+    assert main(argv) == 0
+    assert "Join dissemination" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--sizes", "ten"], "--sizes"),
+        (["--sizes", "2"], "at least 3"),
+        (["--scenario", "gossip"], "unknown scenario"),
+        (["--runs", "0"], "runs"),
+        (["--threads", "0"], "--threads"),
+        (["--delay", "0"], "--delay"),
+        (["--plot", "/no/such/dir/x.svg"], "--plot"),
+        (["--profiles", "consul"], "unknown profile"),
+        (["--profiles", ","], "at least one profile"),
+        (["--losses", "0.1,x"], "--losses"),
+        (["--losses", "1.5"], "losses"),
+        (["--accuracy-minutes", "0"], "accuracy minutes"),
+    ],
+)
+def test_bad_options_exit_2(
+    options: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "convergence", "--sizes", "20", *options]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_alone_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench"]) == 2
+    assert "convergence" in capsys.readouterr().err
+
+
+def test_the_progress_bar_draws_only_where_asked() -> None:
+    stream = io.StringIO()
+    bar = Progress(stream)
+    bar.show("forming", 1, 4)
+    bar.show("forming", 4, 4)
+    assert "#" in stream.getvalue() and "100.0% forming" in stream.getvalue()
+    bar.clear()
+    assert stream.getvalue().endswith("\r")
+    silent = Progress(None)
+    silent.show("x", 1, 2)
+    silent.clear()
