@@ -11,8 +11,9 @@ FAST = {"probe_interval": 1.0, "suspicion_timeout": 3.0, "push_pull_interval": 1
 
 
 def eventful(seed: int, threads: int = 1) -> Simulation:
-    """Loss, a crash, a restart, a slow node and a partition with its heal."""
-    sim = Simulation(30, seed, loss=0.05, threads=threads, **FAST)
+    """Loss, a crash, a restart, a slow node and a partition with its heal. Every window
+    with more than one node is shared among the threads."""
+    sim = Simulation(30, seed, loss=0.05, threads=threads, parallel_work=0, **FAST)
     t0 = sim.now
     sim.run_until(t0 + 5)
     sim.crash(3)
@@ -39,7 +40,10 @@ def test_another_seed_gives_another_trace() -> None:
 
 
 def test_threads_do_not_change_the_trace() -> None:
-    assert eventful(9, threads=1).trace_hash() == eventful(9, threads=2).trace_hash()
+    alone, shared = eventful(9, threads=1), eventful(9, threads=2)
+    assert shared.stats()["parallel_windows"] > 1000
+    assert alone.stats()["parallel_windows"] == 0
+    assert alone.trace_hash() == shared.trace_hash()
 
 
 def test_a_converged_cluster_starts_quiet() -> None:

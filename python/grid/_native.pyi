@@ -110,6 +110,7 @@ class Simulation:
         loss: float = 0.0,
         converged: bool = True,
         threads: int | None = None,
+        parallel_work: int | None = None,
     ) -> Simulation: ...
     @property
     def now(self) -> float: ...

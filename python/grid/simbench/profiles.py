@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from grid._native import Simulation
+
 GRID = "grid"
 MEMBERLIST_LAN = "memberlist-lan"
 PROFILES = (GRID, MEMBERLIST_LAN)
@@ -35,14 +37,6 @@ class SwimProfile:
     def gossip_interval(self) -> float:
         """Periodic gossip runs five times per probe interval."""
         return self.probe_interval / 5
-
-    def simulation_kwargs(self) -> dict[str, float | int]:
-        return {
-            "probe_interval": self.probe_interval,
-            "suspicion_timeout": self.suspicion_timeout,
-            "gossip_nodes": self.gossip_nodes,
-            "push_pull_interval": self.push_pull_interval,
-        }
 
 
 def profile(name: str, size: int) -> SwimProfile:
@@ -82,10 +76,27 @@ class NetworkModel:
     jitter_kind: str = "exponential"
     loss: float = 0.0
 
-    def simulation_kwargs(self) -> dict[str, float | str]:
-        return {
-            "delay": self.delay,
-            "jitter": self.jitter,
-            "jitter_kind": self.jitter_kind,
-            "loss": self.loss,
-        }
+
+def new_simulation(
+    size: int,
+    seed: int,
+    profile: SwimProfile,
+    network: NetworkModel,
+    *,
+    threads: int | None,
+) -> Simulation:
+    """A converged cluster of ``size`` members under ``profile`` on ``network``, its
+    member lists not handed out yet (see ``Simulation.bootstrap``)."""
+    return Simulation(
+        size,
+        seed,
+        probe_interval=profile.probe_interval,
+        suspicion_timeout=profile.suspicion_timeout,
+        gossip_nodes=profile.gossip_nodes,
+        push_pull_interval=profile.push_pull_interval,
+        delay=network.delay,
+        jitter=network.jitter,
+        jitter_kind=network.jitter_kind,
+        loss=network.loss,
+        threads=threads,
+    )

@@ -251,5 +251,6 @@ def _speed(rows: Sequence[Row]) -> str:
 
 
 def _targets(rows: Sequence[Row]) -> str:
-    body = [("met" if row["met"] else "MISSED", row["target"], row["measured"]) for row in rows]
+    verdicts = {True: "met", False: "MISSED", None: "unproven"}
+    body = [(verdicts[row["met"]], row["target"], row["measured"]) for row in rows]
     return "Targets (grid profile)\n" + table(("", "target", "measured"), body, text_columns=3)

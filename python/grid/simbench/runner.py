@@ -48,6 +48,10 @@ JOIN_ROUND_TARGET = 15
 Row = dict[str, Any]
 
 
+class SpeedProbeError(RuntimeError):
+    """The separate speed-probe process failed; the message carries the end of its stderr."""
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """What to run. ``runs`` None picks each scenario's default (fewer when quick)."""
@@ -124,6 +128,9 @@ def run_plan(plan: Plan, progress: Progress) -> dict[str, Any]:
                 "jitter_kind": plan.network.jitter_kind,
             },
             "profiles": list(plan.profiles),
+            "losses": list(plan.losses),
+            "slow_node": plan.slow_node,
+            "accuracy_minutes": plan.accuracy_duration / 60,
         }
     }
     if {"join", "failure"} & set(plan.scenarios):
@@ -319,7 +326,7 @@ def measure_speed(
         command.append("--direct")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        raise RuntimeError(
+        raise SpeedProbeError(
             f"the speed probe for N={size} failed (exit {done.returncode}): "
             + done.stderr.strip()[-2000:]
         )
@@ -371,12 +378,21 @@ def targets(report: dict[str, Any]) -> list[Row]:
         if row["profile"] != GRID:
             continue
         if row["size"] == 10_000:
+            within = round(row["within_target_rounds"] * row["runs"])
+            # All of K runs passing shows a pass rate of at least 0.05^(1/K) (95 %
+            # confidence): 99.9 % takes about 3,000 runs.
+            shown = 0.05 ** (1 / row["runs"]) if within == row["runs"] else 0.0
             checks.append(
                 _target(
                     "a join reaches 100% of 10,000 within 15 gossip rounds in >= 99.9% of runs",
-                    f"{row['within_target_rounds']:.1%} of {row['runs']} runs; "
-                    f"max {_fmt(row['rounds']['100%'], 'max')} rounds",
-                    row["within_target_rounds"] >= 0.999,
+                    f"{within} of {row['runs']} runs; max "
+                    f"{_fmt(row['rounds']['100%'], 'max')} rounds"
+                    + (
+                        ""
+                        if shown >= 0.999 or within < row["runs"]
+                        else "; too few runs to show 99.9%"
+                    ),
+                    None if within == row["runs"] and shown < 0.999 else shown >= 0.999,
                 )
             )
         if row["size"] == 1000:
@@ -401,7 +417,8 @@ def targets(report: dict[str, Any]) -> list[Row]:
     return checks
 
 
-def _target(name: str, measured: str, met: bool) -> Row:
+def _target(name: str, measured: str, met: bool | None) -> Row:
+    """``met`` None: every run passed, but there were too few runs to show the target."""
     return {"target": name, "measured": measured, "met": met}
 
 

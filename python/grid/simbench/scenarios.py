@@ -9,14 +9,13 @@ joins, or crashes, follow each other a probe interval apart.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from grid._native import Simulation
-from grid.simbench.profiles import NetworkModel, SwimProfile
+from grid.simbench.profiles import NetworkModel, SwimProfile, new_simulation
 from grid.simbench.progress import Progress
 from grid.simbench.stats import coverage_time
 
@@ -35,15 +34,8 @@ def form_cluster(
 ) -> Simulation:
     """A converged cluster of ``size`` members, its clock at the end of the first probe
     interval, every node's timers staggered."""
-    network = ctx.network.simulation_kwargs()
-    network["loss"] = loss
-    sim = Simulation(
-        size,
-        seed,
-        **profile.simulation_kwargs(),  # type: ignore[arg-type]
-        **network,  # type: ignore[arg-type]
-        threads=ctx.threads,
-    )
+    network = replace(ctx.network, loss=loss)
+    sim = new_simulation(size, seed, profile, network, threads=ctx.threads)
     step = max(1, size // 100)
     while sim.pending_bootstrap:
         remaining = sim.bootstrap(step)
@@ -359,7 +351,3 @@ def _converged_by(sim: Simulation, until: float, *, every: float) -> float | Non
 def rounds(seconds: float | None, profile: SwimProfile) -> float | None:
     """Seconds as gossip rounds of the profile."""
     return None if seconds is None else seconds / profile.gossip_interval
-
-
-def is_finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)

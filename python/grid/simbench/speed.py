@@ -21,8 +21,7 @@ import json
 import time
 from typing import Any
 
-from grid._native import Simulation
-from grid.simbench.profiles import GRID, PROFILES, NetworkModel, profile
+from grid.simbench.profiles import GRID, PROFILES, NetworkModel, new_simulation, profile
 
 #: Virtual seconds run before anything is timed (first allocations, cold caches).
 _WARM_UP = 10.0
@@ -56,13 +55,7 @@ def measure(
 ) -> dict[str, Any]:
     prof = profile(name, size)
     started = time.perf_counter()
-    sim = Simulation(
-        size,
-        seed,
-        **prof.simulation_kwargs(),  # type: ignore[arg-type]
-        **network.simulation_kwargs(),  # type: ignore[arg-type]
-        threads=threads,
-    )
+    sim = new_simulation(size, seed, prof, network, threads=threads)
     sim.bootstrap()
     bootstrap_seconds = time.perf_counter() - started
     period = float(sim.settings()["push_pull_period"])
@@ -126,7 +119,7 @@ def measure(
     if direct and first_sync is not None:
         # Past the first burst (it spans one probe interval), then one whole period, which
         # holds exactly one sync per node.
-        sim.run_until(first_sync + prof.probe_interval + 1.0)
+        sim.run_until(max(sim.now, first_sync + prof.probe_interval + 1.0))
         tick = time.perf_counter()
         sim.run_until(sim.now + period)
         row["direct_speed"] = period / (time.perf_counter() - tick)

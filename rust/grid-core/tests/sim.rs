@@ -24,6 +24,8 @@ fn settings(threads: usize) -> SimSettings {
     SimSettings {
         swim: fast(),
         threads,
+        // Share every window with more than one node, so small tests exercise the threads.
+        parallel_work: 0,
         ..SimSettings::default()
     }
 }
@@ -74,6 +76,13 @@ fn threads_do_not_change_the_trace() {
     let (one, sim) = eventful(11, 1);
     let (two, parallel) = eventful(11, 2);
     assert_eq!(one, two);
+    assert_eq!(one, eventful(11, 3).0);
+    assert_eq!(sim.stats().parallel_windows, 0);
+    assert!(
+        parallel.stats().parallel_windows > 1000,
+        "{:?}",
+        parallel.stats()
+    );
     assert_eq!(sim.stats().events, parallel.stats().events);
     assert_eq!(
         sim.declarations(Duration::ZERO),

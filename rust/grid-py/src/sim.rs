@@ -11,6 +11,7 @@ use grid_core::config::SwimConfig;
 use grid_core::driver::FOCA_ERROR_KINDS;
 use grid_core::sim::{
     Change, Jitter, NetModel, SimError, SimSettings, Simulation as CoreSimulation, Start, Traffic,
+    PARALLEL_WORK,
 };
 use pyo3::import_exception;
 use pyo3::prelude::*;
@@ -97,6 +98,7 @@ impl Simulation {
         loss = 0.0,
         converged = true,
         threads = None,
+        parallel_work = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -112,6 +114,7 @@ impl Simulation {
         loss: f64,
         converged: bool,
         threads: Option<usize>,
+        parallel_work: Option<u64>,
     ) -> PyResult<Simulation> {
         let threads = threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -137,6 +140,7 @@ impl Simulation {
                 Start::Isolated
             },
             threads,
+            parallel_work: parallel_work.unwrap_or(PARALLEL_WORK),
         };
         let inner = CoreSimulation::new(nodes, seed, settings).map_err(sim_error)?;
         Ok(Simulation { inner })

@@ -72,9 +72,13 @@ pub struct SimSettings {
     pub swim: SwimConfig,
     pub net: NetModel,
     pub start: Start,
-    /// Worker threads (1 = everything on the calling thread). The trace does not depend
-    /// on it.
+    /// Threads that share large windows (1 = everything on the calling thread). The trace
+    /// does not depend on it.
     pub threads: usize,
+    /// Windows with less estimated work than this (member-list scans × cluster size, a
+    /// proxy for foca's linear scans) stay on one thread: below it a hand-off costs more
+    /// than it saves.
+    pub parallel_work: u64,
 }
 
 impl Default for SimSettings {
@@ -84,6 +88,7 @@ impl Default for SimSettings {
             net: NetModel::default(),
             start: Start::Converged,
             threads: 1,
+            parallel_work: PARALLEL_WORK,
         }
     }
 }
@@ -144,9 +149,8 @@ pub struct Declaration {
 
 /// Sync entry tag of a member (see `wire.rs`: `tag u8 (1 member, 2 item)`).
 const ENTRY_MEMBER: u8 = 1;
-/// Windows with less work than this (estimated member-list scans × cluster size, a proxy
-/// for foca's linear scans) are not worth a thread hand-off.
-const PARALLEL_WORK: u64 = 200_000;
+/// The default of [`SimSettings::parallel_work`].
+pub const PARALLEL_WORK: u64 = 200_000;
 const ONE_NS: Duration = Duration::from_nanos(1);
 
 const TAG_TIMER: u64 = 1;
@@ -634,6 +638,7 @@ pub struct Simulation {
     suspicions: HashMap<(u32, u64, u16), Suspicion>,
     bootstrap: Option<Bootstrap>,
     threads: usize,
+    parallel_work: u64,
     windows: u64,
     parallel_windows: u64,
     bootstrap_sends: u64,
@@ -669,6 +674,7 @@ impl Simulation {
             suspicions: HashMap::new(),
             bootstrap: None,
             threads: settings.threads.max(1),
+            parallel_work: settings.parallel_work,
             windows: 0,
             parallel_windows: 0,
             bootstrap_sends: 0,
@@ -1156,7 +1162,8 @@ impl Simulation {
     /// The main loop: windows of independent node work until `target` or the condition.
     fn advance_to(&mut self, target: Duration, until: &mut Until) -> Option<Duration> {
         let lookahead = self.world.net.delay;
-        let parallel = self.threads > 1 && self.slots.len() > 1;
+        let threads = self.threads.min(self.slots.len()).max(1);
+        let parallel_work = self.parallel_work;
         let Simulation {
             world,
             slots,
@@ -1170,10 +1177,11 @@ impl Simulation {
         let slots: &[Mutex<Slot>] = slots;
         let cluster = slots.len();
         std::thread::scope(|scope| {
-            let helper = parallel.then(|| Helper::spawn(scope, world, slots));
+            let helpers: Vec<Helper> = (1..threads)
+                .map(|_| Helper::spawn(scope, world, slots))
+                .collect();
+            let mut bins: Vec<Vec<u32>> = vec![Vec::new(); threads];
             let mut window = Vec::new();
-            let mut mine = Vec::new();
-            let mut theirs = Vec::new();
             let mut outbox = Vec::new();
             let mut suspects = Vec::new();
             loop {
@@ -1197,20 +1205,22 @@ impl Simulation {
                 queue.take_window(slots, end, &mut window);
                 *windows += 1;
                 let work: u64 = window.iter().map(|&(_, w)| w).sum();
-                match &helper {
-                    Some(helper) if window.len() > 1 && work * cluster as u64 >= PARALLEL_WORK => {
-                        *parallel_windows += 1;
-                        split(&mut window, &mut mine, &mut theirs);
-                        helper.run(std::mem::take(&mut theirs), end);
-                        for &node in &mine {
-                            advance(&mut lock(&slots[node as usize]), node, world, end);
-                        }
-                        theirs = helper.wait();
+                if !helpers.is_empty() && window.len() > 1 && work * cluster as u64 >= parallel_work
+                {
+                    *parallel_windows += 1;
+                    split(&mut window, &mut bins);
+                    for (helper, bin) in helpers.iter().zip(&mut bins[1..]) {
+                        helper.run(std::mem::take(bin), end);
                     }
-                    _ => {
-                        for &(node, _) in &window {
-                            advance(&mut lock(&slots[node as usize]), node, world, end);
-                        }
+                    for &node in &bins[0] {
+                        advance(&mut lock(&slots[node as usize]), node, world, end);
+                    }
+                    for (helper, bin) in helpers.iter().zip(&mut bins[1..]) {
+                        *bin = helper.wait();
+                    }
+                } else {
+                    for &(node, _) in &window {
+                        advance(&mut lock(&slots[node as usize]), node, world, end);
                     }
                 }
                 let watch = match until {
@@ -1519,21 +1529,18 @@ fn member_list_chunks(header: &[u8], entries: &[Vec<u8>], skip: usize, chunks: &
     }
 }
 
-/// Shares a window's nodes between two threads, heaviest first to the lighter side. The
-/// split only decides who computes what, never the outcome.
-fn split(window: &mut [(u32, u64)], mine: &mut Vec<u32>, theirs: &mut Vec<u32>) {
-    mine.clear();
-    theirs.clear();
+/// Shares a window's nodes among the threads' bins, heaviest first to the lightest bin.
+/// The split only decides who computes what, never the outcome.
+fn split(window: &mut [(u32, u64)], bins: &mut [Vec<u32>]) {
+    let mut loads = vec![0u64; bins.len()];
+    bins.iter_mut().for_each(Vec::clear);
     window.sort_unstable_by_key(|&(node, work)| (Reverse(work), node));
-    let (mut my_work, mut their_work) = (0, 0);
     for &(node, work) in window.iter() {
-        if my_work <= their_work {
-            my_work += work;
-            mine.push(node);
-        } else {
-            their_work += work;
-            theirs.push(node);
-        }
+        let lightest = (0..bins.len())
+            .min_by_key(|&i| loads[i])
+            .expect("at least one bin");
+        loads[lightest] += work;
+        bins[lightest].push(node);
     }
 }
 
@@ -1549,7 +1556,7 @@ impl Transmit for Sink {
     }
 }
 
-/// A second thread that runs half of each large window.
+/// A thread that runs its share of each large window.
 struct Helper {
     work: mpsc::Sender<(Vec<u32>, Duration)>,
     done: mpsc::Receiver<Vec<u32>>,
@@ -1633,10 +1640,12 @@ mod tests {
     #[test]
     fn windows_split_by_work() {
         let mut window = vec![(1, 100), (2, 1), (3, 1), (4, 60), (5, 40)];
-        let (mut mine, mut theirs) = (Vec::new(), Vec::new());
-        split(&mut window, &mut mine, &mut theirs);
-        assert_eq!(mine, [1, 2]);
-        assert_eq!(theirs, [4, 5, 3]);
+        let mut bins = vec![Vec::new(); 2];
+        split(&mut window, &mut bins);
+        assert_eq!(bins, [vec![1, 2], vec![4, 5, 3]]);
+        let mut bins = vec![Vec::new(); 3];
+        split(&mut window, &mut bins);
+        assert_eq!(bins, [vec![1], vec![4], vec![5, 2, 3]]);
     }
 
     #[test]
