@@ -16,7 +16,7 @@ from grid.simbench.plot import render_svg
 from grid.simbench.profiles import GRID, MEMBERLIST_LAN, epidemic_rounds, profile
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
-from grid.simbench.runner import Plan, run_plan
+from grid.simbench.runner import Plan, SpeedProbeError, measure_speed, run_plan, targets
 from grid.simbench.scenarios import Context, failure_runs, form_cluster, join_runs
 from grid.simbench.speed import measure
 from grid.simbench.stats import coverage_time, pooled_cdf, quantile, spread
@@ -188,3 +188,40 @@ def test_the_progress_bar_draws_only_where_asked() -> None:
     silent = Progress(None)
     silent.show("x", 1, 2)
     silent.clear()
+
+
+def test_targets_need_enough_runs_to_be_met() -> None:
+    def join(runs: int, within: float) -> dict[str, Any]:
+        return {
+            "size": 10_000,
+            "profile": GRID,
+            "runs": runs,
+            "within_target_rounds": within,
+            "rounds": {"100%": {"p50": 6.0, "p99": 6.1, "max": 6.2}},
+        }
+
+    few = targets({"join": [join(3, 1.0)]})
+    assert few[0]["met"] is None
+    assert "too few runs" in few[0]["measured"]
+    assert targets({"join": [join(3000, 1.0)]})[0]["met"] is True
+    assert targets({"join": [join(3, 2 / 3)]})[0]["met"] is False
+    assert "unproven" in render({"plan": _PLAN, "targets": few})
+
+
+_PLAN = {
+    "sizes": [10_000],
+    "seed": 1,
+    "shared_from": 5000,
+    "network": {"delay": 0.005, "jitter": 0.005, "jitter_kind": "exponential"},
+}
+
+
+def test_the_speed_probe_runs_in_its_own_process() -> None:
+    from grid.simbench.profiles import NetworkModel
+
+    row = measure_speed(40, 1, GRID, NetworkModel(), threads=1)
+    assert row["size"] == 40
+    assert row["direct_speed"] is not None  # small clusters are also run straight through
+    assert 0 < row["peak_rss_bytes"] < 2**30
+    with pytest.raises(SpeedProbeError, match="consul"):
+        measure_speed(40, 1, "consul", NetworkModel(), threads=1)

@@ -17,10 +17,11 @@ from grid.simbench.plot import render_svg
 from grid.simbench.profiles import PROFILES, NetworkModel
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
-from grid.simbench.runner import SCENARIOS, Plan, run_plan
+from grid.simbench.runner import SCENARIOS, Plan, SpeedProbeError, run_plan
 
 EXIT_OK = 0
 EXIT_TARGET_MISSED = 1
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
@@ -40,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Runs SWIM scenarios on the deterministic simulator (the real driver, "
         "many times over, on a virtual clock) under Grid's defaults and memberlist's LAN "
         "parameters, and reports p50/p99/max over seeded runs with the epidemic bound and "
-        "the issue's targets. Exit status: 0 done, 1 a target was missed (with --strict), "
-        "2 invalid options, 130 interrupted.",
+        "the issue's targets. Exit status: 0 done, 1 a target was missed (with --strict) "
+        "or the speed probe failed, 2 invalid options, 130 interrupted.",
     )
     convergence.add_argument(
         "--scenario",
@@ -202,6 +203,10 @@ def convergence_command(args: argparse.Namespace) -> int:
         progress.clear()
         print(f"grid bench convergence: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except SpeedProbeError as err:
+        progress.clear()
+        print(f"grid bench convergence: {err}", file=sys.stderr)
+        return EXIT_FAILED
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -213,5 +218,5 @@ def convergence_command(args: argparse.Namespace) -> int:
         except OSError as err:
             print(f"grid bench convergence: cannot write the plot: {err}", file=sys.stderr)
             return EXIT_USAGE
-    missed = [target for target in report["targets"] if not target["met"]]
+    missed = [target for target in report["targets"] if target["met"] is False]
     return EXIT_TARGET_MISSED if args.strict and missed else EXIT_OK
