@@ -128,11 +128,13 @@ def test_the_plot_is_an_svg_with_one_curve_per_row(report: dict[str, Any]) -> No
 def test_speed_is_measured_in_virtual_per_wall_seconds() -> None:
     from grid.simbench.profiles import NetworkModel
 
-    row = measure(40, 1, GRID, network=NetworkModel(), threads=1, min_syncs=5, direct=True)
-    assert row["syncs_sampled"] > 0
-    assert row["quiet_speed"] > 1.0
-    assert row["amortized_speed"] > 1.0
-    assert row["direct_speed"] > 1.0
+    row = measure(40, 1, GRID, network=NetworkModel(), threads=1)
+    # One push/pull period holds about one sync per node, and a converged peer sends
+    # mostly what the receiver already holds.
+    assert row["virtual_seconds"] == row["push_pull_period"]
+    assert 20 <= row["syncs"] <= 60
+    assert row["sync_entries_known"] > 20 * 30
+    assert row["speed"] > 1.0
     assert row["peak_rss_bytes"] > 0
 
 
@@ -221,7 +223,7 @@ def test_the_speed_probe_runs_in_its_own_process() -> None:
 
     row = measure_speed(40, 1, GRID, NetworkModel(), threads=1)
     assert row["size"] == 40
-    assert row["direct_speed"] is not None  # small clusters are also run straight through
+    assert row["speed"] > 1.0
     assert 0 < row["peak_rss_bytes"] < 2**30
     with pytest.raises(SpeedProbeError, match="consul"):
         measure_speed(40, 1, "consul", NetworkModel(), threads=1)

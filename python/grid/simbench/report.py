@@ -220,12 +220,10 @@ def _speed(rows: Sequence[Row]) -> str:
         "size",
         "threads",
         "form s",
-        "quiet x",
-        "s/sync",
-        "syncs timed",
-        "period s",
-        "amortized x",
-        "direct x",
+        "timed s",
+        "syncs",
+        "msg/s",
+        "speed x",
         "peak GiB",
     )
     body = [
@@ -233,20 +231,18 @@ def _speed(rows: Sequence[Row]) -> str:
             f"{row['size']:,}",
             "auto" if row["threads"] is None else str(row["threads"]),
             _num(row["bootstrap_seconds"], 1),
-            _num(row["quiet_speed"], 1),
-            _num(row["wall_seconds_per_sync"], 4),
-            str(row["syncs_sampled"]),
-            _num(row["push_pull_period"], 0),
-            _num(row["amortized_speed"]),
-            _num(row["direct_speed"]),
+            _num(row["virtual_seconds"], 0),
+            f"{row['syncs']:,}",
+            f"{row['messages_per_virtual_second']:,.0f}",
+            _num(row["speed"]),
             _num(row["peak_rss_bytes"] / 2**30),
         )
         for row in rows
     ]
     return (
-        "Simulator speed (virtual seconds per wall second, grid profile): quiet = probing "
-        "and gossip only; amortized = one push/pull period including every node's full-state "
-        "sync; direct = that period run straight through\n" + table(header, body)
+        "Simulator speed (virtual seconds per wall second, grid profile): one push/pull "
+        "period of a converged cluster run straight through, every node's full-state sync "
+        "included\n" + table(header, body)
     )
 
 

@@ -100,6 +100,16 @@ impl SwimConfig {
     }
 
     /// foca's configuration for a cluster of `cluster_size` nodes (this one included).
+    /// How many times a node tells a member it suspects so: at once, then every gossip
+    /// interval while the suspicion stands, the last at least one interval before the
+    /// suspicion timeout, so that an answer can still arrive in time. Every notice is a
+    /// round trip that refutes the suspicion, so each one left cuts the odds that an alive
+    /// member is declared down for lost packets alone.
+    pub fn suspicion_notices(&self) -> u8 {
+        let rounds = self.suspicion_timeout.as_nanos() / self.gossip_interval().as_nanos().max(1);
+        rounds.saturating_sub(1).clamp(1, u128::from(u8::MAX)) as u8
+    }
+
     pub fn foca_config(&self, cluster_size: usize) -> Config {
         let fanout = NonZeroUsize::new(self.gossip_nodes).unwrap_or(NonZeroUsize::MIN);
         Config {
@@ -175,6 +185,16 @@ mod tests {
             Duration::from_secs(1)
         );
         assert_eq!(foca.max_packet_size.get(), 1366);
+    }
+
+    #[test]
+    fn suspicion_notices_fill_the_suspicion_timeout() {
+        assert_eq!(SwimConfig::default().suspicion_notices(), 9);
+        let tight = SwimConfig {
+            suspicion_timeout: Duration::from_millis(500),
+            ..SwimConfig::default()
+        };
+        assert_eq!(tight.suspicion_notices(), 1);
     }
 
     #[test]

@@ -16,7 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::BufMut;
-use foca::{Foca, Member, Notification, OwnedNotification, Runtime, State, Timer};
+use foca::{
+    Codec, Foca, Header, Member, Message, Notification, OwnedNotification, Runtime, State, Timer,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -50,6 +52,9 @@ const ENTRY_MEMBER: u8 = 1;
 const ENTRY_ITEM: u8 = 2;
 /// kind, sync id, chunk index, chunk count.
 const SYNC_FIXED_LEN: usize = 1 + 4 + 2 + 2;
+/// Ceiling of the local health score: probing slows down to at most this many + 1 times
+/// the configured pace (Lifeguard's awareness multiplier, as memberlist bounds it).
+pub const MAX_LOCAL_HEALTH: u8 = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberState {
@@ -149,19 +154,39 @@ pub struct DriverStats {
     pub updates_backlog: usize,
     pub items_stored: usize,
     pub max_transmissions: u8,
+    /// Sync entries not applied because foca already held them.
+    pub sync_entries_known: u64,
+    /// Direct notices sent to members this node suspects, so they can refute at once.
+    pub suspicion_notices: u64,
+    /// Times this node was suspected and refuted it (raised its incarnation).
+    pub refutations: u64,
+    /// Probes of this node's that got no answer, directly or indirectly.
+    pub probes_failed: u64,
+    /// Current local health score, 0 (healthy) to [`MAX_LOCAL_HEALTH`].
+    pub local_health: u8,
+    /// Suspicion timeouts that fired after the suspicion was refuted or settled.
+    pub stale_suspicion_timers: u64,
 }
 
 struct Rt<'a, O: Transmit + ?Sized> {
     now: Duration,
     timers: &'a mut TimerHeap,
     notes: &'a mut Vec<OwnedNotification<NodeId>>,
+    probe: &'a mut ProbeHealth,
     scratch: &'a mut Vec<u8>,
     out: &'a mut O,
 }
 
 impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
     fn notify(&mut self, notification: Notification<'_, NodeId>) {
-        self.notes.push(notification.to_owned());
+        match notification {
+            Notification::ProbeFailed(_, id) => self.probe.failed.push(id.clone()),
+            Notification::DataSent(header) => {
+                self.probe.incarnation = self.probe.incarnation.max(header.src_incarnation);
+            }
+            Notification::DataReceived(_) => {}
+            other => self.notes.push(other.to_owned()),
+        }
     }
 
     fn send_to(&mut self, to: NodeId, data: &[u8]) {
@@ -172,7 +197,38 @@ impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
     }
 
     fn submit_after(&mut self, event: Timer<NodeId>, after: Duration) {
+        let after = match event {
+            // Lifeguard's local health aware probe: a node whose own probes keep failing,
+            // or who keeps being suspected, is more likely slow itself than surrounded by
+            // dead peers, so it probes less often and waits longer for answers.
+            Timer::ProbeRandomMember(_) | Timer::SendIndirectProbe { .. } => {
+                after * (1 + u32::from(self.probe.local_health))
+            }
+            _ => after,
+        };
         self.timers.push(self.now + after, TimerEvent::Foca(event));
+    }
+}
+
+/// What foca lets a host see of its own probing, and the local health score built on it.
+#[derive(Default)]
+struct ProbeHealth {
+    /// Members whose probe just failed (foca's `ProbeFailed`), not yet acted on.
+    failed: Vec<NodeId>,
+    /// Our incarnation as our last message carried it; it rises when we refute.
+    incarnation: u16,
+    /// Lifeguard's local health multiplier: up on a failed probe or a refutation, down on a
+    /// probe round without failure.
+    local_health: u8,
+}
+
+impl ProbeHealth {
+    fn worse(&mut self) {
+        self.local_health = (self.local_health + 1).min(MAX_LOCAL_HEALTH);
+    }
+
+    fn better(&mut self) {
+        self.local_health = self.local_health.saturating_sub(1);
     }
 }
 
@@ -197,7 +253,37 @@ pub struct Driver {
     broadcast_pending: bool,
     membership_changed: bool,
     tuned_for: u8,
+    /// foca's member states as of the first chunk of the sync being received.
+    sync_baseline: Option<SyncBaseline>,
+    probe: ProbeHealth,
+    /// Encodes the foca messages the driver writes itself (suspicion notices).
+    codec: WireCodec,
     stats: DriverStats,
+}
+
+/// What foca held when the chunks of one incoming sync began to arrive. A converged peer
+/// sends mostly what foca already has, and every apply is a linear scan of foca's member
+/// list, so entries found here unchanged are not applied again: a sync costs O(N) instead
+/// of O(N²). foca only moves a member's state forward (newer identity, higher incarnation,
+/// Alive → Suspect → Down at one incarnation), so an entry equal to an earlier state is a
+/// no-op even if foca has moved on since.
+struct SyncBaseline {
+    sync_id: u32,
+    sender: NodeAddr,
+    chunks_left: u16,
+    states: HashMap<NodeAddr, (NodeId, u16, State)>,
+}
+
+impl SyncBaseline {
+    fn holds(&self, member: &Member<NodeId>) -> bool {
+        self.states
+            .get(&member.id().node_addr())
+            .is_some_and(|(id, incarnation, state)| {
+                id == member.id()
+                    && *incarnation == member.incarnation()
+                    && *state == member.state()
+            })
+    }
 }
 
 impl Driver {
@@ -218,6 +304,7 @@ impl Driver {
         Driver {
             foca,
             config,
+            codec: WireCodec::new(interner.clone()),
             interner,
             store,
             timers: TimerHeap::default(),
@@ -234,6 +321,8 @@ impl Driver {
             broadcast_pending: false,
             membership_changed: false,
             tuned_for,
+            sync_baseline: None,
+            probe: ProbeHealth::default(),
             stats: DriverStats::default(),
         }
     }
@@ -290,6 +379,7 @@ impl Driver {
             broadcast_backlog: self.foca.custom_broadcast_backlog(),
             updates_backlog: self.foca.updates_backlog(),
             max_transmissions: self.tuned_for,
+            local_health: self.probe.local_health,
             ..self.stats
         }
     }
@@ -357,12 +447,35 @@ impl Driver {
     /// Runs every timer due at `now`, in order.
     pub fn handle_timers<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         while let Some(event) = self.timers.pop_due(now) {
+            // Timers change foca's state in ways the baseline cannot follow; it is only
+            // meant to span the burst of one sync's chunks.
+            self.sync_baseline = None;
             match event {
+                TimerEvent::Foca(Timer::ChangeSuspectToDown {
+                    ref member_id,
+                    incarnation,
+                    ..
+                }) if self.member_state(member_id) != Some((incarnation, State::Suspect)) => {
+                    // Refuted (or settled otherwise) before the timeout. foca 1.0 would
+                    // change nothing here but still send the member a `TurnUndead`, which
+                    // makes an alive member that just refuted declare itself down and
+                    // rejoin under a new identity; so the stale timer stops here.
+                    self.stats.stale_suspicion_timers += 1;
+                }
                 TimerEvent::Foca(timer) => {
+                    let probe_round = matches!(timer, Timer::ProbeRandomMember(_));
                     self.foca_call(now, out, |foca, rt| foca.handle_timer(timer, rt));
+                    if probe_round && self.probe.failed.is_empty() {
+                        self.probe.better();
+                    }
                 }
                 TimerEvent::PushPull => self.push_pull(now, out),
                 TimerEvent::JoinRetry => self.join_retry(now, out),
+                TimerEvent::SuspicionNotice {
+                    target,
+                    incarnation,
+                    left,
+                } => self.notify_suspect(now, target, incarnation, left, out),
             }
             self.settle(now);
         }
@@ -435,16 +548,87 @@ impl Driver {
         out: &mut O,
         call: impl FnOnce(&mut GridFoca, &mut Rt<'_, O>) -> Result<(), foca::Error>,
     ) {
+        let incarnation = self.probe.incarnation;
         let mut rt = Rt {
             now,
             timers: &mut self.timers,
             notes: &mut self.notes,
+            probe: &mut self.probe,
             scratch: &mut self.scratch,
             out,
         };
         if let Err(err) = call(&mut self.foca, &mut rt) {
             self.stats.foca_errors[foca_error_index(&err)] += 1;
         }
+        if self.probe.incarnation > incarnation {
+            self.stats.refutations += 1;
+            self.probe.worse();
+        }
+        for target in std::mem::take(&mut self.probe.failed) {
+            self.stats.probes_failed += 1;
+            self.probe.worse();
+            if let Some((incarnation, State::Suspect)) = self.member_state(&target) {
+                let notices = self.config.suspicion_notices();
+                self.notify_suspect(now, target, incarnation, notices, out);
+            }
+        }
+    }
+
+    /// foca's current view of one member: O(N), for rare events only.
+    fn member_state(&self, id: &NodeId) -> Option<(u16, State)> {
+        self.foca
+            .iter_membership_state()
+            .find(|m| m.id() == id)
+            .map(|m| (m.incarnation(), m.state()))
+    }
+
+    /// Lifeguard's buddy system: tells a member we suspect so, directly, in a foca `Ping`
+    /// that carries the suspicion. If it is alive it refutes at once and its `Ack` brings
+    /// the refutation straight back, instead of waiting for the suspicion to reach it by
+    /// gossip while every member's suspicion timer runs. Repeated once per gossip interval
+    /// (`left` more times) while we still hold the same suspicion.
+    fn notify_suspect<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        target: NodeId,
+        incarnation: u16,
+        left: u8,
+        out: &mut O,
+    ) {
+        if left == 0
+            || self.has_left
+            || self.member_state(&target) != Some((incarnation, State::Suspect))
+        {
+            return;
+        }
+        let header = Header {
+            src: self.foca.identity().clone(),
+            src_incarnation: self.probe.incarnation,
+            dst: target.clone(),
+            message: Message::Ping(self.rng.random()),
+        };
+        let suspicion = Member::new(target.clone(), incarnation, State::Suspect);
+        self.scratch.clear();
+        self.scratch.push(KIND_FOCA);
+        let encoded = self
+            .codec
+            .encode_header(&header, &mut self.scratch)
+            .and_then(|()| {
+                self.scratch.put_u16(1);
+                self.codec.encode_member(&suspicion, &mut self.scratch)
+            });
+        if encoded.is_ok() {
+            self.stats.suspicion_notices += 1;
+            out.send(target.socket_addr(), &self.scratch);
+        }
+        self.timers.push(
+            now + self.config.gossip_interval(),
+            TimerEvent::SuspicionNotice {
+                target,
+                incarnation,
+                left: left - 1,
+            },
+        );
     }
 
     fn view_state(&self, member: &Member<NodeId>) -> MemberState {
@@ -504,8 +688,11 @@ impl Driver {
                 OwnedNotification::Active => {
                     if !self.push_pull_armed {
                         self.push_pull_armed = true;
+                        // A random phase, so nodes that come up together (a fleet restart)
+                        // do not all sync in the same instant, period after period.
                         let period = self.config.push_pull_period(self.foca.num_members() + 1);
-                        self.timers.push(now + period, TimerEvent::PushPull);
+                        let phase = period.mul_f64(self.rng.random::<f64>());
+                        self.timers.push(now + phase, TimerEvent::PushPull);
                     }
                 }
                 OwnedNotification::Idle => {
@@ -516,7 +703,11 @@ impl Driver {
                     }
                 }
                 OwnedNotification::Rejoin(_) => self.membership_changed = true,
-                OwnedNotification::Defunct => {}
+                // Probe and traffic notices are taken in `Rt::notify`, never queued.
+                OwnedNotification::Defunct
+                | OwnedNotification::DataReceived(_)
+                | OwnedNotification::DataSent(_)
+                | OwnedNotification::ProbeFailed(..) => {}
             }
         }
         self.notes = notes;
@@ -708,6 +899,15 @@ impl Driver {
         for id in &left {
             self.remember_left(id);
         }
+        let baseline = self.sync_baseline_for(sync_id, sender.node_addr(), count);
+        let received = loud.len() + quiet.len();
+        loud.retain(|member| !baseline.holds(member));
+        quiet.retain(|member| !baseline.holds(member));
+        baseline.chunks_left = baseline.chunks_left.saturating_sub(1);
+        if baseline.chunks_left == 0 {
+            self.sync_baseline = None;
+        }
+        self.stats.sync_entries_known += (received - loud.len() - quiet.len()) as u64;
         self.foca_call(now, out, |foca, rt| {
             foca.apply_many(loud.into_iter(), true, rt)
         });
@@ -729,6 +929,38 @@ impl Driver {
             }
         }
         Ok(())
+    }
+
+    /// The baseline for this sync's chunks, taken from foca on its first chunk to arrive.
+    fn sync_baseline_for(
+        &mut self,
+        sync_id: u32,
+        sender: NodeAddr,
+        count: u16,
+    ) -> &mut SyncBaseline {
+        let current = self
+            .sync_baseline
+            .as_ref()
+            .is_some_and(|b| b.sync_id == sync_id && b.sender == sender);
+        if !current {
+            let states = self
+                .foca
+                .iter_membership_state()
+                .map(|m| {
+                    (
+                        m.id().node_addr(),
+                        (m.id().clone(), m.incarnation(), m.state()),
+                    )
+                })
+                .collect();
+            self.sync_baseline = Some(SyncBaseline {
+                sync_id,
+                sender,
+                chunks_left: count,
+                states,
+            });
+        }
+        self.sync_baseline.as_mut().expect("set above")
     }
 
     fn handle_leave<O: Transmit + ?Sized>(

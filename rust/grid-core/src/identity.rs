@@ -131,11 +131,15 @@ impl From<SocketAddr> for NodeAddr {
 }
 
 /// A node's identity in the cluster.
+///
+/// Field order is comparison order: foca compares identities while scanning its whole
+/// member list, and the address and generation sit inline and almost always decide,
+/// whereas the name needs a pointer chase.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct NodeId {
-    site: Arc<str>,
     addr: NodeAddr,
     generation: u64,
+    site: Arc<str>,
 }
 
 impl NodeId {

@@ -21,6 +21,12 @@ pub enum TimerEvent {
     PushPull,
     /// Announce to the seeds again while no member is known.
     JoinRetry,
+    /// Tell a member we suspect so (again), if we still do.
+    SuspicionNotice {
+        target: NodeId,
+        incarnation: u16,
+        left: u8,
+    },
 }
 
 impl TimerEvent {

@@ -104,8 +104,8 @@ fn a_converged_start_is_converged_and_quiet() {
     sim.run_until(secs(30.0)).unwrap();
     assert!(sim.is_converged());
     let stats = sim.stats();
-    assert_eq!(stats.foca_errors, [0; 12], "{stats:?}");
-    assert_eq!(stats.bad_messages, 0);
+    assert_eq!(stats.drivers.foca_errors, [0; 12], "{stats:?}");
+    assert_eq!(stats.drivers.bad_messages, 0);
     assert_eq!(stats.suspicions, 0);
     assert!(sim.declarations(Duration::ZERO).is_empty());
     // Every message arrived; bytes count the 33-byte frame and our kind byte.

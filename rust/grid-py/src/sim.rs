@@ -437,14 +437,23 @@ impl Simulation {
         dict.set_item("events", stats.events)?;
         dict.set_item("windows", stats.windows)?;
         dict.set_item("parallel_windows", stats.parallel_windows)?;
-        dict.set_item("bad_messages", stats.bad_messages)?;
+        dict.set_item("bad_messages", stats.drivers.bad_messages)?;
         dict.set_item("in_flight", stats.in_flight)?;
         dict.set_item("records", stats.records)?;
         dict.set_item("suspicions", stats.suspicions)?;
         dict.set_item("running", stats.running)?;
         dict.set_item("bootstrap_sends", stats.bootstrap_sends)?;
-        dict.set_item("syncs_started", stats.syncs_started)?;
-        dict.set_item("syncs_completed", stats.syncs_completed)?;
+        dict.set_item("syncs_started", stats.drivers.syncs_started)?;
+        dict.set_item("syncs_completed", stats.drivers.syncs_completed)?;
+        dict.set_item("sync_entries_known", stats.drivers.sync_entries_known)?;
+        dict.set_item("probes_failed", stats.drivers.probes_failed)?;
+        dict.set_item("suspicion_notices", stats.drivers.suspicion_notices)?;
+        dict.set_item("refutations", stats.drivers.refutations)?;
+        dict.set_item(
+            "stale_suspicion_timers",
+            stats.drivers.stale_suspicion_timers,
+        )?;
+        dict.set_item("local_health_max", stats.local_health_max)?;
         dict.set_item("updates_backlog", stats.updates_backlog)?;
         dict.set_item("updates_backlog_max", stats.updates_backlog_max)?;
         dict.set_item("sent", stats.traffic.sent)?;
@@ -454,7 +463,7 @@ impl Simulation {
         dict.set_item("lost", stats.traffic.lost)?;
         dict.set_item("cut", stats.traffic.cut)?;
         dict.set_item("undeliverable", stats.traffic.undeliverable)?;
-        for (kind, count) in FOCA_ERROR_KINDS.iter().zip(stats.foca_errors) {
+        for (kind, count) in FOCA_ERROR_KINDS.iter().zip(stats.drivers.foca_errors) {
             dict.set_item(format!("foca_error_{kind}"), count)?;
         }
         Ok(dict)

@@ -245,6 +245,12 @@ impl SwimNode {
             ("updates_backlog", d.updates_backlog as u64),
             ("items_stored", d.items_stored as u64),
             ("max_transmissions", u64::from(d.max_transmissions)),
+            ("sync_entries_known", d.sync_entries_known),
+            ("probes_failed", d.probes_failed),
+            ("suspicion_notices", d.suspicion_notices),
+            ("refutations", d.refutations),
+            ("stale_suspicion_timers", d.stale_suspicion_timers),
+            ("local_health", u64::from(d.local_health)),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))

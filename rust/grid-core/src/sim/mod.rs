@@ -44,7 +44,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::config::SwimConfig;
-use crate::driver::{Driver, Event, MemberState, Transmit, FOCA_ERROR_KINDS};
+use crate::driver::{Driver, DriverStats, Event, MemberState, Transmit, FOCA_ERROR_KINDS};
 use crate::frame::OVERHEAD;
 use crate::identity::{Interner, NodeId};
 use crate::wire::{
@@ -118,21 +118,19 @@ pub struct SimStats {
     pub windows: u64,
     /// Windows whose nodes were split across threads.
     pub parallel_windows: u64,
-    /// Summed over every driver that ever ran, indexed like [`FOCA_ERROR_KINDS`].
-    pub foca_errors: [u64; FOCA_ERROR_KINDS.len()],
-    pub bad_messages: u64,
+    /// Summed over every driver that ever ran.
+    pub drivers: DriverTotals,
     pub in_flight: usize,
     pub records: usize,
     pub suspicions: usize,
     pub running: usize,
     /// Messages a driver sent while receiving its initial member list (should be none).
     pub bootstrap_sends: u64,
-    /// Push/pull syncs started, and answered (the answer's first chunk arrived).
-    pub syncs_started: u64,
-    pub syncs_completed: u64,
     /// foca's pending cluster updates, summed over running nodes and at the busiest one.
     pub updates_backlog: usize,
     pub updates_backlog_max: usize,
+    /// The highest local health score among running nodes.
+    pub local_health_max: u8,
     pub traffic: Traffic,
 }
 
@@ -269,9 +267,55 @@ struct Slot {
     codec: WireCodec,
     events: u64,
     /// What the drivers of this node's earlier lives counted.
-    retired_errors: [u64; FOCA_ERROR_KINDS.len()],
-    retired_bad: u64,
-    retired_syncs: (u64, u64),
+    retired: DriverTotals,
+}
+
+/// Driver counters summed over drivers (and over a node's lives).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverTotals {
+    /// Indexed like [`FOCA_ERROR_KINDS`].
+    pub foca_errors: [u64; FOCA_ERROR_KINDS.len()],
+    pub bad_messages: u64,
+    /// Push/pull syncs started, and answered (the answer's first chunk arrived).
+    pub syncs_started: u64,
+    pub syncs_completed: u64,
+    pub sync_entries_known: u64,
+    pub probes_failed: u64,
+    pub suspicion_notices: u64,
+    pub refutations: u64,
+    pub stale_suspicion_timers: u64,
+}
+
+impl From<&DriverStats> for DriverTotals {
+    fn from(stats: &DriverStats) -> DriverTotals {
+        DriverTotals {
+            foca_errors: stats.foca_errors,
+            bad_messages: stats.bad_messages,
+            syncs_started: stats.syncs_started,
+            syncs_completed: stats.syncs_completed,
+            sync_entries_known: stats.sync_entries_known,
+            probes_failed: stats.probes_failed,
+            suspicion_notices: stats.suspicion_notices,
+            refutations: stats.refutations,
+            stale_suspicion_timers: stats.stale_suspicion_timers,
+        }
+    }
+}
+
+impl DriverTotals {
+    fn merge(&mut self, other: &DriverTotals) {
+        for (total, n) in self.foca_errors.iter_mut().zip(other.foca_errors) {
+            *total += n;
+        }
+        self.bad_messages += other.bad_messages;
+        self.syncs_started += other.syncs_started;
+        self.syncs_completed += other.syncs_completed;
+        self.sync_entries_known += other.sync_entries_known;
+        self.probes_failed += other.probes_failed;
+        self.suspicion_notices += other.suspicion_notices;
+        self.refutations += other.refutations;
+        self.stale_suspicion_timers += other.stale_suspicion_timers;
+    }
 }
 
 impl Slot {
@@ -298,13 +342,7 @@ impl Slot {
 
     fn retire_driver(&mut self) {
         if let Some(driver) = self.driver.take() {
-            let stats = driver.stats();
-            for (total, n) in self.retired_errors.iter_mut().zip(stats.foca_errors) {
-                *total += n;
-            }
-            self.retired_bad += stats.bad_messages;
-            self.retired_syncs.0 += stats.syncs_started;
-            self.retired_syncs.1 += stats.syncs_completed;
+            self.retired.merge(&DriverTotals::from(&driver.stats()));
         }
         self.inbox.clear();
     }
@@ -724,9 +762,7 @@ impl Simulation {
             traffic: Traffic::default(),
             codec: WireCodec::new(self.interner.clone()),
             events: 0,
-            retired_errors: [0; FOCA_ERROR_KINDS.len()],
-            retired_bad: 0,
-            retired_syncs: (0, 0),
+            retired: DriverTotals::default(),
         }));
         node
     }
@@ -1361,22 +1397,13 @@ impl Simulation {
             stats.in_flight += slot.inbox.len();
             stats.records += slot.records.len();
             stats.traffic.add(&slot.traffic);
-            stats.bad_messages += slot.retired_bad;
-            stats.syncs_started += slot.retired_syncs.0;
-            stats.syncs_completed += slot.retired_syncs.1;
-            for (total, n) in stats.foca_errors.iter_mut().zip(slot.retired_errors) {
-                *total += n;
-            }
+            stats.drivers.merge(&slot.retired);
             if let Some(driver) = &slot.driver {
                 let live = driver.stats();
-                stats.bad_messages += live.bad_messages;
-                stats.syncs_started += live.syncs_started;
-                stats.syncs_completed += live.syncs_completed;
+                stats.drivers.merge(&DriverTotals::from(&live));
                 stats.updates_backlog += live.updates_backlog;
                 stats.updates_backlog_max = stats.updates_backlog_max.max(live.updates_backlog);
-                for (total, n) in stats.foca_errors.iter_mut().zip(live.foca_errors) {
-                    *total += n;
-                }
+                stats.local_health_max = stats.local_health_max.max(live.local_health);
             }
             if self.world.is_running(node as u32) {
                 stats.running += 1;
