@@ -160,8 +160,10 @@ pub struct DriverStats {
     pub suspicion_notices: u64,
     /// Times this node was suspected and refuted it (raised its incarnation).
     pub refutations: u64,
-    /// Probes of this node's that got no answer, directly or indirectly.
+    /// Probes of this node's that got no answer, directly or indirectly, in time.
     pub probes_failed: u64,
+    /// Answers that arrived after their probe had already failed.
+    pub late_answers: u64,
     /// Current local health score, 0 (healthy) to [`MAX_LOCAL_HEALTH`].
     pub local_health: u8,
     /// Suspicion timeouts that fired after the suspicion was refuted or settled.
@@ -180,11 +182,14 @@ struct Rt<'a, O: Transmit + ?Sized> {
 impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
     fn notify(&mut self, notification: Notification<'_, NodeId>) {
         match notification {
-            Notification::ProbeFailed(_, id) => self.probe.failed.push(id.clone()),
+            Notification::ProbeFailed(number, id) => {
+                self.probe.failed.push(id.clone());
+                self.probe.given_up = Some((id.clone(), number));
+            }
             Notification::DataSent(header) => {
                 self.probe.incarnation = self.probe.incarnation.max(header.src_incarnation);
             }
-            Notification::DataReceived(_) => {}
+            Notification::DataReceived(header) => self.probe.note_answer(header),
             other => self.notes.push(other.to_owned()),
         }
     }
@@ -198,12 +203,13 @@ impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
 
     fn submit_after(&mut self, event: Timer<NodeId>, after: Duration) {
         let after = match event {
-            // Lifeguard's local health aware probe: a node whose own probes keep failing,
+            // Lifeguard's local health awareness: a node whose own probes keep failing,
             // or who keeps being suspected, is more likely slow itself than surrounded by
-            // dead peers, so it probes less often and waits longer for answers.
-            Timer::ProbeRandomMember(_) | Timer::SendIndirectProbe { .. } => {
-                after * (1 + u32::from(self.probe.local_health))
-            }
+            // dead peers, so it probes less often, waits longer for answers and gives the
+            // members it suspects longer to refute.
+            Timer::ProbeRandomMember(_)
+            | Timer::SendIndirectProbe { .. }
+            | Timer::ChangeSuspectToDown { .. } => after * (1 + u32::from(self.probe.local_health)),
             _ => after,
         };
         self.timers.push(self.now + after, TimerEvent::Foca(event));
@@ -211,18 +217,47 @@ impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
 }
 
 /// What foca lets a host see of its own probing, and the local health score built on it.
+///
+/// The score follows Lifeguard's signals that the fault is ours rather than the peers':
+/// being suspected (we had to refute), and answers that arrive for a probe we had already
+/// given up on (our deadlines are shorter than our own processing). A plain failed probe
+/// does not count: a dead peer or a partition looks the same, and slowing down then would
+/// only delay detection.
 #[derive(Default)]
 struct ProbeHealth {
     /// Members whose probe just failed (foca's `ProbeFailed`), not yet acted on.
     failed: Vec<NodeId>,
+    /// The last probe that failed, in case its answer still comes.
+    given_up: Option<(NodeId, u8)>,
+    /// Answers that came after their probe had failed.
+    late_answers: u64,
     /// Our incarnation as our last message carried it; it rises when we refute.
     incarnation: u16,
-    /// Lifeguard's local health multiplier: up on a failed probe or a refutation, down on a
-    /// probe round without failure.
+    /// Lifeguard's local health multiplier: up on a refutation or a late answer, down on
+    /// a probe round without failure.
     local_health: u8,
 }
 
 impl ProbeHealth {
+    fn note_answer(&mut self, header: &Header<NodeId>) {
+        let Some((target, number)) = &self.given_up else {
+            return;
+        };
+        let late = match &header.message {
+            Message::Ack(n) => &header.src == target && n == number,
+            Message::ForwardedAck {
+                origin,
+                probe_number,
+            } => origin == target && probe_number == number,
+            _ => false,
+        };
+        if late {
+            self.given_up = None;
+            self.late_answers += 1;
+            self.worse();
+        }
+    }
+
     fn worse(&mut self) {
         self.local_health = (self.local_health + 1).min(MAX_LOCAL_HEALTH);
     }
@@ -380,6 +415,7 @@ impl Driver {
             updates_backlog: self.foca.updates_backlog(),
             max_transmissions: self.tuned_for,
             local_health: self.probe.local_health,
+            late_answers: self.probe.late_answers,
             ..self.stats
         }
     }
@@ -464,8 +500,9 @@ impl Driver {
                 }
                 TimerEvent::Foca(timer) => {
                     let probe_round = matches!(timer, Timer::ProbeRandomMember(_));
+                    let failed_before = self.stats.probes_failed;
                     self.foca_call(now, out, |foca, rt| foca.handle_timer(timer, rt));
-                    if probe_round && self.probe.failed.is_empty() {
+                    if probe_round && self.stats.probes_failed == failed_before {
                         self.probe.better();
                     }
                 }
@@ -566,7 +603,6 @@ impl Driver {
         }
         for target in std::mem::take(&mut self.probe.failed) {
             self.stats.probes_failed += 1;
-            self.probe.worse();
             if let Some((incarnation, State::Suspect)) = self.member_state(&target) {
                 let notices = self.config.suspicion_notices();
                 self.notify_suspect(now, target, incarnation, notices, out);

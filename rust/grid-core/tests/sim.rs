@@ -326,3 +326,69 @@ fn bad_steps_are_refused_and_change_nothing() {
     let err = Simulation::new(3, 1, bad).err().unwrap();
     assert!(err.to_string().contains("gossipNodes"), "{err}");
 }
+
+#[test]
+fn suspicions_under_loss_are_refuted_in_place() {
+    let mut sim = Simulation::new(
+        30,
+        14,
+        SimSettings {
+            net: NetModel {
+                loss: 0.15,
+                ..NetModel::default()
+            },
+            ..settings(1)
+        },
+    )
+    .unwrap();
+    let t0 = sim.now();
+    sim.run_until(t0 + secs(120.0)).unwrap();
+    let suspicions = sim.suspicions(t0);
+    assert!(
+        suspicions.iter().any(|s| s.target_alive),
+        "no suspicion to refute"
+    );
+    let drivers = sim.stats().drivers;
+    // Each suspector told its suspect directly, and the suspects refuted.
+    assert!(drivers.suspicion_notices > 0, "{drivers:?}");
+    assert!(drivers.refutations > 0, "{drivers:?}");
+    assert!(
+        sim.declarations(t0).iter().all(|d| !d.false_positive),
+        "{:?}",
+        sim.declarations(t0)
+    );
+    // The suspicion timers of refuted suspicions expired harmlessly: nobody was made to
+    // declare itself down and rejoin under a new identity.
+    assert!(drivers.stale_suspicion_timers > 0, "{drivers:?}");
+    for node in 0..30 {
+        assert_eq!(sim.generation(node).unwrap(), Some(1 << 32), "node {node}");
+    }
+}
+
+#[test]
+fn a_slow_node_backs_off_instead_of_accusing_healthy_members() {
+    let mut sim = cluster(20, 15);
+    let t0 = sim.now();
+    // More than two probe intervals late: every ack it waits for arrives after its
+    // deadline, so it suspects whoever it probes unless it learns to wait longer.
+    sim.set_slow(9, secs(2.5)).unwrap();
+    let mut health = Vec::new();
+    for second in 1..=120 {
+        sim.run_until(t0 + secs(f64::from(second))).unwrap();
+        health.push(sim.driver_stats(9).unwrap().unwrap().local_health);
+    }
+    let by_slow: Vec<_> = sim
+        .declarations(t0)
+        .into_iter()
+        .filter(|d| d.by == 9)
+        .collect();
+    assert!(by_slow.is_empty(), "{by_slow:?}");
+    assert!(health.iter().any(|h| *h > 0), "{health:?}");
+    let healthy = sim.driver_stats(3).unwrap().unwrap();
+    assert_eq!(healthy.local_health, 0, "{healthy:?}");
+    // It stretched its probe period until the answers came in time: without that every
+    // probe of its 120 s would have failed.
+    let slow = sim.driver_stats(9).unwrap().unwrap();
+    assert!(slow.late_answers > 0, "{slow:?}");
+    assert!(slow.probes_failed < 30, "{slow:?}");
+}

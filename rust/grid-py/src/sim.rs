@@ -447,6 +447,7 @@ impl Simulation {
         dict.set_item("syncs_completed", stats.drivers.syncs_completed)?;
         dict.set_item("sync_entries_known", stats.drivers.sync_entries_known)?;
         dict.set_item("probes_failed", stats.drivers.probes_failed)?;
+        dict.set_item("late_answers", stats.drivers.late_answers)?;
         dict.set_item("suspicion_notices", stats.drivers.suspicion_notices)?;
         dict.set_item("refutations", stats.drivers.refutations)?;
         dict.set_item(

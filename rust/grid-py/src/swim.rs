@@ -247,6 +247,7 @@ impl SwimNode {
             ("max_transmissions", u64::from(d.max_transmissions)),
             ("sync_entries_known", d.sync_entries_known),
             ("probes_failed", d.probes_failed),
+            ("late_answers", d.late_answers),
             ("suspicion_notices", d.suspicion_notices),
             ("refutations", d.refutations),
             ("stale_suspicion_timers", d.stale_suspicion_timers),

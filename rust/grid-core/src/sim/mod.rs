@@ -281,6 +281,7 @@ pub struct DriverTotals {
     pub syncs_completed: u64,
     pub sync_entries_known: u64,
     pub probes_failed: u64,
+    pub late_answers: u64,
     pub suspicion_notices: u64,
     pub refutations: u64,
     pub stale_suspicion_timers: u64,
@@ -295,6 +296,7 @@ impl From<&DriverStats> for DriverTotals {
             syncs_completed: stats.syncs_completed,
             sync_entries_known: stats.sync_entries_known,
             probes_failed: stats.probes_failed,
+            late_answers: stats.late_answers,
             suspicion_notices: stats.suspicion_notices,
             refutations: stats.refutations,
             stale_suspicion_timers: stats.stale_suspicion_timers,
@@ -312,6 +314,7 @@ impl DriverTotals {
         self.syncs_completed += other.syncs_completed;
         self.sync_entries_known += other.sync_entries_known;
         self.probes_failed += other.probes_failed;
+        self.late_answers += other.late_answers;
         self.suspicion_notices += other.suspicion_notices;
         self.refutations += other.refutations;
         self.stale_suspicion_timers += other.stale_suspicion_timers;
@@ -912,6 +915,15 @@ impl Simulation {
             .driver
             .as_ref()
             .map(|d| d.identity().generation()))
+    }
+
+    /// The counters of the node's current driver (None while it is down).
+    pub fn driver_stats(&self, node: u32) -> Result<Option<DriverStats>, SimError> {
+        self.check_node(node)?;
+        Ok(lock(&self.slots[node as usize])
+            .driver
+            .as_ref()
+            .map(Driver::stats))
     }
 
     /// Active members (alive or suspect) the node knows, itself excluded.
