@@ -19,7 +19,14 @@ from grid.simbench.report import render
 from grid.simbench.runner import Plan, SpeedProbeError, measure_speed, run_plan, targets
 from grid.simbench.scenarios import Context, failure_runs, form_cluster, join_runs
 from grid.simbench.speed import measure
-from grid.simbench.stats import coverage_time, pooled_cdf, quantile, spread
+from grid.simbench.stats import (
+    coverage_time,
+    pooled_cdf,
+    quantile,
+    spread,
+    tail_miss_bound,
+    uninformed_by_round,
+)
 
 
 def test_quantiles_interpolate() -> None:
@@ -208,6 +215,25 @@ def test_targets_need_enough_runs_to_be_met() -> None:
     assert targets({"join": [join(3000, 1.0)]})[0]["met"] is True
     assert targets({"join": [join(3, 2 / 3)]})[0]["met"] is False
     assert "unproven" in render({"plan": _PLAN, "targets": few})
+    # Fewer runs can meet it when their measured tail leaves a miss very unlikely.
+    thin = targets({"join": [{**join(200, 1.0), "miss_bound": 1e-9}]})[0]
+    assert thin["met"] is True
+    assert "estimated miss chance 1.0e-09" in thin["measured"]
+    fat = targets({"join": [{**join(200, 1.0), "miss_bound": 0.01}]})[0]
+    assert fat["met"] is None
+    assert targets({"join": [{**join(200, 0.99), "miss_bound": 1e-9}]})[0]["met"] is False
+
+
+def test_the_tail_estimate_extrapolates_the_slowest_measured_decay() -> None:
+    # Two runs of 100 members learning at 0.5 s steps of 1 s rounds.
+    early = [0.5] * 50 + [1.5] * 40 + [2.5] * 9 + [3.5]
+    late = [0.5] * 50 + [1.5] * 45 + [2.5] * 5
+    curve = uninformed_by_round([(early, 100), (late, 100)], 1.0, 5)
+    assert curve == pytest.approx([1.0, 0.5, 0.075, 0.005, 0.0, 0.0])
+    # Slowest decay once half knew: 0.075 / 0.5 = 0.15 per round, from round 3 on.
+    assert tail_miss_bound(curve, 100, 6.0) == pytest.approx(100 * 0.005 * 0.15**3)
+    assert tail_miss_bound(curve, 100, 3.0) == 1.0
+    assert tail_miss_bound([1.0, 1.0], 100, 6.0) is None
 
 
 _PLAN = {

@@ -16,6 +16,7 @@ from grid.simbench.profiles import (
     MEMBERLIST_LAN,
     PROFILES,
     NetworkModel,
+    SwimProfile,
     epidemic_rounds,
     profile,
 )
@@ -31,7 +32,7 @@ from grid.simbench.scenarios import (
     partition_run,
     rounds,
 )
-from grid.simbench.stats import pooled_cdf, spread
+from grid.simbench.stats import pooled_cdf, spread, tail_miss_bound, uninformed_by_round
 
 SCENARIOS = ("join", "failure", "accuracy", "partition", "speed")
 #: Fractions of the cluster a join is timed to.
@@ -203,7 +204,31 @@ def _join_row(size: int, name: str, runs: Sequence[JoinRun], shared: bool) -> Ro
     measured = row["rounds"]["100%"]
     row["rounds_vs_bound"] = None if measured is None else measured["p50"] / bound
     row["cdf"] = pooled_cdf([(run.delays, run.observers) for run in runs])
+    row.update(_join_tail(prof, runs))
     return row
+
+
+def _join_tail(prof: SwimProfile, runs: Sequence[JoinRun]) -> Row:
+    """How likely a run is to miss the round target, beyond what the runs show.
+
+    foca relays each piece of news a bounded number of times (``max_transmissions``), so
+    dissemination only goes on while members that learned it recently still relay it; past
+    that, a straggler waits for a push/pull sync. The estimate therefore extrapolates the
+    measured tail only to the *relay horizon*: the round by which half the members knew,
+    plus the rounds a member's relay budget lasts at one message to each of its gossip
+    fanout per round (or the target, if earlier)."""
+    learned = [(run.delays, run.observers) for run in runs]
+    curve = uninformed_by_round(learned, prof.gossip_interval, JOIN_ROUND_TARGET)
+    half = next((r for r, u in enumerate(curve) if u <= 0.5), None)
+    if half is None:
+        return {"uninformed_by_round": curve, "relay_horizon_rounds": None, "miss_bound": None}
+    relay_rounds = runs[0].max_transmissions / prof.gossip_nodes
+    horizon = min(float(JOIN_ROUND_TARGET), half + relay_rounds)
+    return {
+        "uninformed_by_round": curve,
+        "relay_horizon_rounds": horizon,
+        "miss_bound": tail_miss_bound(curve, runs[0].observers, horizon),
+    }
 
 
 def _failure_row(size: int, name: str, runs: Sequence[FailureRun], shared: bool) -> Row:
@@ -257,6 +282,9 @@ def _accuracy(plan: Plan, ctx: Context) -> list[Row]:
                             "false_declarations_of_slow_node": run.of_slow,
                             "false_per_member_hour": run.per_member_hour,
                             "false_suspicions": run.false_suspicions,
+                            "refutations": run.refutations,
+                            "suspicion_notices": run.suspicion_notices,
+                            "late_answers": run.late_answers,
                             "messages_per_member_second": run.message_rate,
                             "updates_backlog_max": run.backlog_max,
                         }
@@ -373,23 +401,7 @@ def targets(report: dict[str, Any]) -> list[Row]:
         if row["profile"] != GRID:
             continue
         if row["size"] == 10_000:
-            within = round(row["within_target_rounds"] * row["runs"])
-            # All of K runs passing shows a pass rate of at least 0.05^(1/K) (95 %
-            # confidence): 99.9 % takes about 3,000 runs.
-            shown = 0.05 ** (1 / row["runs"]) if within == row["runs"] else 0.0
-            checks.append(
-                _target(
-                    "a join reaches 100% of 10,000 within 15 gossip rounds in >= 99.9% of runs",
-                    f"{within} of {row['runs']} runs; max "
-                    f"{_fmt(row['rounds']['100%'], 'max')} rounds"
-                    + (
-                        ""
-                        if shown >= 0.999 or within < row["runs"]
-                        else "; too few runs to show 99.9%"
-                    ),
-                    None if within == row["runs"] and shown < 0.999 else shown >= 0.999,
-                )
-            )
+            checks.append(_join_target(row))
         if row["size"] == 1000:
             spread_ = row["joiner_knows_99%"]
             checks.append(
@@ -410,6 +422,34 @@ def targets(report: dict[str, Any]) -> list[Row]:
                 )
             )
     return checks
+
+
+def _join_target(row: Row) -> Row:
+    """The 10,000-member join target. All of K runs passing shows a pass rate of at least
+    0.05^(1/K) at 95 % confidence, so runs alone need about 3,000 to show 99.9 %; with fewer,
+    the target is met when the measured tail of the runs puts the chance of a miss below
+    0.1 % (see ``_join_tail``), and unproven otherwise."""
+    runs = row["runs"]
+    within = round(row["within_target_rounds"] * runs)
+    shown = 0.05 ** (1 / runs) if within == runs else 0.0
+    bound = row.get("miss_bound")
+    measured = f"{within} of {runs} runs; max {_fmt(row['rounds']['100%'], 'max')} rounds"
+    met: bool | None
+    if within < runs:
+        met = False
+    elif shown >= 0.999:
+        met = True
+    elif bound is not None and bound <= 0.001:
+        measured += f"; estimated miss chance {bound:.1e} from the measured tail"
+        met = True
+    else:
+        measured += "; too few runs to show 99.9%"
+        met = None
+    return _target(
+        "a join reaches 100% of 10,000 within 15 gossip rounds in >= 99.9% of runs",
+        measured,
+        met,
+    )
 
 
 def _target(name: str, measured: str, met: bool | None) -> Row:

@@ -85,6 +85,8 @@ class JoinRun:
     delays: list[float]
     #: Seconds after the join, sorted, at which the joiner learned of each member.
     joiner_delays: list[float]
+    #: How many times each member relays a piece of news (foca's, for this cluster size).
+    max_transmissions: int
 
     def coverage(self, fraction: float) -> float | None:
         return coverage_time(self.delays, self.observers, fraction)
@@ -131,6 +133,7 @@ def join_runs(
                 observers=observers,
                 delays=delays,
                 joiner_delays=sim.learned_by(joiner, start),
+                max_transmissions=int(sim.settings()["max_transmissions"]),
             )
         )
     return runs
@@ -226,6 +229,12 @@ class AccuracyRun:
     of_slow: int
     #: Suspicion episodes of healthy members (each refuted or turned into a false down).
     false_suspicions: int
+    #: Suspicions refuted by their target (it raised its incarnation).
+    refutations: int
+    #: Direct notices suspectors sent their suspects (Lifeguard's buddy system).
+    suspicion_notices: int
+    #: Answers that arrived after their probe had failed (each raises local health).
+    late_answers: int
     #: Messages sent per member per second.
     message_rate: float
     #: foca's pending cluster updates at the busiest node at the end: near the cluster size,
@@ -260,7 +269,7 @@ def accuracy_run(
     if slow_node is not None:
         sim.set_slow(slow_node, slow_delay)
     start = sim.now
-    sent_before = sim.stats()["sent"]
+    before = sim.stats()
     run_for(sim, duration, label=label, ctx=ctx, chunk=max(10.0, duration / 100))
     false = [d for d in sim.declarations(start) if d[3]]
     suspicions = [s for s in sim.suspicions(start) if s[4]]
@@ -276,7 +285,10 @@ def accuracy_run(
         by_slow=sum(1 for d in false if d[1] == slow_node),
         of_slow=sum(1 for d in false if d[2] == slow_node),
         false_suspicions=len(suspicions),
-        message_rate=(stats["sent"] - sent_before) / size / duration,
+        refutations=stats["refutations"] - before["refutations"],
+        suspicion_notices=stats["suspicion_notices"] - before["suspicion_notices"],
+        late_answers=stats["late_answers"] - before["late_answers"],
+        message_rate=(stats["sent"] - before["sent"]) / size / duration,
         backlog_max=stats["updates_backlog_max"],
     )
 

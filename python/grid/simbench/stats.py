@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -71,3 +72,45 @@ def _count_at_most(sorted_values: Sequence[float], t: float) -> int:
         else:
             high = mid
     return low
+
+
+def uninformed_by_round(
+    runs: Sequence[tuple[Sequence[float], int]], interval: float, last: int
+) -> list[float]:
+    """The mean fraction of the population that had *not* yet learned something by the end
+    of each round ``0 .. last`` (rounds of ``interval`` seconds), over (sorted delays,
+    population) runs."""
+    curve = []
+    for r in range(last + 1):
+        t = r * interval + 1e-9
+        fractions = [
+            1.0 - _count_at_most(delays, t) / population
+            for delays, population in runs
+            if population
+        ]
+        curve.append(sum(fractions) / len(fractions) if fractions else 0.0)
+    return curve
+
+
+def tail_miss_bound(uninformed: Sequence[float], population: int, horizon: float) -> float | None:
+    """An upper estimate of the chance that someone is still uninformed after ``horizon``
+    rounds, from the measured curve of :func:`uninformed_by_round`.
+
+    In the end phase of push gossip each uninformed member stays uninformed for another
+    round with a probability that can only fall as more members become informed, so the
+    curve decays at least geometrically; the slowest decay measured once half the members
+    knew (the largest ratio of successive rounds) is extrapolated from the last round with
+    a measured straggler to ``horizon``. Markov's inequality turns the expected number of
+    stragglers into a probability. None when the curve has no tail to measure."""
+    ratios = [
+        after / before
+        for before, after in itertools.pairwise(uninformed)
+        if 0 < before <= 0.5 and after > 0
+    ]
+    if not ratios:
+        return None
+    last = max(r for r, u in enumerate(uninformed) if u > 0)
+    if horizon <= last:
+        return 1.0
+    expected: float = population * uninformed[last] * max(ratios) ** (horizon - last)
+    return min(1.0, expected)
