@@ -339,8 +339,13 @@ class Demo:
                 local_site=site,
             )
             verdict = validate_overlay(data, expected)
-            self.report.verification[site] = {"verdict": str(verdict), "path": str(path)}
-            self._emit(f"  {site:<10} {verdict}  {path}")
+            # The agents keep running (and may render again) until the demo stops them, so
+            # the exact document judged is kept beside the live one.
+            kept = self.report.out_dir / "verified" / f"{site}-grid-config.json"
+            kept.parent.mkdir(exist_ok=True)
+            kept.write_bytes(data)
+            self.report.verification[site] = {"verdict": str(verdict), "path": str(kept)}
+            self._emit(f"  {site:<10} {verdict}  {kept}")
 
     def _summarize(self) -> None:
         emit = self._emit

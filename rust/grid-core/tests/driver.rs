@@ -477,6 +477,27 @@ fn oversized_items_are_refused_with_a_clear_error() {
 }
 
 #[test]
+fn syncs_between_converged_nodes_apply_nothing_new() {
+    let (mut c, addrs) = five_node_cluster();
+    c.run_for(config().push_pull_interval * 3);
+    assert!(c.all_see_all());
+    for at in &addrs {
+        let stats = c.nodes[at].stats();
+        assert!(stats.syncs_completed + stats.syncs_served > 0, "{stats:?}");
+        // Every member entry of a sync from a converged peer is one foca already holds.
+        assert!(stats.sync_entries_known > 0, "{stats:?}");
+    }
+    // What a sync does carry that is new is still applied: a restarted node's peers learn
+    // its new life, and the restarted node the whole cluster, through its join sync.
+    c.crashed.insert(addrs[4]);
+    c.add(4, 101);
+    c.join(addrs[4], addrs[0]);
+    c.run_until(Duration::from_secs(10), |c| {
+        c.state_of(addrs[0], addrs[4]) == Some((MemberState::Alive, 101)) && c.all_see_all()
+    });
+}
+
+#[test]
 fn retransmissions_are_retuned_as_the_cluster_grows() {
     let mut c = Cluster::new();
     let seed = c.add(0, 1);
