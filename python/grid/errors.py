@@ -149,6 +149,12 @@ class SwimConfigError(ConfigError):
     """A SWIM node setting is invalid: site name, address, seed, timing or event capacity."""
 
 
+class SiteCredentialsError(ConfigError):
+    """The site's certificate, private key or trust anchors cannot sign for the site: the
+    certificate does not name it, does not chain to the network CA (or match its pin), is
+    expired, or the key is not the certificate's. Never quotes key material."""
+
+
 class BindError(ConfigError):
     """The SWIM UDP socket cannot be set up on the address given (in use, not local, ...)."""
 

@@ -184,7 +184,7 @@ mod tests {
             foca.periodic_gossip.unwrap().frequency,
             Duration::from_secs(1)
         );
-        assert_eq!(foca.max_packet_size.get(), 1366);
+        assert_eq!(foca.max_packet_size.get(), 1268);
     }
 
     #[test]

@@ -1,10 +1,23 @@
 //! The sans-IO SWIM driver: foca plus everything Grid adds around it.
 //!
 //! A [`Driver`] owns one foca instance, the node's single ordered timer queue, the broadcast
-//! item store, push/pull sync state and the live re-tuning of foca's config. It is fed the
-//! time (`now`, a `Duration` since any fixed epoch) and decrypted messages, and it answers
-//! with plaintext messages for a [`Transmit`] and with [`Event`]s. It touches no socket,
-//! thread, clock or cipher, so the real node and a simulator run the same code.
+//! item store, push/pull sync state, the signed [`Session`] and the live re-tuning of foca's
+//! config. It is fed the time (`now`, a `Duration` since any fixed epoch) and decrypted
+//! messages, and it answers with signed plaintext messages for a [`Transmit`] and with
+//! [`Event`]s. It touches no socket, thread, clock or cipher, so the real node and a
+//! simulator run the same code.
+//!
+//! What a verified sender may do (see `docs/security.md`):
+//!
+//! - speak only as itself: every message's body starts with the identity that signed it
+//!   (the foca source, the sync sender, the leaver);
+//! - one live identity per site: while a site's identity is alive here, another identity
+//!   claiming that site is refused (a restart at the same address is the same site's next
+//!   life) and told which identity holds the name (`CONFLICT`); a node that meets an older
+//!   live identity of its own site stops and reports [`Event::NameConflict`];
+//! - member entries gossiped by others about identities this node has not verified itself
+//!   are not applied: the identity is sent a `HELLO` asking for one back, and joins foca's
+//!   view when its own signed answer arrives.
 //!
 //! Host loop, once per wake-up: [`Driver::handle_datagram`] for each message received,
 //! [`Driver::handle_timers`], any [`Driver::publish`]/[`Driver::join`]/[`Driver::leave`],
@@ -22,21 +35,24 @@ use foca::{
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::auth::{Authority, ITEM_DOMAIN};
 use crate::config::{max_transmissions, SwimConfig};
-use crate::identity::{Interner, NodeAddr, NodeId};
+use crate::identity::{Interner, NodeId, SiteAddr};
 use crate::lanes::{
     encode_publish, lock, Item, ItemHandler, ItemStore, Lane, PublishError, Refusals,
 };
+use crate::session::{hello_wants_reply, Session, SessionStats, Verdict};
 use crate::timers::{TimerEvent, TimerHeap};
 use crate::wire::{
-    decode_member, encode_member, state_byte, Reader, WireCodec, WireError, KIND_FOCA, KIND_LEAVE,
-    KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,
+    decode_member, encode_member, state_byte, Reader, WireCodec, WireError, KIND_CONFLICT,
+    KIND_FOCA, KIND_HELLO, KIND_LEAVE, KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
+    MAX_UNSEALED_LEN, STATE_LEFT,
 };
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 
-/// Where the driver's outgoing messages go. Each message is plaintext with our kind byte
-/// first and at most [`MAX_MESSAGE_LEN`] bytes; delivery is best effort.
+/// Where the driver's outgoing messages go. Each message is a whole signed plaintext
+/// message of at most [`MAX_MESSAGE_LEN`] bytes; delivery is best effort.
 pub trait Transmit {
     fn send(&mut self, to: SocketAddr, message: &[u8]);
 }
@@ -47,11 +63,15 @@ pub const ITEM_CAPACITY: usize = 16_384;
 pub const MAX_SYNC_CHUNKS: usize = 256;
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
+/// Name conflicts remembered, so each is reported once.
+const CONFLICTS_REMEMBERED: usize = 1024;
 
 const ENTRY_MEMBER: u8 = 1;
 const ENTRY_ITEM: u8 = 2;
-/// kind, sync id, chunk index, chunk count.
-const SYNC_FIXED_LEN: usize = 1 + 4 + 2 + 2;
+/// Where a sync chunk's index and count sit: after the kind, the sender and the sync id.
+fn chunk_counts_at(sender: &NodeId) -> usize {
+    1 + sender.encoded_len() + 4
+}
 /// Ceiling of the local health score: probing slows down to at most this many + 1 times
 /// the configured pace (Lifeguard's awareness multiplier, as memberlist bounds it).
 pub const MAX_LOCAL_HEALTH: u8 = 8;
@@ -98,6 +118,13 @@ pub enum Event {
     },
     /// A new item version from a peer; delivered once per (origin, lane, key, version).
     Item(Item),
+    /// Another live identity claims this node's site. `yielded`: it is the older one, so
+    /// this node stopped (it will neither send nor take anything more); otherwise this
+    /// node holds the name and the other was refused.
+    NameConflict {
+        other: NodeId,
+        yielded: bool,
+    },
 }
 
 /// foca error kinds, in the order of [`DriverStats::foca_errors`].
@@ -168,6 +195,14 @@ pub struct DriverStats {
     pub local_health: u8,
     /// Suspicion timeouts that fired after the suspicion was refuted or settled.
     pub stale_suspicion_timers: u64,
+    /// What the signed session refused and sent.
+    pub session: SessionStats,
+    /// Verified messages refused because another live identity holds the sender's site.
+    pub name_conflicts: u64,
+    /// Messages from an earlier life of this node (same site and address, older generation).
+    pub dropped_superseded: u64,
+    /// Gossiped member entries about identities not verified here, left out.
+    pub members_unverified: u64,
 }
 
 struct Rt<'a, O: Transmit + ?Sized> {
@@ -175,6 +210,7 @@ struct Rt<'a, O: Transmit + ?Sized> {
     timers: &'a mut TimerHeap,
     notes: &'a mut Vec<OwnedNotification<NodeId>>,
     probe: &'a mut ProbeHealth,
+    session: &'a mut Session,
     scratch: &'a mut Vec<u8>,
     out: &'a mut O,
 }
@@ -198,7 +234,8 @@ impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
         self.scratch.clear();
         self.scratch.push(KIND_FOCA);
         self.scratch.extend_from_slice(data);
-        self.out.send(to.socket_addr(), self.scratch);
+        self.session
+            .send(self.now, to.socket_addr(), self.scratch, self.out);
     }
 
     fn submit_after(&mut self, event: Timer<NodeId>, after: Duration) {
@@ -281,10 +318,17 @@ pub struct Driver {
     /// Backoff exponent of the armed join retry, if one is armed.
     join_retry: Option<u32>,
     push_pull_armed: bool,
-    /// Address → generation of members that announced they are leaving.
-    left: HashMap<NodeAddr, u64>,
-    left_order: std::collections::VecDeque<NodeAddr>,
+    /// Site and address → generation of members that announced they are leaving.
+    left: HashMap<SiteAddr, u64>,
+    left_order: std::collections::VecDeque<SiteAddr>,
     has_left: bool,
+    /// Stopped because an older live identity holds this node's site name.
+    yielded: bool,
+    session: Session,
+    /// The live identity of each site, as foca reported it up.
+    holders: HashMap<Arc<str>, NodeId>,
+    /// Identities already reported in an [`Event::NameConflict`].
+    conflicts: std::collections::HashSet<NodeId>,
     broadcast_pending: bool,
     membership_changed: bool,
     tuned_for: u8,
@@ -304,15 +348,15 @@ pub struct Driver {
 /// no-op even if foca has moved on since.
 struct SyncBaseline {
     sync_id: u32,
-    sender: NodeAddr,
+    sender: SiteAddr,
     chunks_left: u16,
-    states: HashMap<NodeAddr, (NodeId, u16, State)>,
+    states: HashMap<SiteAddr, (NodeId, u16, State)>,
 }
 
 impl SyncBaseline {
     fn holds(&self, member: &Member<NodeId>) -> bool {
         self.states
-            .get(&member.id().node_addr())
+            .get(&member.id().site_addr())
             .is_some_and(|(id, incarnation, state)| {
                 id == member.id()
                     && *incarnation == member.incarnation()
@@ -322,10 +366,25 @@ impl SyncBaseline {
 }
 
 impl Driver {
-    /// A driver for `identity`. `seed` seeds every random choice (foca's and ours), so a
-    /// simulation is reproducible; `interner` may be shared by many drivers in one process.
-    pub fn new(identity: NodeId, config: SwimConfig, seed: u64, interner: Interner) -> Driver {
-        let store = Arc::new(Mutex::new(ItemStore::new(ITEM_CAPACITY, interner.clone())));
+    /// A driver for `identity`, signing and verifying as `authority` says. `seed` seeds
+    /// every random choice (foca's and ours), so a simulation is reproducible; `interner`
+    /// may be shared by many drivers in one process; `wall_offset` is the wall-clock time
+    /// (since the Unix epoch) at `now` = 0.
+    pub fn new(
+        identity: NodeId,
+        config: SwimConfig,
+        seed: u64,
+        interner: Interner,
+        authority: Authority,
+        wall_offset: Duration,
+    ) -> Driver {
+        let mut items = ItemStore::new(ITEM_CAPACITY, interner.clone(), !authority.is_unsigned());
+        if let Authority::Certified { credentials, .. } = &authority {
+            // Our own items can come back from peers (published by an earlier life).
+            items.trust_origin(identity.site(), credentials.public_key().clone());
+        }
+        let store = Arc::new(Mutex::new(items));
+        let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);
         let tuned_for = foca_config.max_transmissions.get();
         let mut rng = SmallRng::seed_from_u64(seed);
@@ -353,6 +412,10 @@ impl Driver {
             left: HashMap::new(),
             left_order: std::collections::VecDeque::new(),
             has_left: false,
+            yielded: false,
+            session,
+            holders: HashMap::new(),
+            conflicts: std::collections::HashSet::new(),
             broadcast_pending: false,
             membership_changed: false,
             tuned_for,
@@ -372,6 +435,25 @@ impl Driver {
 
     pub fn has_left(&self) -> bool {
         self.has_left
+    }
+
+    /// Replaces the pinned certificate fingerprints. A site whose verified certificate no
+    /// longer matches its pin is forgotten: its messages and items are refused until it
+    /// introduces itself with a certificate that passes.
+    pub fn set_pins(&mut self, pins: HashMap<String, [u8; crate::auth::FINGERPRINT_LEN]>) {
+        for site in self.session.set_pins(pins) {
+            lock(&self.store).distrust_origin(&site);
+        }
+    }
+
+    /// Whether this node stopped because an older live identity holds its site name.
+    pub fn has_yielded(&self) -> bool {
+        self.yielded
+    }
+
+    /// Whether the node takes no more input: it left, or yielded its name.
+    fn stopped(&self) -> bool {
+        self.has_left || self.yielded
     }
 
     /// Active members (alive or suspect), this node excluded.
@@ -416,6 +498,7 @@ impl Driver {
             max_transmissions: self.tuned_for,
             local_health: self.probe.local_health,
             late_answers: self.probe.late_answers,
+            session: self.session.stats(),
             ..self.stats
         }
     }
@@ -423,7 +506,7 @@ impl Driver {
     /// Announces to the seeds and asks one of them for its full state. While no member is
     /// known the announcement is repeated with backoff.
     pub fn join<O: Transmit + ?Sized>(&mut self, now: Duration, seeds: &[SocketAddr], out: &mut O) {
-        if self.has_left {
+        if self.stopped() {
             return;
         }
         let own = self.identity().socket_addr();
@@ -442,42 +525,273 @@ impl Driver {
         self.settle(now);
     }
 
-    /// Handles one decrypted message (kind byte first). Anything malformed is counted and
-    /// dropped without changing state.
+    /// Handles one decrypted message. Anything malformed, stale, replayed, unsigned or
+    /// forged is counted and dropped without changing state.
     pub fn handle_datagram<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
         message: &[u8],
         out: &mut O,
     ) {
-        if self.has_left {
+        if self.stopped() {
             return;
         }
-        let Some((&kind, body)) = message.split_first() else {
-            self.stats.bad_messages += 1;
-            return;
+        let envelope = match self.session.open(now, message) {
+            Verdict::Accepted(envelope) => envelope,
+            Verdict::UnknownSender(sender) => {
+                // Ask it to introduce itself; its next messages will then verify.
+                let to = sender.socket_addr();
+                if self.session.may_answer(now, to) {
+                    self.session.send_hello(now, to, true, out);
+                }
+                return;
+            }
+            Verdict::Dropped => return,
         };
-        match kind {
-            KIND_FOCA => {
-                self.foca_call(now, out, |foca, rt| foca.handle_data(body, rt));
-                if lock(&self.store).has_fresh() {
-                    // Relay news at once rather than at the next gossip tick.
-                    self.broadcast_pending = true;
-                }
-            }
+        let (kind, sender, body) = (envelope.kind, envelope.sender, envelope.body);
+        if !self.admit_sender(now, &sender, out) {
+            self.settle(now);
+            return;
+        }
+        let handled = match kind {
+            KIND_FOCA => self.handle_foca(now, body, out),
             KIND_SYNC_REQUEST | KIND_SYNC_RESPONSE => {
-                if self.handle_sync(now, kind, body, out).is_err() {
-                    self.stats.bad_messages += 1;
-                }
+                self.handle_sync(now, kind, &sender, body, out)
             }
-            KIND_LEAVE => {
-                if self.handle_leave(now, body, out).is_err() {
-                    self.stats.bad_messages += 1;
-                }
+            KIND_LEAVE => self.handle_leave(now, sender, body, out),
+            KIND_HELLO => {
+                self.handle_hello(now, sender, body, out);
+                Ok(())
             }
-            _ => self.stats.bad_messages += 1,
+            KIND_CONFLICT => self.handle_conflict(now, body, out),
+            _ => Err(WireError::BadMessage(kind)),
+        };
+        if handled.is_err() {
+            self.stats.bad_messages += 1;
         }
         self.settle(now);
+    }
+
+    /// Whether a verified sender may be heard: it must not contest a site name that another
+    /// live identity holds. Reports and answers conflicts.
+    fn admit_sender<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        sender: &NodeId,
+        out: &mut O,
+    ) -> bool {
+        let me = self.foca.identity().clone();
+        if sender.site() == me.site() {
+            if *sender == me {
+                return false;
+            }
+            if sender.node_addr() == me.node_addr() && sender.generation() < me.generation() {
+                self.stats.dropped_superseded += 1;
+                return false;
+            }
+            self.stats.name_conflicts += 1;
+            // The identity that started first keeps the name; a tie goes by address so
+            // both sides agree.
+            let yielded =
+                (sender.generation(), sender.node_addr()) < (me.generation(), me.node_addr());
+            if yielded {
+                self.yielded = true;
+                self.membership_changed = true;
+            } else if self.session.may_answer(now, sender.socket_addr()) {
+                // Show the newcomer, with our own signature, that the name is taken.
+                self.session
+                    .send_hello(now, sender.socket_addr(), false, out);
+            }
+            self.report_conflict(sender, yielded);
+            return false;
+        }
+        let Some(holder) = self.contested_by(sender) else {
+            return true;
+        };
+        self.stats.name_conflicts += 1;
+        let to = sender.socket_addr();
+        if self.session.may_answer(now, to) {
+            let mut notice = Vec::with_capacity(MAX_MESSAGE_LEN);
+            notice.push(KIND_CONFLICT);
+            self.foca.identity().encode(&mut notice);
+            holder.encode(&mut notice);
+            self.session.send(now, to, &mut notice, out);
+        }
+        false
+    }
+
+    /// The live identity holding `id`'s site, if it is another one than `id` and `id` is
+    /// not its next life at the same address.
+    fn contested_by(&self, id: &NodeId) -> Option<NodeId> {
+        let holder = self.holders.get(id.site())?;
+        let successor =
+            holder.node_addr() == id.node_addr() && holder.generation() <= id.generation();
+        (!successor).then(|| holder.clone())
+    }
+
+    fn report_conflict(&mut self, other: &NodeId, yielded: bool) {
+        if self.conflicts.len() >= CONFLICTS_REMEMBERED {
+            self.conflicts.clear();
+        }
+        if self.conflicts.insert(other.clone()) || yielded {
+            self.events.push(Event::NameConflict {
+                other: other.clone(),
+                yielded,
+            });
+        }
+    }
+
+    fn handle_foca<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        body: &[u8],
+        out: &mut O,
+    ) -> Result<(), WireError> {
+        let screened = self.screen_foca(now, body, out)?;
+        let packet = screened.as_deref().unwrap_or(body);
+        self.foca_call(now, out, |foca, rt| foca.handle_data(packet, rt));
+        if lock(&self.store).has_fresh() {
+            // Relay news at once rather than at the next gossip tick.
+            self.broadcast_pending = true;
+        }
+        Ok(())
+    }
+
+    /// A foca packet as foca may see it: `None` to take it as it is, or a rewrite without
+    /// the member entries this node may not apply, and with a seed placeholder as
+    /// destination of an `Announce` replaced by our identity (foca matches announces by
+    /// site and address, and the joiner cannot know our site yet).
+    fn screen_foca<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        body: &[u8],
+        out: &mut O,
+    ) -> Result<Option<Vec<u8>>, WireError> {
+        let mut rest = body;
+        let mut header = self.codec.decode_header(&mut rest)?;
+        let header_len = body.len() - rest.len();
+        let mut rewrite = false;
+        if header.message == Message::Announce && header.dst.is_placeholder() {
+            if header.dst.node_addr() != self.foca.identity().node_addr() {
+                return Err(WireError::BadMessage(KIND_FOCA));
+            }
+            header.dst = self.foca.identity().clone();
+            rewrite = true;
+        }
+        let mut kept: Vec<&[u8]> = Vec::new();
+        let mut count = None;
+        if rest.len() >= 2 && header.message != Message::Broadcast {
+            let mut r = Reader::new(rest);
+            let total = r.u16()?;
+            let mut entries = r.rest();
+            for _ in 0..total {
+                let before = entries;
+                let member = self.codec.decode_member(&mut entries)?;
+                let bytes = &before[..before.len() - entries.len()];
+                if self.may_apply(now, &member, out) {
+                    kept.push(bytes);
+                } else {
+                    rewrite = true;
+                }
+            }
+            count = Some(total);
+            rest = entries;
+        }
+        if !rewrite {
+            return Ok(None);
+        }
+        let mut packet = Vec::with_capacity(body.len());
+        if header.dst.site() == self.foca.identity().site() && header.message == Message::Announce {
+            self.codec.encode_header(&header, &mut packet)?;
+        } else {
+            packet.extend_from_slice(&body[..header_len]);
+        }
+        if count.is_some() {
+            packet.put_u16(kept.len() as u16);
+            for bytes in kept {
+                packet.extend_from_slice(bytes);
+            }
+        }
+        packet.extend_from_slice(rest);
+        Ok(Some(packet))
+    }
+
+    /// Whether a member entry gossiped by someone else may reach foca: it concerns us, the
+    /// live holder of a site, or an identity that proved itself to us and contests no
+    /// site. Anything else alive is asked to introduce itself.
+    fn may_apply<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        member: &Member<NodeId>,
+        out: &mut O,
+    ) -> bool {
+        let id = member.id();
+        if id == self.foca.identity() || self.holders.get(id.site()) == Some(id) {
+            return true;
+        }
+        if self.session.is_verified(id)
+            && self.contested_by(id).is_none()
+            && id.site() != self.foca.identity().site()
+        {
+            return true;
+        }
+        self.stats.members_unverified += 1;
+        if member.state() == State::Alive
+            && !self.session.is_verified(id)
+            && !id.is_placeholder()
+            && self.session.may_answer(now, id.socket_addr())
+        {
+            self.session.send_hello(now, id.socket_addr(), true, out);
+        }
+        false
+    }
+
+    /// A verified `HELLO` is its sender's own signed word that it is alive: foca learns it
+    /// as a member (as from an announce), and the sender's items can now be verified.
+    fn handle_hello<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        sender: NodeId,
+        body: &[u8],
+        out: &mut O,
+    ) {
+        if let Some(key) = self.session.key(sender.site()) {
+            lock(&self.store).trust_origin(sender.site(), key.clone());
+        }
+        if hello_wants_reply(body, &self.interner)
+            && self.session.may_answer(now, sender.socket_addr())
+        {
+            self.session
+                .send_hello(now, sender.socket_addr(), false, out);
+        }
+        let alive = Member::new(sender, 0, State::Alive);
+        self.foca_call(now, out, |foca, rt| {
+            foca.apply_many(std::iter::once(alive), true, rt)
+        });
+    }
+
+    /// A peer says another identity holds our site name: ask that identity for its
+    /// `HELLO`; if it answers, [`Driver::admit_sender`] settles which of us keeps the name.
+    fn handle_conflict<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        body: &[u8],
+        out: &mut O,
+    ) -> Result<(), WireError> {
+        let mut r = Reader::new(body);
+        NodeId::decode(&mut r, &self.interner)?;
+        let holder = NodeId::decode(&mut r, &self.interner)?;
+        if !r.is_empty() {
+            return Err(WireError::TrailingBytes);
+        }
+        let me = self.foca.identity();
+        if holder.site() == me.site() && holder != *me {
+            let to = holder.socket_addr();
+            if self.session.may_answer(now, to) {
+                self.session.send_hello(now, to, true, out);
+            }
+        }
+        Ok(())
     }
 
     /// Runs every timer due at `now`, in order.
@@ -529,7 +843,16 @@ impl Driver {
     ) -> Result<bool, PublishError> {
         let origin = self.foca.identity().site().clone();
         self.scratch.clear();
-        encode_publish(&origin, lane, key, version, payload, &mut self.scratch)?;
+        let authority = self.session.authority();
+        encode_publish(
+            &origin,
+            lane,
+            key,
+            version,
+            payload,
+            &mut self.scratch,
+            |signed| authority.sign(ITEM_DOMAIN, signed),
+        )?;
         {
             let store = lock(&self.store);
             if !store.is_newer(&origin, lane, key, version) {
@@ -556,7 +879,7 @@ impl Driver {
 
     /// Sends what the last inputs made pending: fresh items go out in `Broadcast` messages.
     pub fn flush<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
-        if std::mem::take(&mut self.broadcast_pending) && !self.has_left {
+        if std::mem::take(&mut self.broadcast_pending) && !self.stopped() {
             self.foca_call(now, out, |foca, rt| foca.broadcast(rt));
             self.settle(now);
         }
@@ -565,14 +888,20 @@ impl Driver {
     /// Leaves on purpose: tells every active member first (so they record `left`, not
     /// `down`), then lets foca gossip its own Down. The driver ignores input afterwards.
     pub fn leave<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
-        if self.has_left {
+        if self.stopped() {
             return;
         }
-        self.scratch.clear();
-        self.scratch.push(KIND_LEAVE);
-        self.foca.identity().encode(&mut self.scratch);
-        for member in self.foca.iter_members() {
-            out.send(member.id().socket_addr(), &self.scratch);
+        let peers: Vec<_> = self
+            .foca
+            .iter_members()
+            .map(|member| member.id().socket_addr())
+            .collect();
+        let mut notice = Vec::with_capacity(MAX_MESSAGE_LEN);
+        for peer in peers {
+            notice.clear();
+            notice.push(KIND_LEAVE);
+            self.foca.identity().encode(&mut notice);
+            self.session.send(now, peer, &mut notice, out);
         }
         self.foca_call(now, out, |foca, rt| foca.leave_cluster(rt));
         self.has_left = true;
@@ -591,12 +920,15 @@ impl Driver {
             timers: &mut self.timers,
             notes: &mut self.notes,
             probe: &mut self.probe,
+            session: &mut self.session,
             scratch: &mut self.scratch,
             out,
         };
         if let Err(err) = call(&mut self.foca, &mut rt) {
             self.stats.foca_errors[foca_error_index(&err)] += 1;
         }
+        // foca renews our identity when it rejoins; messages must follow at once.
+        self.session.set_local(self.foca.identity());
         if self.probe.incarnation > incarnation {
             self.stats.refutations += 1;
             self.probe.worse();
@@ -632,7 +964,7 @@ impl Driver {
         out: &mut O,
     ) {
         if left == 0
-            || self.has_left
+            || self.stopped()
             || self.member_state(&target) != Some((incarnation, State::Suspect))
         {
             return;
@@ -655,7 +987,10 @@ impl Driver {
             });
         if encoded.is_ok() {
             self.stats.suspicion_notices += 1;
-            out.send(target.socket_addr(), &self.scratch);
+            let mut notice = std::mem::take(&mut self.scratch);
+            self.session
+                .send(now, target.socket_addr(), &mut notice, out);
+            self.scratch = notice;
         }
         self.timers.push(
             now + self.config.gossip_interval(),
@@ -677,12 +1012,12 @@ impl Driver {
     }
 
     fn is_left(&self, id: &NodeId) -> bool {
-        self.left.get(&id.node_addr()) == Some(&id.generation())
+        self.left.get(&id.site_addr()) == Some(&id.generation())
     }
 
     /// Records a leave notice; false if it was known already.
     fn remember_left(&mut self, id: &NodeId) -> bool {
-        let addr = id.node_addr();
+        let addr = id.site_addr();
         match self.left.insert(addr, id.generation()) {
             Some(previous) if previous == id.generation() => false,
             Some(_) => true,
@@ -706,10 +1041,14 @@ impl Driver {
             match note {
                 OwnedNotification::MemberUp(id) => {
                     self.membership_changed = true;
+                    self.holders.insert(id.site().clone(), id.clone());
                     self.events.push(Event::MemberUp(id));
                 }
                 OwnedNotification::MemberDown(id) => {
                     self.membership_changed = true;
+                    if self.holders.get(id.site()) == Some(&id) {
+                        self.holders.remove(id.site());
+                    }
                     self.forget_items_of(&id);
                     if self.is_left(&id) {
                         self.events.push(Event::MemberLeft(id));
@@ -719,6 +1058,7 @@ impl Driver {
                 }
                 OwnedNotification::Rename(previous, current) => {
                     self.membership_changed = true;
+                    self.holders.insert(current.site().clone(), current.clone());
                     self.events.push(Event::MemberRenamed { previous, current });
                 }
                 OwnedNotification::Active => {
@@ -732,7 +1072,7 @@ impl Driver {
                     }
                 }
                 OwnedNotification::Idle => {
-                    if self.join_retry.is_none() && !self.seeds.is_empty() && !self.has_left {
+                    if self.join_retry.is_none() && !self.seeds.is_empty() && !self.stopped() {
                         self.join_retry = Some(0);
                         self.timers
                             .push(now + self.config.probe_interval, TimerEvent::JoinRetry);
@@ -782,14 +1122,14 @@ impl Driver {
             });
         }
         let seed = self.seeds[self.rng.random_range(0..self.seeds.len())];
-        self.start_sync(seed, out);
+        self.start_sync(now, seed, out);
     }
 
     fn join_retry<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         let Some(attempt) = self.join_retry else {
             return;
         };
-        if self.has_left || self.foca.num_members() > 0 || self.seeds.is_empty() {
+        if self.stopped() || self.foca.num_members() > 0 || self.seeds.is_empty() {
             self.join_retry = None;
             return;
         }
@@ -804,7 +1144,7 @@ impl Driver {
 
     fn push_pull<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         let count = self.foca.num_members();
-        if self.has_left || count == 0 {
+        if self.stopped() || count == 0 {
             self.push_pull_armed = false;
             return;
         }
@@ -815,16 +1155,16 @@ impl Driver {
             .nth(pick)
             .map(|m| m.id().socket_addr());
         if let Some(peer) = peer {
-            self.start_sync(peer, out);
+            self.start_sync(now, peer, out);
         }
         let period = self.config.push_pull_period(count + 1);
         self.timers.push(now + period, TimerEvent::PushPull);
     }
 
-    fn start_sync<O: Transmit + ?Sized>(&mut self, peer: SocketAddr, out: &mut O) {
+    fn start_sync<O: Transmit + ?Sized>(&mut self, now: Duration, peer: SocketAddr, out: &mut O) {
         let sync_id = self.rng.random();
         self.stats.syncs_started += 1;
-        self.send_state(KIND_SYNC_REQUEST, sync_id, peer, out);
+        self.send_state(now, KIND_SYNC_REQUEST, sync_id, peer, out);
     }
 
     /// Sends this node's full view, chunked: itself, every member (starting at a random
@@ -832,6 +1172,7 @@ impl Driver {
     /// latest version of every stored item.
     fn send_state<O: Transmit + ?Sized>(
         &mut self,
+        now: Duration,
         kind: u8,
         sync_id: u32,
         peer: SocketAddr,
@@ -874,9 +1215,9 @@ impl Driver {
 
         lock(&self.store).export(&mut entry, |item| chunks.push(ENTRY_ITEM, item));
 
-        for chunk in chunks.finish() {
+        for mut chunk in chunks.finish() {
             self.stats.sync_chunks_sent += 1;
-            out.send(peer, &chunk);
+            self.session.send(now, peer, &mut chunk, out);
         }
     }
 
@@ -884,18 +1225,20 @@ impl Driver {
         &mut self,
         now: Duration,
         kind: u8,
+        sender: &NodeId,
         body: &[u8],
         out: &mut O,
     ) -> Result<(), WireError> {
         // Decode the whole chunk before applying any of it.
         let mut r = Reader::new(body);
+        NodeId::decode(&mut r, &self.interner)?;
         let sync_id = r.u32()?;
         let index = r.u16()?;
         let count = r.u16()?;
         if index >= count {
             return Err(WireError::TrailingBytes);
         }
-        let sender = NodeId::decode(&mut r, &self.interner)?;
+        let sender = sender.clone();
         let mut loud = Vec::new();
         let mut quiet = Vec::new();
         let mut left = Vec::new();
@@ -910,6 +1253,9 @@ impl Driver {
                     let (member, is_left) = decode_member(&mut er, &self.interner, true)?;
                     if !er.is_empty() {
                         return Err(WireError::TrailingBytes);
+                    }
+                    if member.id() != &sender && !self.may_apply(now, &member, out) {
+                        continue;
                     }
                     if is_left {
                         left.push(member.id().clone());
@@ -926,16 +1272,11 @@ impl Driver {
                 other => return Err(WireError::BadEntry(other)),
             }
         }
-        if sender.node_addr() == self.identity().node_addr() {
-            // Our own state reflected back (or an address clash): nothing to learn.
-            return Ok(());
-        }
-
         self.stats.sync_chunks_received += 1;
         for id in &left {
             self.remember_left(id);
         }
-        let baseline = self.sync_baseline_for(sync_id, sender.node_addr(), count);
+        let baseline = self.sync_baseline_for(sync_id, sender.site_addr(), count);
         let received = loud.len() + quiet.len();
         loud.retain(|member| !baseline.holds(member));
         quiet.retain(|member| !baseline.holds(member));
@@ -959,7 +1300,7 @@ impl Driver {
         if index == 0 {
             if kind == KIND_SYNC_REQUEST {
                 self.stats.syncs_served += 1;
-                self.send_state(KIND_SYNC_RESPONSE, sync_id, sender.socket_addr(), out);
+                self.send_state(now, KIND_SYNC_RESPONSE, sync_id, sender.socket_addr(), out);
             } else {
                 self.stats.syncs_completed += 1;
             }
@@ -971,7 +1312,7 @@ impl Driver {
     fn sync_baseline_for(
         &mut self,
         sync_id: u32,
-        sender: NodeAddr,
+        sender: SiteAddr,
         count: u16,
     ) -> &mut SyncBaseline {
         let current = self
@@ -984,7 +1325,7 @@ impl Driver {
                 .iter_membership_state()
                 .map(|m| {
                     (
-                        m.id().node_addr(),
+                        m.id().site_addr(),
                         (m.id().clone(), m.incarnation(), m.state()),
                     )
                 })
@@ -999,18 +1340,21 @@ impl Driver {
         self.sync_baseline.as_mut().expect("set above")
     }
 
+    /// A leave notice: its body is the sender's own identity, so only a site's key holder
+    /// can say that site is leaving.
     fn handle_leave<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
+        leaver: NodeId,
         body: &[u8],
         out: &mut O,
     ) -> Result<(), WireError> {
         let mut r = Reader::new(body);
-        let leaver = NodeId::decode(&mut r, &self.interner)?;
+        NodeId::decode(&mut r, &self.interner)?;
         if !r.is_empty() {
             return Err(WireError::TrailingBytes);
         }
-        if leaver.node_addr() == self.identity().node_addr() || !self.remember_left(&leaver) {
+        if !self.remember_left(&leaver) {
             return Ok(());
         }
         self.stats.leave_notices += 1;
@@ -1035,19 +1379,21 @@ impl Driver {
 /// Packs sync entries into as few chunks as possible, each within one frame.
 struct ChunkWriter {
     header: Vec<u8>,
+    counts_at: usize,
     chunks: Vec<Vec<u8>>,
 }
 
 impl ChunkWriter {
     fn new(kind: u8, sync_id: u32, sender: &NodeId) -> ChunkWriter {
-        let mut header = Vec::with_capacity(SYNC_FIXED_LEN + sender.encoded_len());
+        let mut header = Vec::with_capacity(chunk_counts_at(sender) + 4);
         header.push(kind);
+        sender.encode(&mut header);
         header.put_u32(sync_id);
         header.put_u16(0);
         header.put_u16(0);
-        sender.encode(&mut header);
         ChunkWriter {
             header,
+            counts_at: chunk_counts_at(sender),
             chunks: Vec::new(),
         }
     }
@@ -1058,9 +1404,9 @@ impl ChunkWriter {
         let fits = self
             .chunks
             .last()
-            .is_some_and(|chunk| chunk.len() + need <= MAX_MESSAGE_LEN);
+            .is_some_and(|chunk| chunk.len() + need <= MAX_UNSEALED_LEN);
         if !fits {
-            if self.chunks.len() == MAX_SYNC_CHUNKS || self.header.len() + need > MAX_MESSAGE_LEN {
+            if self.chunks.len() == MAX_SYNC_CHUNKS || self.header.len() + need > MAX_UNSEALED_LEN {
                 return false;
             }
             let mut chunk = Vec::with_capacity(MAX_MESSAGE_LEN);
@@ -1076,9 +1422,10 @@ impl ChunkWriter {
 
     fn finish(mut self) -> Vec<Vec<u8>> {
         let count = self.chunks.len() as u16;
+        let at = self.counts_at;
         for (index, chunk) in self.chunks.iter_mut().enumerate() {
-            chunk[5..7].copy_from_slice(&(index as u16).to_be_bytes());
-            chunk[7..9].copy_from_slice(&count.to_be_bytes());
+            chunk[at..at + 2].copy_from_slice(&(index as u16).to_be_bytes());
+            chunk[at + 2..at + 4].copy_from_slice(&count.to_be_bytes());
         }
         self.chunks
     }

@@ -5,14 +5,23 @@
 //! ------  ----  -----------------------------------------------------------
 //!      0     4  magic        b"GRID"
 //!      4     1  version      0x01
-//!      5    12  nonce        fresh from the OS RNG for every frame
+//!      5    12  nonce        8-byte random salt | 4-byte frame counter (see below)
 //!     17     n  ciphertext   AES-256-GCM of the foca datagram
 //!   17+n    16  tag          GCM tag; AAD = the 5 bytes of magic + version
 //! ```
 //!
 //! Overhead is [`OVERHEAD`] = 33 bytes; keys are [`KEY_LEN`] = 32 bytes. A frame that is
-//! too short, carries another magic or version, or authenticates under no key of the ring
-//! is refused with a [`DropReason`]; callers drop it silently and count the reason.
+//! too short or too long, carries another magic or version, or authenticates under no key
+//! of the ring is refused with a [`DropReason`]; callers drop it silently and count the
+//! reason.
+//!
+//! Nonces follow NIST SP 800-38D's deterministic construction: a keyring draws a random
+//! 8-byte salt and counts frames in the other 4 bytes, drawing a new salt before the
+//! counter wraps. A nonce then never repeats under one salt, salts of different nodes
+//! collide with probability about n²/2⁶⁵, and sealing costs no system call. Receivers do
+//! not read the nonce: replay protection is the signed envelope's business (`envelope`).
+
+use std::sync::Mutex;
 
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 
@@ -35,6 +44,9 @@ const AAD: [u8; HEADER_LEN] = [MAGIC[0], MAGIC[1], MAGIC[2], MAGIC[3], VERSION];
 pub enum DropReason {
     /// Shorter than the 33 bytes of overhead: cannot hold a tag, let alone a message.
     TooShort,
+    /// Longer than [`MAX_FRAME_LEN`]: no Grid node sends such a frame, so it is refused
+    /// before any decryption work is spent on it.
+    TooLong,
     /// The first four bytes are not `GRID`: not our protocol (or another cluster's noise).
     BadMagic,
     /// A version this build does not speak; the frame is not even tried against the keys.
@@ -44,8 +56,9 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 4] = [
+    pub const ALL: [DropReason; 5] = [
         DropReason::TooShort,
+        DropReason::TooLong,
         DropReason::BadMagic,
         DropReason::UnknownVersion,
         DropReason::AuthFailed,
@@ -54,6 +67,7 @@ impl DropReason {
     pub fn as_str(self) -> &'static str {
         match self {
             DropReason::TooShort => "too_short",
+            DropReason::TooLong => "too_long",
             DropReason::BadMagic => "bad_magic",
             DropReason::UnknownVersion => "unknown_version",
             DropReason::AuthFailed => "auth_failed",
@@ -127,12 +141,39 @@ impl KeyId {
 pub struct Keyring {
     /// `keys[0]` is the primary.
     keys: Vec<RingKey>,
+    nonces: Mutex<NonceSequence>,
+}
+
+/// Salt and counter of the deterministic nonce construction.
+struct NonceSequence {
+    salt: [u8; 8],
+    counter: u32,
+}
+
+impl NonceSequence {
+    fn fresh() -> NonceSequence {
+        let mut salt = [0u8; 8];
+        getrandom::fill(&mut salt).expect("the OS RNG is available");
+        NonceSequence { salt, counter: 0 }
+    }
+
+    fn next(&mut self) -> [u8; NONCE_LEN] {
+        if self.counter == u32::MAX {
+            *self = NonceSequence::fresh();
+        }
+        self.counter += 1;
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce[..8].copy_from_slice(&self.salt);
+        nonce[8..].copy_from_slice(&self.counter.to_be_bytes());
+        nonce
+    }
 }
 
 impl Keyring {
     pub fn new(primary: &[u8], others: &[&[u8]]) -> Result<Keyring, KeyringError> {
         let mut ring = Keyring {
             keys: vec![ring_key(primary)?],
+            nonces: Mutex::new(NonceSequence::fresh()),
         };
         for key in others {
             ring.install(key)?;
@@ -177,8 +218,11 @@ impl Keyring {
     pub fn seal_into(&self, plaintext: &[u8], out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&AAD);
-        let mut nonce = [0u8; NONCE_LEN];
-        getrandom::fill(&mut nonce).expect("the OS RNG is available");
+        let nonce = self
+            .nonces
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .next();
         out.extend_from_slice(&nonce);
         let body = out.len();
         out.extend_from_slice(plaintext);
@@ -205,6 +249,9 @@ impl Keyring {
     pub fn open_into(&self, frame: &[u8], scratch: &mut Vec<u8>) -> Result<(), DropReason> {
         if frame.len() < OVERHEAD {
             return Err(DropReason::TooShort);
+        }
+        if frame.len() > MAX_FRAME_LEN {
+            return Err(DropReason::TooLong);
         }
         if frame[..MAGIC.len()] != MAGIC {
             return Err(DropReason::BadMagic);
@@ -291,9 +338,25 @@ mod tests {
     }
 
     #[test]
-    fn nonces_differ() {
+    fn nonces_count_under_a_random_salt() {
         let ring = Keyring::new(&K1, &[]).unwrap();
-        assert_ne!(ring.seal(b"x")[5..17], ring.seal(b"x")[5..17]);
+        let (a, b) = (ring.seal(b"x"), ring.seal(b"x"));
+        assert_ne!(a[5..17], b[5..17]);
+        assert_eq!(a[5..13], b[5..13]);
+        assert_eq!(u32::from_be_bytes(b[13..17].try_into().unwrap()), 2);
+        let other = Keyring::new(&K1, &[]).unwrap();
+        assert_ne!(other.seal(b"x")[5..13], a[5..13]);
+    }
+
+    #[test]
+    fn a_new_salt_is_drawn_before_the_counter_wraps() {
+        let mut sequence = NonceSequence::fresh();
+        sequence.counter = u32::MAX - 1;
+        let last = sequence.next();
+        let next = sequence.next();
+        assert_eq!(last[8..], u32::MAX.to_be_bytes());
+        assert_ne!(last[..8], next[..8]);
+        assert_eq!(next[8..], 1u32.to_be_bytes());
     }
 
     #[test]
@@ -322,6 +385,7 @@ mod tests {
         let ring = Keyring::new(&K1, &[]).unwrap();
         let good = ring.seal(b"payload");
         assert_eq!(ring.open(&good[..32]), Err(DropReason::TooShort));
+        assert_eq!(ring.open(&[0; MAX_FRAME_LEN + 1]), Err(DropReason::TooLong));
         let mut bad = good.clone();
         bad[0] = b'X';
         assert_eq!(ring.open(&bad), Err(DropReason::BadMagic));

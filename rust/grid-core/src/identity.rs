@@ -1,7 +1,9 @@
 //! Who a node is: site name, advertised address and generation.
 //!
-//! foca keeps one entry per [`NodeAddr`]; two identities with the same address are the same
-//! node at different lives, and the higher generation wins. A node restarts with a higher
+//! foca keeps one entry per [`SiteAddr`] (site and address); two identities of one site at
+//! the same address are the same node at different lives, and the higher generation wins.
+//! Another site's identity at that address is another member, so no identity can take
+//! over a site's entry by claiming its address. A node restarts with a higher
 //! generation (wall-clock milliseconds at start by default), and foca's auto-rejoin bumps it
 //! by one when the cluster declares the node down while it is in fact alive.
 //!
@@ -20,6 +22,9 @@ use crate::wire::{Reader, WireError};
 pub const MAX_SITE_LEN: usize = 63;
 /// Longest encoded identity: length byte, name, family byte, IPv6 address, port, generation.
 pub const MAX_IDENTITY_LEN: usize = 1 + MAX_SITE_LEN + 1 + 16 + 2 + 8;
+
+/// Length of [`NodeAddr::to_raw`].
+pub const RAW_ADDR_LEN: usize = 18;
 
 const FAMILY_V4: u8 = 4;
 const FAMILY_V6: u8 = 6;
@@ -87,6 +92,23 @@ impl NodeAddr {
         Ipv6Addr::from(self.ip).to_ipv4_mapped()
     }
 
+    /// The fixed 18-byte form (IPv4 mapped into IPv6, then the port) used in envelopes.
+    pub fn to_raw(self) -> [u8; RAW_ADDR_LEN] {
+        let mut raw = [0u8; RAW_ADDR_LEN];
+        raw[..16].copy_from_slice(&self.ip);
+        raw[16..].copy_from_slice(&self.port.to_be_bytes());
+        raw
+    }
+
+    pub fn from_raw(raw: [u8; RAW_ADDR_LEN]) -> NodeAddr {
+        let mut ip = [0u8; 16];
+        ip.copy_from_slice(&raw[..16]);
+        NodeAddr {
+            ip,
+            port: u16::from_be_bytes([raw[16], raw[17]]),
+        }
+    }
+
     fn encoded_len(self) -> usize {
         1 + if self.v4().is_some() { 4 } else { 16 } + 2
     }
@@ -139,7 +161,23 @@ impl From<SocketAddr> for NodeAddr {
 pub struct NodeId {
     addr: NodeAddr,
     generation: u64,
+    /// A hash of `site`, so foca's member scans compare sites without a pointer chase.
+    site_key: u64,
     site: Arc<str>,
+}
+
+/// What foca keys members by: a site (as the hash of its name) at an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SiteAddr {
+    pub addr: NodeAddr,
+    pub site_key: u64,
+}
+
+/// FNV-1a: stable across processes and builds, unlike std's randomly keyed hasher.
+fn site_key(site: &str) -> u64 {
+    site.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 impl NodeId {
@@ -147,6 +185,7 @@ impl NodeId {
     pub fn new(site: Arc<str>, addr: SocketAddr, generation: u64) -> NodeId {
         debug_assert!(site.len() <= MAX_SITE_LEN);
         NodeId {
+            site_key: site_key(&site),
             site,
             addr: NodeAddr::new(addr),
             generation,
@@ -157,6 +196,7 @@ impl NodeId {
     /// addressed to any identity carrying the recipient's address.
     pub fn placeholder(addr: SocketAddr) -> NodeId {
         NodeId {
+            site_key: site_key(""),
             site: Arc::from(""),
             addr: NodeAddr::new(addr),
             generation: 0,
@@ -169,6 +209,19 @@ impl NodeId {
 
     pub fn node_addr(&self) -> NodeAddr {
         self.addr
+    }
+
+    /// foca's key for this identity: its site at its address.
+    pub fn site_addr(&self) -> SiteAddr {
+        SiteAddr {
+            addr: self.addr,
+            site_key: self.site_key,
+        }
+    }
+
+    /// Whether this is a seed's placeholder (no site known yet).
+    pub fn is_placeholder(&self) -> bool {
+        self.site.is_empty()
     }
 
     pub fn socket_addr(&self) -> SocketAddr {
@@ -201,6 +254,7 @@ impl NodeId {
         let addr = NodeAddr::decode(r)?;
         let generation = r.u64()?;
         Ok(NodeId {
+            site_key: site_key(&site),
             site,
             addr,
             generation,
@@ -215,18 +269,19 @@ impl fmt::Debug for NodeId {
 }
 
 impl foca::Identity for NodeId {
-    type Addr = NodeAddr;
+    type Addr = SiteAddr;
 
     fn renew(&self) -> Option<Self> {
         Some(NodeId {
+            site_key: self.site_key,
             site: self.site.clone(),
             addr: self.addr,
             generation: self.generation.checked_add(1)?,
         })
     }
 
-    fn addr(&self) -> NodeAddr {
-        self.addr
+    fn addr(&self) -> SiteAddr {
+        self.site_addr()
     }
 
     fn win_addr_conflict(&self, adversary: &Self) -> bool {
@@ -370,7 +425,7 @@ mod tests {
 
     #[test]
     fn identity_stays_compact() {
-        assert!(std::mem::size_of::<NodeId>() <= 48);
-        assert!(std::mem::size_of::<foca::Member<NodeId>>() <= 56);
+        assert!(std::mem::size_of::<NodeId>() <= 56);
+        assert!(std::mem::size_of::<foca::Member<NodeId>>() <= 64);
     }
 }

@@ -9,7 +9,9 @@
 //! published before they arrived.
 //!
 //! Item encoding: `origin_len u8 | origin | lane u8 | key_len u8 | key | version u64 |
-//! payload`.
+//! payload | signature [64]`. The origin site signs (over [`ITEM_DOMAIN`] and everything
+//! before the signature); relays and syncs pass the signature on untouched, and a node takes
+//! an item only if it verifies under the key the origin's certificate proved.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -19,8 +21,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::BufMut;
 use foca::{BroadcastHandler, Invalidates};
 
+use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::{Interner, NodeId, MAX_SITE_LEN};
-use crate::wire::{Reader, WireError, MAX_FOCA_PACKET, MAX_HEADER_LEN};
+use crate::wire::{Reader, WireError, MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Lane {
@@ -58,11 +61,14 @@ impl Lane {
 
 /// Longest item key, in bytes.
 pub const MAX_KEY_LEN: usize = 128;
-/// Largest encoded item. Well below what is left of a packet after the largest foca header,
-/// foca's update count and the item's length prefix, so an item always fits a `Broadcast`
-/// message and never sits in foca's backlog forever.
+/// Largest encoded item, signature included. Below what is left of a packet after the
+/// largest `Broadcast` header and the item's length prefix, so an item always fits a
+/// `Broadcast` message and never sits in foca's backlog forever.
 pub const MAX_ITEM_LEN: usize = 1024;
-const _: () = assert!(MAX_ITEM_LEN + 2 + 2 + MAX_HEADER_LEN <= MAX_FOCA_PACKET);
+const _: () = assert!(MAX_ITEM_LEN + 2 + MAX_BROADCAST_HEADER_LEN <= MAX_FOCA_PACKET);
+
+/// Items kept while their origin's key is unknown; the oldest give way first.
+const WAITING_CAPACITY: usize = 1024;
 
 /// Refused in a cert-lane payload: certificates travel, private keys never do.
 pub const PRIVATE_KEY_MARKER: &[u8] = b"PRIVATE KEY";
@@ -128,10 +134,11 @@ pub fn contains_private_key(payload: &[u8]) -> bool {
 }
 
 pub fn encoded_item_len(origin: &str, key: &str, payload: &[u8]) -> usize {
-    1 + origin.len() + 1 + 1 + key.len() + 8 + payload.len()
+    1 + origin.len() + 1 + 1 + key.len() + 8 + payload.len() + SIGNATURE_LEN
 }
 
-/// Checks a local item and encodes it into `out`.
+/// Checks a local item and encodes it into `out`, signed by `sign` (which gets the bytes
+/// the signature covers, without the domain label).
 pub fn encode_publish(
     origin: &str,
     lane: Lane,
@@ -139,6 +146,7 @@ pub fn encode_publish(
     version: u64,
     payload: &[u8],
     out: &mut Vec<u8>,
+    sign: impl FnOnce(&[u8]) -> [u8; SIGNATURE_LEN],
 ) -> Result<(), PublishError> {
     if key.is_empty() || key.len() > MAX_KEY_LEN {
         return Err(PublishError::BadKey(format!(
@@ -156,11 +164,14 @@ pub fn encode_publish(
     if lane == Lane::Cert && contains_private_key(payload) {
         return Err(PublishError::PrivateKey);
     }
-    encode_item(origin, lane, key, version, payload, out);
+    let start = out.len();
+    encode_unsigned(origin, lane, key, version, payload, out);
+    let signature = sign(&out[start..]);
+    out.put_slice(&signature);
     Ok(())
 }
 
-fn encode_item(
+fn encode_unsigned(
     origin: &str,
     lane: Lane,
     key: &str,
@@ -184,13 +195,20 @@ struct ItemView<'a> {
     key: &'a str,
     version: u64,
     payload: &'a [u8],
+    /// Everything the signature covers (after the domain label).
+    signed: &'a [u8],
+    signature: [u8; SIGNATURE_LEN],
 }
 
 fn decode_item(data: &[u8]) -> Result<ItemView<'_>, WireError> {
     if data.len() > MAX_ITEM_LEN {
         return Err(WireError::TrailingBytes);
     }
-    let mut r = Reader::new(data);
+    if data.len() < SIGNATURE_LEN {
+        return Err(WireError::Truncated);
+    }
+    let (signed, signature) = data.split_at(data.len() - SIGNATURE_LEN);
+    let mut r = Reader::new(signed);
     let origin_len = usize::from(r.u8()?);
     if origin_len > MAX_SITE_LEN {
         return Err(WireError::SiteTooLong(origin_len));
@@ -209,6 +227,8 @@ fn decode_item(data: &[u8]) -> Result<ItemView<'_>, WireError> {
         key,
         version,
         payload: r.rest(),
+        signed,
+        signature: signature.try_into().expect("split at the signature length"),
     })
 }
 
@@ -240,18 +260,33 @@ pub struct Refusals {
     pub malformed: u64,
     /// New names while the store was full.
     pub store_full: u64,
+    /// Items from a site whose certificate this node has not verified yet (a later sync
+    /// brings them again).
+    pub unverified_origin: u64,
+    /// Items whose signature is not their origin's: forged or altered on the way.
+    pub bad_signature: u64,
 }
 
 struct Stored {
     version: u64,
     /// Dropped once the origin is down or gone; the version stays so a late copy of an
     /// old item is not news again.
-    payload: Option<Arc<[u8]>>,
+    held: Option<Held>,
+}
+
+struct Held {
+    payload: Arc<[u8]>,
+    signature: [u8; SIGNATURE_LEN],
 }
 
 /// The latest version of every item name this node knows.
 pub struct ItemStore {
     origins: HashMap<Arc<str>, [HashMap<Arc<str>, Stored>; LANE_COUNT]>,
+    /// Verified keys of origin sites; `None` when items are not signed (simulations).
+    origin_keys: Option<HashMap<Arc<str>, PublicKey>>,
+    /// Items from origins whose key is not known yet, oldest first: taken as soon as the
+    /// origin's certificate is verified, so a joiner does not wait for the next sync.
+    waiting: std::collections::VecDeque<Vec<u8>>,
     len: usize,
     capacity: usize,
     interner: Interner,
@@ -261,9 +296,12 @@ pub struct ItemStore {
 }
 
 impl ItemStore {
-    pub fn new(capacity: usize, interner: Interner) -> ItemStore {
+    /// A store that takes only items signed by their origin (`signed`), or any item.
+    pub fn new(capacity: usize, interner: Interner, signed: bool) -> ItemStore {
         ItemStore {
             origins: HashMap::new(),
+            origin_keys: signed.then(HashMap::new),
+            waiting: std::collections::VecDeque::new(),
             len: 0,
             capacity,
             interner,
@@ -273,8 +311,54 @@ impl ItemStore {
         }
     }
 
-    /// Takes an encoded item if it is news. Items from peers (`from_peer`) are also queued
-    /// for the host; the node's own publications are not.
+    /// Trusts `key` for the items of `origin` (its certificate was verified), and takes
+    /// the items of `origin` that were waiting for it.
+    pub fn trust_origin(&mut self, origin: &Arc<str>, key: PublicKey) {
+        let Some(keys) = &mut self.origin_keys else {
+            return;
+        };
+        if keys.insert(origin.clone(), key.clone()) == Some(key) {
+            return;
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|data| decode_item(data).is_ok_and(|item| item.origin == &**origin));
+        self.waiting = waiting.into();
+        for data in ready {
+            self.accept(&data, true);
+        }
+    }
+
+    /// Stops trusting `origin`'s key (its pin changed); its items wait for a new one.
+    pub fn distrust_origin(&mut self, origin: &str) {
+        if let Some(keys) = &mut self.origin_keys {
+            keys.remove(origin);
+        }
+    }
+
+    /// Whether a received item is its origin's: checked only for news, so a known version
+    /// costs no signature check.
+    fn is_authentic(&mut self, item: &ItemView<'_>, data: &[u8]) -> bool {
+        let Some(keys) = &self.origin_keys else {
+            return true;
+        };
+        let Some(key) = keys.get(item.origin) else {
+            self.refused.unverified_origin += 1;
+            if self.waiting.len() == WAITING_CAPACITY {
+                self.waiting.pop_front();
+            }
+            self.waiting.push_back(data.to_vec());
+            return false;
+        };
+        if !key.verify(ITEM_DOMAIN, item.signed, &item.signature) {
+            self.refused.bad_signature += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Takes an encoded item if it is news (and, from a peer, authentic). Items from peers
+    /// (`from_peer`) are also queued for the host; the node's own publications are not.
     pub fn accept(&mut self, data: &[u8], from_peer: bool) -> Option<BroadcastKey> {
         let Ok(item) = decode_item(data) else {
             self.refused.malformed += 1;
@@ -284,40 +368,43 @@ impl ItemStore {
             self.refused.private_key += 1;
             return None;
         }
-        let lanes = match self.origins.get_mut(item.origin) {
-            Some(lanes) => lanes,
-            None => {
-                if self.len >= self.capacity {
-                    self.refused.store_full += 1;
-                    return None;
-                }
-                let origin = self.interner.intern(item.origin);
-                self.origins.entry(origin).or_default()
+        let known = self
+            .origins
+            .get(item.origin)
+            .map(|lanes| lanes[item.lane as usize].get(item.key).map(|s| s.version));
+        match known {
+            Some(Some(version)) if version >= item.version => return None,
+            Some(Some(_)) => {}
+            _ if self.len >= self.capacity => {
+                self.refused.store_full += 1;
+                return None;
             }
+            _ => {}
+        }
+        if from_peer && !self.is_authentic(&item, data) {
+            return None;
+        }
+        let held = Held {
+            payload: Arc::from(item.payload),
+            signature: item.signature,
         };
-        let lane = &mut lanes[item.lane as usize];
-        let payload: Arc<[u8]>;
+        let payload = held.payload.clone();
+        let origin = self.interner.intern(item.origin);
+        let lane = &mut self.origins.entry(origin).or_default()[item.lane as usize];
         let key = match lane.get_mut(item.key) {
-            Some(stored) if stored.version >= item.version => return None,
             Some(stored) => {
-                payload = Arc::from(item.payload);
                 stored.version = item.version;
-                stored.payload = Some(payload.clone());
+                stored.held = Some(held);
                 let (key, _) = lane.get_key_value(item.key).expect("found just above");
                 key.clone()
             }
             None => {
-                if self.len >= self.capacity {
-                    self.refused.store_full += 1;
-                    return None;
-                }
-                payload = Arc::from(item.payload);
                 let key: Arc<str> = Arc::from(item.key);
                 lane.insert(
                     key.clone(),
                     Stored {
                         version: item.version,
-                        payload: Some(payload.clone()),
+                        held: Some(held),
                     },
                 );
                 self.len += 1;
@@ -371,7 +458,7 @@ impl ItemStore {
     pub fn forget_payloads(&mut self, origin: &str) {
         if let Some(lanes) = self.origins.get_mut(origin) {
             for stored in lanes.iter_mut().flat_map(|lane| lane.values_mut()) {
-                stored.payload = None;
+                stored.held = None;
             }
         }
     }
@@ -407,12 +494,13 @@ impl ItemStore {
         });
         let ordered = entries.clone().skip(start).chain(entries.take(start));
         for (origin, lane, key, stored) in ordered {
-            let Some(payload) = &stored.payload else {
+            let Some(held) = &stored.held else {
                 sent += 1;
                 continue;
             };
             scratch.clear();
-            encode_item(origin, lane, key, stored.version, payload, scratch);
+            encode_unsigned(origin, lane, key, stored.version, &held.payload, scratch);
+            scratch.put_slice(&held.signature);
             if !emit(scratch) {
                 break;
             }
@@ -458,14 +546,18 @@ impl BroadcastHandler<NodeId> for ItemHandler {
 mod tests {
     use super::*;
 
+    fn unsigned(_: &[u8]) -> [u8; SIGNATURE_LEN] {
+        [0; SIGNATURE_LEN]
+    }
+
     fn encoded(origin: &str, lane: Lane, key: &str, version: u64, payload: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
-        encode_publish(origin, lane, key, version, payload, &mut out).unwrap();
+        encode_publish(origin, lane, key, version, payload, &mut out, unsigned).unwrap();
         out
     }
 
     fn store() -> ItemStore {
-        ItemStore::new(100, Interner::default())
+        ItemStore::new(100, Interner::default(), false)
     }
 
     #[test]
@@ -493,6 +585,47 @@ mod tests {
         let fresh: Vec<_> = s.take_fresh().map(|i| (i.origin, i.version)).collect();
         assert_eq!(fresh.len(), 4);
         assert_eq!(s.len(), 3);
+    }
+
+    #[test]
+    fn a_signed_store_takes_only_items_its_origin_signed() {
+        use crate::auth::{test_key, Signer};
+        let (signer, key): (Signer, PublicKey) = test_key(1);
+        let (forger, _) = test_key(2);
+        let mut s = ItemStore::new(100, Interner::default(), true);
+        let signed = |signer: &Signer, version: u64| {
+            let mut out = Vec::new();
+            encode_publish("a", Lane::State, "k", version, b"v", &mut out, |bytes| {
+                signer.sign(ITEM_DOMAIN, bytes)
+            })
+            .unwrap();
+            out
+        };
+        // Nobody vouched for "a" yet: the item waits for its origin's key.
+        assert!(s.accept(&signed(&signer, 1), true).is_none());
+        assert_eq!(s.refusals().unverified_origin, 1);
+        s.trust_origin(&Arc::from("a"), key);
+        assert_eq!(s.take_fresh().map(|i| i.version).collect::<Vec<_>>(), [1]);
+        assert!(s.accept(&signed(&forger, 2), true).is_none());
+        assert_eq!(s.refusals().bad_signature, 1);
+        let mut altered = signed(&signer, 2);
+        let at = altered.len() - SIGNATURE_LEN - 1;
+        altered[at] ^= 1;
+        assert!(s.accept(&altered, true).is_none());
+        assert_eq!(s.refusals().bad_signature, 2);
+        // A forged far-future version changes nothing: the next real one still counts.
+        assert!(s.accept(&signed(&forger, u64::MAX), true).is_none());
+        assert!(s.accept(&signed(&signer, 2), true).is_some());
+        // Syncs re-export the origin's own signature.
+        let mut exported = Vec::new();
+        let mut scratch = Vec::new();
+        s.export(&mut scratch, |item| {
+            exported.push(item.to_vec());
+            true
+        });
+        assert_eq!(exported, vec![signed(&signer, 2)]);
+        s.distrust_origin("a");
+        assert!(s.accept(&signed(&signer, 3), true).is_none());
     }
 
     #[test]
@@ -537,20 +670,22 @@ mod tests {
         let pem = b"-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\n";
         let mut out = Vec::new();
         assert_eq!(
-            encode_publish("a", Lane::Cert, "tls", 1, pem, &mut out),
+            encode_publish("a", Lane::Cert, "tls", 1, pem, &mut out, unsigned),
             Err(PublishError::PrivateKey)
         );
         // The marker is only refused on the cert lane.
-        assert!(encode_publish("a", Lane::Metadata, "note", 1, pem, &mut out).is_ok());
+        assert!(encode_publish("a", Lane::Metadata, "note", 1, pem, &mut out, unsigned).is_ok());
         let mut raw = Vec::new();
-        encode_item("a", Lane::Cert, "tls", 1, pem, &mut raw);
+        encode_unsigned("a", Lane::Cert, "tls", 1, pem, &mut raw);
+        raw.extend_from_slice(&[0; SIGNATURE_LEN]);
         let mut s = store();
         assert!(s.accept(&raw, true).is_none());
         assert_eq!(s.refusals().private_key, 1);
         assert!(!s.has_fresh());
         let rsa = b"-----BEGIN RSA PRIVATE KEY-----";
         raw.clear();
-        encode_item("a", Lane::Cert, "tls", 2, rsa, &mut raw);
+        encode_unsigned("a", Lane::Cert, "tls", 2, rsa, &mut raw);
+        raw.extend_from_slice(&[0; SIGNATURE_LEN]);
         assert!(s.accept(&raw, true).is_none());
         assert_eq!(s.refusals().private_key, 2);
     }
@@ -560,14 +695,14 @@ mod tests {
         let mut out = Vec::new();
         let big = vec![0u8; MAX_ITEM_LEN];
         assert!(matches!(
-            encode_publish("a", Lane::State, "k", 1, &big, &mut out),
+            encode_publish("a", Lane::State, "k", 1, &big, &mut out, unsigned),
             Err(PublishError::TooLarge { .. })
         ));
         let fits = vec![0u8; MAX_ITEM_LEN - encoded_item_len("a", "k", b"")];
-        assert!(encode_publish("a", Lane::State, "k", 1, &fits, &mut out).is_ok());
+        assert!(encode_publish("a", Lane::State, "k", 1, &fits, &mut out, unsigned).is_ok());
         assert_eq!(out.len(), MAX_ITEM_LEN);
         assert!(matches!(
-            encode_publish("a", Lane::State, "", 1, b"", &mut out),
+            encode_publish("a", Lane::State, "", 1, b"", &mut out, unsigned),
             Err(PublishError::BadKey(_))
         ));
         assert!(matches!(
@@ -577,7 +712,8 @@ mod tests {
                 &"k".repeat(MAX_KEY_LEN + 1),
                 1,
                 b"",
-                &mut out
+                &mut out,
+                unsigned
             ),
             Err(PublishError::BadKey(_))
         ));
@@ -599,7 +735,7 @@ mod tests {
 
     #[test]
     fn store_is_bounded() {
-        let mut s = ItemStore::new(2, Interner::default());
+        let mut s = ItemStore::new(2, Interner::default(), false);
         assert!(s
             .accept(&encoded("a", Lane::State, "1", 1, b""), true)
             .is_some());

@@ -9,12 +9,14 @@
 //! - [`driver`]: the sans-IO driver around foca (also used by simulations).
 //! - [`node`]: a real node: the driver on its own thread with a UDP socket.
 
+pub mod auth;
 pub mod config;
 pub mod driver;
 pub mod frame;
 pub mod identity;
 pub mod lanes;
 pub mod node;
+pub mod session;
 pub mod sim;
 pub mod timers;
 pub mod wire;

@@ -1,4 +1,5 @@
-//! A real SWIM node: a [`Driver`] on its own OS thread with a UDP socket and the keyring.
+//! A real SWIM node: a [`Driver`] on its own OS thread with a UDP socket, the keyring and
+//! the site's credentials (a node always signs and verifies; see [`crate::auth`]).
 //!
 //! The thread owns the driver and the socket and never waits for its callers: it sleeps in
 //! `poll(2)` on the socket and a wake-up eventfd until the next timer deadline, opens every
@@ -8,7 +9,7 @@
 //! Callers talk to it with commands; a call that needs an answer (publish, leave) waits on
 //! a reply channel, which the Python binding does with the GIL released.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -21,12 +22,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 
+use crate::auth::{AuthError, Authority, SiteCredentials, TrustPolicy, FINGERPRINT_LEN};
 use crate::config::{ConfigError, SwimConfig};
 use crate::driver::{Driver, DriverStats, Event, MemberView, Transmit};
 use crate::frame::{DropReason, Keyring, KeyringError, MAX_FRAME_LEN};
 use crate::identity::{validate_site, Interner, NodeId, SiteNameError};
 use crate::lanes::{Lane, PublishError};
-use crate::wire::MAX_MESSAGE_LEN;
+use crate::wire::{MAX_MESSAGE_LEN, MAX_UNSEALED_LEN};
 
 /// Datagrams read per wake-up before timers get their turn, so a flood cannot starve them.
 const RECV_BATCH: usize = 256;
@@ -51,11 +53,36 @@ pub struct NodeSettings {
     pub event_capacity: usize,
 }
 
+/// What a node signs with and trusts.
+#[derive(Clone)]
+pub struct NodeTrust {
+    /// The site certificate (DER), then any intermediates.
+    pub chain: Vec<Vec<u8>>,
+    /// The certificate's private key, PKCS#8 DER.
+    pub private_key: Vec<u8>,
+    /// The network CA certificates (DER).
+    pub anchors: Vec<Vec<u8>>,
+    /// Pinned SHA-256 fingerprints of site certificates, by site name.
+    pub pins: HashMap<String, [u8; FINGERPRINT_LEN]>,
+}
+
+impl fmt::Debug for NodeTrust {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeTrust")
+            .field("chain", &self.chain.len())
+            .field("anchors", &self.anchors.len())
+            .field("pins", &self.pins.len())
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug)]
 pub enum NodeError {
     Config(ConfigError),
     Site(SiteNameError),
     Keyring(KeyringError),
+    /// The site's certificate, key or trust anchors cannot work; nothing was bound.
+    Credentials(AuthError),
     Bind {
         addr: SocketAddr,
         source: io::Error,
@@ -73,6 +100,7 @@ impl fmt::Display for NodeError {
             NodeError::Config(err) => err.fmt(f),
             NodeError::Site(err) => err.fmt(f),
             NodeError::Keyring(err) => err.fmt(f),
+            NodeError::Credentials(err) => write!(f, "site credentials: {err}"),
             NodeError::Bind { addr, source } => write!(f, "cannot bind UDP {addr}: {source}"),
             NodeError::Io(err) => write!(f, "socket setup failed: {err}"),
             NodeError::Publish(err) => err.fmt(f),
@@ -94,7 +122,7 @@ pub struct FrameCounters {
     pub send_errors: u64,
     pub recv_errors: u64,
     /// Indexed like [`DropReason::ALL`].
-    pub drops: [u64; 4],
+    pub drops: [u64; DropReason::ALL.len()],
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -117,6 +145,7 @@ enum Command {
         payload: Vec<u8>,
         reply: SyncSender<Result<bool, PublishError>>,
     },
+    SetPins(HashMap<String, [u8; FINGERPRINT_LEN]>),
     Leave(SyncSender<()>),
     Stop(SyncSender<()>),
 }
@@ -169,10 +198,19 @@ impl Shared {
     }
 }
 
+/// What a bound node holds until it starts.
+struct Unstarted {
+    socket: UdpSocket,
+    commands: Receiver<Command>,
+    driver: Driver,
+    /// The driver's `now` counts from here.
+    clock: Instant,
+}
+
 /// A handle on a node; dropping it stops the node (without leaving).
 pub struct Node {
     shared: Arc<Shared>,
-    pending: Mutex<Option<(UdpSocket, Receiver<Command>, Driver)>>,
+    pending: Mutex<Option<Unstarted>>,
     commands: Sender<Command>,
     thread: Mutex<Option<JoinHandle<()>>>,
     bound: SocketAddr,
@@ -180,9 +218,40 @@ pub struct Node {
 
 impl Node {
     /// Validates everything and binds the socket; the protocol starts with [`Node::start`].
-    pub fn bind(settings: NodeSettings, keys: &[&[u8]]) -> Result<Node, NodeError> {
+    pub fn bind(
+        settings: NodeSettings,
+        keys: &[&[u8]],
+        trust: NodeTrust,
+    ) -> Result<Node, NodeError> {
         settings.swim.validate().map_err(NodeError::Config)?;
         validate_site(&settings.site).map_err(NodeError::Site)?;
+        let clock = Instant::now();
+        let wall_offset = wall_clock();
+        let policy =
+            TrustPolicy::new(&trust.anchors, trust.pins).map_err(NodeError::Credentials)?;
+        let credentials = SiteCredentials::new(
+            &settings.site,
+            trust.chain,
+            &trust.private_key,
+            &policy,
+            wall_offset,
+        )
+        .map_err(NodeError::Credentials)?;
+        let hello_len = 1
+            + crate::identity::MAX_IDENTITY_LEN
+            + 2
+            + credentials
+                .chain()
+                .iter()
+                .map(|der| 2 + der.len())
+                .sum::<usize>();
+        if hello_len > MAX_UNSEALED_LEN {
+            return Err(NodeError::Config(ConfigError(format!(
+                "the site certificate chain takes {hello_len} bytes in a HELLO message, more \
+                 than the {MAX_UNSEALED_LEN} one frame can carry; present the leaf alone or \
+                 use smaller certificates"
+            ))));
+        }
         let Some((primary, others)) = keys.split_first() else {
             return Err(NodeError::Keyring(KeyringError::BadKeyLength(0)));
         };
@@ -208,13 +277,20 @@ impl Node {
             ))));
         }
 
-        let generation = settings.generation.unwrap_or_else(wall_clock_millis);
+        let generation = settings
+            .generation
+            .unwrap_or_else(|| wall_clock().as_millis() as u64);
         let identity = NodeId::new(Arc::from(settings.site.as_str()), advertise, generation);
         let driver = Driver::new(
             identity.clone(),
             settings.swim,
             random_seed(),
             Interner::default(),
+            Authority::Certified {
+                credentials: Box::new(credentials),
+                policy,
+            },
+            wall_offset,
         );
         let (commands, receiver) = mpsc::channel();
         let shared = Arc::new(Shared {
@@ -234,7 +310,12 @@ impl Node {
         });
         Ok(Node {
             shared,
-            pending: Mutex::new(Some((socket, receiver, driver))),
+            pending: Mutex::new(Some(Unstarted {
+                socket,
+                commands: receiver,
+                driver,
+                clock,
+            })),
             commands,
             thread: Mutex::new(None),
             bound,
@@ -242,7 +323,13 @@ impl Node {
     }
 
     pub fn start(&self) -> Result<(), NodeError> {
-        let Some((socket, commands, driver)) = relock(&self.pending).take() else {
+        let Some(Unstarted {
+            socket,
+            commands,
+            driver,
+            clock,
+        }) = relock(&self.pending).take()
+        else {
             return Err(if self.shared.running() {
                 NodeError::AlreadyStarted
             } else {
@@ -254,7 +341,7 @@ impl Node {
         let name = format!("grid-swim-{}", driver.identity().site());
         let spawned = std::thread::Builder::new().name(name).spawn(move || {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                run(driver, &socket, &shared, &commands);
+                run(driver, clock, &socket, &shared, &commands);
             }));
             shared.mark_stopped();
             // A panic is a bug; the node is stopped either way and callers see it.
@@ -309,6 +396,12 @@ impl Node {
             .recv()
             .map_err(|_| NodeError::Stopped)?
             .map_err(NodeError::Publish)
+    }
+
+    /// Replaces the pinned certificate fingerprints; sites whose verified certificate no
+    /// longer matches their pin must introduce themselves again.
+    pub fn set_pins(&self, pins: HashMap<String, [u8; FINGERPRINT_LEN]>) -> Result<(), NodeError> {
+        self.command(Command::SetPins(pins))
     }
 
     /// Tells the cluster this node is leaving, then stops. Blocks until the thread ended.
@@ -484,8 +577,13 @@ impl Transmit for UdpOut<'_> {
     }
 }
 
-fn run(mut driver: Driver, socket: &UdpSocket, shared: &Shared, commands: &Receiver<Command>) {
-    let clock = Instant::now();
+fn run(
+    mut driver: Driver,
+    clock: Instant,
+    socket: &UdpSocket,
+    shared: &Shared,
+    commands: &Receiver<Command>,
+) {
     let mut datagram = vec![0u8; 1 << 16];
     let mut plaintext = Vec::with_capacity(MAX_FRAME_LEN);
     let mut frame = Vec::with_capacity(MAX_FRAME_LEN);
@@ -525,6 +623,7 @@ fn run(mut driver: Driver, socket: &UdpSocket, shared: &Shared, commands: &Recei
             while let Ok(command) = commands.try_recv() {
                 match command {
                     Command::Join(seeds) => driver.join(now, &seeds, &mut out),
+                    Command::SetPins(pins) => driver.set_pins(pins),
                     Command::Publish {
                         lane,
                         key,
@@ -564,7 +663,7 @@ fn run(mut driver: Driver, socket: &UdpSocket, shared: &Shared, commands: &Recei
             stats.driver = driver.stats();
         }
         publish_events(&mut driver, shared);
-        if stopping {
+        if stopping || driver.has_yielded() {
             shared.mark_stopped();
             for reply in replies.drain(..) {
                 let _ = reply.send(());
@@ -608,10 +707,11 @@ fn drop_index(reason: DropReason) -> usize {
         .expect("every reason is listed")
 }
 
-fn wall_clock_millis() -> u64 {
+/// Time since the Unix epoch (a clock set before 1970 reads as the epoch).
+fn wall_clock() -> Duration {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(1, |d| d.as_millis() as u64)
+        .unwrap_or(Duration::from_millis(1))
 }
 
 fn random_seed() -> u64 {

@@ -1,14 +1,23 @@
-//! What travels inside a frame: one message-kind byte of ours, then the message.
+//! What travels inside a frame: one signed message.
 //!
 //! ```text
-//! kind  name           body
+//! message = kind u8 | body | seq u64 | sent_at_ms u64 | dst ip [16] | dst port u16 | signature [64]
+//!
+//! kind  name           body (every body starts with the sender's identity)
 //! ----  -------------  ----------------------------------------------------------------
-//! 0x01  FOCA           a foca datagram, encoded by [`WireCodec`]
+//! 0x01  FOCA           a foca datagram, encoded by [`WireCodec`] (its source identity first)
 //! 0x02  SYNC_REQUEST   one chunk of the sender's full state; the recipient applies it and,
 //!                      on chunk 0, answers with its own state as SYNC_RESPONSE chunks
 //! 0x03  SYNC_RESPONSE  one chunk of the answer to a SYNC_REQUEST
 //! 0x04  LEAVE          the sender's identity: it is leaving on purpose (seen as `left`)
+//! 0x05  HELLO          identity | flags u8 | count u8 | (len u16 | certificate DER)*
+//! 0x06  CONFLICT       identity | the identity that already holds the sender's site name
 //! ```
+//!
+//! The trailer makes every message fresh, addressed and attributable: `seq` counts the
+//! sender's messages (one counter per process), `sent_at_ms` is the sender's wall clock,
+//! `dst` the address it was sent to, and the signature (by the sender site's certificate key,
+//! over [`crate::auth::MESSAGE_DOMAIN`] and everything before it) proves the sender.
 //!
 //! Every integer is big-endian. An identity is `site_len u8 | site | family u8 (4 or 6) |
 //! ip (4 or 16) | port u16 | generation u64` (see [`crate::identity`]). A foca message is
@@ -23,17 +32,83 @@ use std::fmt;
 use bytes::{Buf, BufMut};
 use foca::{Codec, Header, Member, Message, State};
 
-use crate::identity::{Interner, NodeId, MAX_IDENTITY_LEN};
+use crate::auth::SIGNATURE_LEN;
+use crate::identity::{Interner, NodeAddr, NodeId, MAX_IDENTITY_LEN, RAW_ADDR_LEN};
 
 pub const KIND_FOCA: u8 = 0x01;
 pub const KIND_SYNC_REQUEST: u8 = 0x02;
 pub const KIND_SYNC_RESPONSE: u8 = 0x03;
 pub const KIND_LEAVE: u8 = 0x04;
+pub const KIND_HELLO: u8 = 0x05;
+pub const KIND_CONFLICT: u8 = 0x06;
 
-/// The most plaintext one frame carries: kind byte included.
+/// The most plaintext one frame carries: a whole signed message.
 pub const MAX_MESSAGE_LEN: usize = crate::frame::MAX_PLAINTEXT_LEN;
-/// foca's `max_packet_size`: what is left after our kind byte.
-pub const MAX_FOCA_PACKET: usize = MAX_MESSAGE_LEN - 1;
+/// `seq`, `sent_at_ms`, `dst` and the signature after every body.
+pub const TRAILER_LEN: usize = 8 + 8 + RAW_ADDR_LEN + SIGNATURE_LEN;
+/// What a message holds before its trailer: kind byte and body.
+pub const MAX_UNSEALED_LEN: usize = MAX_MESSAGE_LEN - TRAILER_LEN;
+/// foca's `max_packet_size`: what is left after our kind byte and the trailer.
+pub const MAX_FOCA_PACKET: usize = MAX_UNSEALED_LEN - 1;
+
+/// A decoded message, not yet verified.
+pub struct Envelope<'a> {
+    pub kind: u8,
+    /// The identity the body starts with: who says it sent this.
+    pub sender: NodeId,
+    /// Everything after the kind byte and before the trailer (sender identity included).
+    pub body: &'a [u8],
+    pub seq: u64,
+    pub sent_at_ms: u64,
+    pub dst: NodeAddr,
+    /// The bytes the signature covers: kind, body and the trailer before the signature.
+    pub signed: &'a [u8],
+    pub signature: &'a [u8],
+}
+
+impl<'a> Envelope<'a> {
+    /// Splits a message into its parts; fails on anything too short or without a
+    /// decodable sender identity.
+    pub fn decode(message: &'a [u8], interner: &Interner) -> Result<Envelope<'a>, WireError> {
+        if message.len() < 1 + TRAILER_LEN || message.len() > MAX_MESSAGE_LEN {
+            return Err(WireError::Truncated);
+        }
+        let (signed, signature) = message.split_at(message.len() - SIGNATURE_LEN);
+        let (unsealed, trailer) = signed.split_at(signed.len() - (TRAILER_LEN - SIGNATURE_LEN));
+        let mut t = Reader::new(trailer);
+        let seq = t.u64()?;
+        let sent_at_ms = t.u64()?;
+        let dst = NodeAddr::from_raw(t.array()?);
+        let (&kind, body) = unsealed.split_first().ok_or(WireError::Truncated)?;
+        let sender = NodeId::decode(&mut Reader::new(body), interner)?;
+        Ok(Envelope {
+            kind,
+            sender,
+            body,
+            seq,
+            sent_at_ms,
+            dst,
+            signed,
+            signature,
+        })
+    }
+}
+
+/// Appends the trailer to `message` (kind and body): `seq`, `sent_at_ms`, `dst`, and the
+/// signature `sign` makes over everything before it.
+pub fn seal_message(
+    message: &mut Vec<u8>,
+    seq: u64,
+    sent_at_ms: u64,
+    dst: NodeAddr,
+    sign: impl FnOnce(&[u8]) -> [u8; SIGNATURE_LEN],
+) {
+    message.put_u64(seq);
+    message.put_u64(sent_at_ms);
+    message.put_slice(&dst.to_raw());
+    let signature = sign(message);
+    message.put_slice(&signature);
+}
 
 /// Why bytes could not be decoded (or, for [`WireError::NoSpace`], encoded).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -349,6 +424,8 @@ impl Codec<NodeId> for WireCodec {
 
 /// The largest foca header: source, destination and a third identity in the message.
 pub const MAX_HEADER_LEN: usize = 3 * MAX_IDENTITY_LEN + 2 + 1 + 1;
+/// The largest header of a foca `Broadcast`: source, incarnation, destination, tag.
+pub const MAX_BROADCAST_HEADER_LEN: usize = 2 * MAX_IDENTITY_LEN + 2 + 1;
 
 #[cfg(test)]
 mod tests {

@@ -12,6 +12,9 @@ use grid_core::lanes::{Lane, PublishError};
 use grid_core::wire::{KIND_SYNC_REQUEST, MAX_MESSAGE_LEN};
 use proptest::prelude::*;
 
+mod support;
+use support::{forge, Issued, TestCa, WALL};
+
 const TICK: Duration = Duration::from_millis(10);
 
 fn config() -> SwimConfig {
@@ -44,6 +47,9 @@ impl Transmit for Outbox {
 }
 
 struct Cluster {
+    ca: TestCa,
+    /// Each site's certificate and key, so a test can sign as the site does.
+    issued: HashMap<String, Issued>,
     now: Duration,
     nodes: HashMap<SocketAddr, Driver>,
     crashed: HashSet<SocketAddr>,
@@ -56,6 +62,8 @@ struct Cluster {
 impl Cluster {
     fn new() -> Cluster {
         Cluster {
+            ca: TestCa::new(),
+            issued: HashMap::new(),
             now: Duration::from_secs(1),
             nodes: HashMap::new(),
             crashed: HashSet::new(),
@@ -66,17 +74,49 @@ impl Cluster {
     }
 
     fn add(&mut self, i: usize, generation: u64) -> SocketAddr {
+        self.add_as(&format!("site-{i}"), i, generation)
+    }
+
+    fn add_as(&mut self, site: &str, i: usize, generation: u64) -> SocketAddr {
         let at = addr(i);
-        let id = NodeId::new(Arc::from(format!("site-{i}").as_str()), at, generation);
+        let id = NodeId::new(Arc::from(site), at, generation);
         let driver = Driver::new(
             id,
             config(),
             i as u64 * 7919 + generation,
             self.interner.clone(),
+            self.authority(site),
+            WALL,
         );
         self.nodes.insert(at, driver);
         self.crashed.remove(&at);
         at
+    }
+
+    /// What signs for `site`: the same certificate and key every time.
+    fn authority(&mut self, site: &str) -> grid_core::auth::Authority {
+        let ca = &self.ca;
+        let issued = self
+            .issued
+            .entry(site.to_owned())
+            .or_insert_with(|| ca.issue(site))
+            .clone();
+        self.ca.authority_of(site, issued)
+    }
+
+    /// Wall-clock milliseconds now, as the drivers see it.
+    fn wall_ms(&self) -> u64 {
+        (WALL + self.now).as_millis() as u64
+    }
+
+    fn deliver_one(&mut self, to: SocketAddr, message: &[u8]) {
+        let mut out = Outbox::default();
+        let now = self.now;
+        self.nodes
+            .get_mut(&to)
+            .unwrap()
+            .handle_datagram(now, message, &mut out);
+        self.deliver(out);
     }
 
     fn join(&mut self, at: SocketAddr, seed: SocketAddr) {
@@ -438,28 +478,34 @@ fn private_keys_are_refused_on_publish_and_dropped_on_receive() {
         .unwrap_err();
     assert_eq!(err, PublishError::PrivateKey);
 
-    // A peer that skips the check: a sync chunk carrying a cert item with a private key.
-    let sender = NodeId::new(Arc::from("rogue"), addr(50), 1);
-    let mut item = vec![5];
-    item.extend_from_slice(b"rogue");
+    // A key holder whose build skips the check: a signed sync chunk carrying a cert item
+    // with a private key.
+    let rogue = c.authority("site-0");
+    let sender = c.nodes[&addrs[0]].identity().clone();
+    let mut item = vec![6];
+    item.extend_from_slice(b"site-0");
     item.push(Lane::Cert as u8);
     item.push(3);
     item.extend_from_slice(b"tls");
     item.extend_from_slice(&1u64.to_be_bytes());
     item.extend_from_slice(b"-----BEGIN EC PRIVATE KEY-----");
-    let mut chunk = vec![KIND_SYNC_REQUEST, 0, 0, 0, 1, 0, 0, 0, 1];
-    sender.encode(&mut chunk);
-    chunk.push(2);
-    chunk.extend_from_slice(&(item.len() as u16).to_be_bytes());
-    chunk.extend_from_slice(&item);
+    item.extend_from_slice(&[0; 64]);
+    let mut body = Vec::new();
+    sender.encode(&mut body);
+    body.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 1]);
+    body.push(2);
+    body.extend_from_slice(&(item.len() as u16).to_be_bytes());
+    body.extend_from_slice(&item);
     let target = addrs[1];
-    let mut out = Outbox::default();
-    let now = c.now;
-    c.nodes
-        .get_mut(&target)
-        .unwrap()
-        .handle_datagram(now, &chunk, &mut out);
-    c.collect();
+    let chunk = forge(
+        &rogue,
+        KIND_SYNC_REQUEST,
+        &body,
+        1 << 40,
+        c.wall_ms(),
+        target,
+    );
+    c.deliver_one(target, &chunk);
     assert!(c.items_at(target).is_empty());
     assert_eq!(c.nodes[&target].stats().item_refusals.private_key, 1);
 }

@@ -5,8 +5,12 @@ use std::time::{Duration, Instant};
 
 use grid_core::config::SwimConfig;
 use grid_core::driver::{Event, MemberState};
+use grid_core::frame::DropReason;
 use grid_core::lanes::Lane;
 use grid_core::node::{Node, NodeError, NodeSettings};
+
+mod support;
+use support::TestCa;
 
 const K1: [u8; 32] = [1; 32];
 const K2: [u8; 32] = [2; 32];
@@ -37,8 +41,9 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn two_nodes_meet_exchange_an_item_rotate_keys_and_part() {
-    let a = Node::bind(settings("a"), &[&K1]).unwrap();
-    let b = Node::bind(settings("b"), &[&K1]).unwrap();
+    let ca = TestCa::new();
+    let a = Node::bind(settings("a"), &[&K1], ca.node_trust("a")).unwrap();
+    let b = Node::bind(settings("b"), &[&K1], ca.node_trust("b")).unwrap();
     a.start().unwrap();
     b.start().unwrap();
     b.join(vec![a.local().socket_addr()]).unwrap();
@@ -65,7 +70,7 @@ fn two_nodes_meet_exchange_an_item_rotate_keys_and_part() {
     }
     std::thread::sleep(Duration::from_millis(300));
     for node in [&a, &b] {
-        assert_eq!(node.stats().frames.drops, [0; 4]);
+        assert_eq!(node.stats().frames.drops, [0; DropReason::ALL.len()]);
         assert_eq!(node.key_ids().len(), 1);
     }
 
@@ -91,7 +96,8 @@ fn two_nodes_meet_exchange_an_item_rotate_keys_and_part() {
 
 #[test]
 fn junk_is_counted_and_wakes_nothing_else() {
-    let node = Node::bind(settings("solo"), &[&K1]).unwrap();
+    let ca = TestCa::new();
+    let node = Node::bind(settings("solo"), &[&K1], ca.node_trust("solo")).unwrap();
     node.start().unwrap();
     let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
     let to = node.local().socket_addr();
@@ -103,35 +109,82 @@ fn junk_is_counted_and_wakes_nothing_else() {
     let mut forged = b"GRID\x01".to_vec();
     forged.resize(80, 7);
     sender.send_to(&forged, to).unwrap();
-    wait_until("four drops", || node.stats().frames.drops == [1, 1, 1, 1]);
+    sender.send_to(&[b'G'; 1401], to).unwrap();
+    wait_until("five drops", || {
+        node.stats().frames.drops == [1, 1, 1, 1, 1]
+    });
     assert_eq!(node.poll_events(10), []);
     node.close().unwrap();
 }
 
 #[test]
 fn bad_settings_are_refused_before_binding() {
+    let ca = TestCa::new();
+    let trust = ca.node_trust("a");
     let mut bad = settings("a");
     bad.site = "no spaces".into();
-    assert!(matches!(Node::bind(bad, &[&K1]), Err(NodeError::Site(_))));
     assert!(matches!(
-        Node::bind(settings("a"), &[&[0; 31]]),
+        Node::bind(bad, &[&K1], trust.clone()),
+        Err(NodeError::Site(_))
+    ));
+    assert!(matches!(
+        Node::bind(settings("a"), &[&[0; 31]], trust.clone()),
         Err(NodeError::Keyring(_))
     ));
     assert!(matches!(
-        Node::bind(settings("a"), &[]),
+        Node::bind(settings("a"), &[], trust.clone()),
         Err(NodeError::Keyring(_))
     ));
     let mut wildcard = settings("a");
     wildcard.bind = "0.0.0.0:0".parse().unwrap();
     assert!(matches!(
-        Node::bind(wildcard, &[&K1]),
+        Node::bind(wildcard, &[&K1], trust.clone()),
         Err(NodeError::Config(_))
     ));
-    let taken = Node::bind(settings("a"), &[&K1]).unwrap();
+    let taken = Node::bind(settings("a"), &[&K1], trust).unwrap();
     let mut clash = settings("b");
     clash.bind = taken.bound_addr();
     assert!(matches!(
-        Node::bind(clash, &[&K1]),
+        Node::bind(clash, &[&K1], ca.node_trust("b")),
         Err(NodeError::Bind { .. })
     ));
+}
+
+#[test]
+fn credentials_that_cannot_sign_for_the_site_are_refused_before_binding() {
+    let ca = TestCa::new();
+    // Another site's certificate.
+    let other = ca.node_trust("b");
+    assert!(matches!(
+        Node::bind(settings("a"), &[&K1], other),
+        Err(NodeError::Credentials(_))
+    ));
+    // The right certificate with another certificate's key.
+    let mut mismatched = ca.node_trust("a");
+    mismatched.private_key = ca.node_trust("a").private_key;
+    assert!(matches!(
+        Node::bind(settings("a"), &[&K1], mismatched),
+        Err(NodeError::Credentials(_))
+    ));
+    // A certificate no configured CA vouches for.
+    let mut stranger = TestCa::new().node_trust("a");
+    stranger.anchors = vec![ca.der()];
+    let Err(err) = Node::bind(settings("a"), &[&K1], stranger) else {
+        panic!("refused")
+    };
+    assert!(err.to_string().contains("does not chain"), "{err}");
+    // A pin that is another certificate's.
+    let mut pinned = ca.node_trust("a");
+    pinned.pins.insert("a".into(), [7; 32]);
+    let Err(err) = Node::bind(settings("a"), &[&K1], pinned) else {
+        panic!("refused")
+    };
+    assert!(err.to_string().contains("pinned"), "{err}");
+    // Junk key bytes never appear in the message.
+    let mut junk = ca.node_trust("a");
+    junk.private_key = b"SECRET-CANARY-0123456789".to_vec();
+    let Err(err) = Node::bind(settings("a"), &[&K1], junk) else {
+        panic!("refused")
+    };
+    assert!(!err.to_string().contains("CANARY"), "{err}");
 }

@@ -11,3 +11,4 @@ import_exception!(grid.errors, PayloadTooLarge);
 import_exception!(grid.errors, PrivateKeyMaterial);
 import_exception!(grid.errors, NodeStateError);
 import_exception!(grid.errors, NodeStopped);
+import_exception!(grid.errors, SiteCredentialsError);

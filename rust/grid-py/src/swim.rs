@@ -8,18 +8,19 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use grid_core::auth::FINGERPRINT_LEN;
 use grid_core::config::SwimConfig;
 use grid_core::driver::{Event, FOCA_ERROR_KINDS};
 use grid_core::frame::DropReason;
 use grid_core::identity::NodeId;
 use grid_core::lanes::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN};
-use grid_core::node::{Node, NodeError, NodeSettings};
+use grid_core::node::{Node, NodeError, NodeSettings, NodeTrust};
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 
 use crate::errors::{
     BindError, BroadcastRefused, InvalidKeyError, NodeStateError, NodeStopped, PayloadTooLarge,
-    PrivateKeyMaterial, SwimConfigError,
+    PrivateKeyMaterial, SiteCredentialsError, SwimConfigError,
 };
 
 /// Blocking waits are cut into slices this long so Ctrl-C still interrupts them.
@@ -30,6 +31,7 @@ fn node_error(err: NodeError) -> PyErr {
     match err {
         NodeError::Config(_) | NodeError::Site(_) => SwimConfigError::new_err(message),
         NodeError::Keyring(_) => InvalidKeyError::new_err(message),
+        NodeError::Credentials(_) => SiteCredentialsError::new_err(message),
         NodeError::Bind { .. } | NodeError::Io(_) => BindError::new_err(message),
         NodeError::Publish(PublishError::TooLarge { .. }) => PayloadTooLarge::new_err(message),
         NodeError::Publish(PublishError::PrivateKey) => PrivateKeyMaterial::new_err(message),
@@ -56,6 +58,20 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
                 "{name} must be a positive number of seconds, got {value}"
             ))
         })
+}
+
+fn pins(pins: HashMap<String, Vec<u8>>) -> PyResult<HashMap<String, [u8; FINGERPRINT_LEN]>> {
+    pins.into_iter()
+        .map(|(site, pin)| {
+            let pin: [u8; FINGERPRINT_LEN] = pin.as_slice().try_into().map_err(|_| {
+                SiteCredentialsError::new_err(format!(
+                    "the pin of site {site:?} must be a {FINGERPRINT_LEN}-byte SHA-256, got {} bytes",
+                    pin.len()
+                ))
+            })?;
+            Ok((site, pin))
+        })
+        .collect()
 }
 
 fn lane(name: &str) -> PyResult<Lane> {
@@ -105,6 +121,10 @@ fn event_to_py(py: Python<'_>, event: Event) -> PyResult<Py<PyAny>> {
             pyo3::types::PyBytes::new(py, &item.payload),
         )
             .into_py_any(py),
+        Event::NameConflict { other, yielded } => {
+            let (site, addr, generation) = member_fields(&other);
+            ("name_conflict", site, addr, generation, yielded).into_py_any(py)
+        }
     }
 }
 
@@ -122,6 +142,10 @@ impl SwimNode {
         site,
         keys,
         *,
+        certificate_chain,
+        private_key,
+        trust_anchors = Vec::new(),
+        pins = HashMap::new(),
         advertise = None,
         probe_interval = 5.0,
         suspicion_timeout = 10.0,
@@ -135,6 +159,10 @@ impl SwimNode {
         bind: &str,
         site: &str,
         keys: Vec<Vec<u8>>,
+        certificate_chain: Vec<Vec<u8>>,
+        private_key: Vec<u8>,
+        trust_anchors: Vec<Vec<u8>>,
+        pins: HashMap<String, Vec<u8>>,
         advertise: Option<&str>,
         probe_interval: f64,
         suspicion_timeout: f64,
@@ -158,9 +186,20 @@ impl SwimNode {
             },
             event_capacity,
         };
+        let trust = NodeTrust {
+            chain: certificate_chain,
+            private_key,
+            anchors: trust_anchors,
+            pins: self::pins(pins)?,
+        };
         let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        let node = Node::bind(settings, &keys).map_err(node_error)?;
+        let node = Node::bind(settings, &keys, trust).map_err(node_error)?;
         Ok(SwimNode { node })
+    }
+
+    /// Replaces the pinned certificate fingerprints (site name → SHA-256 of its DER).
+    fn set_pins(&self, pins: HashMap<String, Vec<u8>>) -> PyResult<()> {
+        self.node.set_pins(self::pins(pins)?).map_err(node_error)
     }
 
     /// Starts the protocol thread.
@@ -239,6 +278,12 @@ impl SwimNode {
             ("private_key_drops", d.item_refusals.private_key),
             ("items_malformed", d.item_refusals.malformed),
             ("items_store_full", d.item_refusals.store_full),
+            ("items_unverified_origin", d.item_refusals.unverified_origin),
+            ("items_bad_signature", d.item_refusals.bad_signature),
+            ("name_conflicts", d.name_conflicts),
+            ("members_unverified", d.members_unverified),
+            ("hellos_sent", d.session.hellos_sent),
+            ("hellos_received", d.session.hellos_received),
             ("events_dropped", stats.events_dropped),
             ("members", d.members as u64),
             ("broadcast_backlog", d.broadcast_backlog as u64),
@@ -257,9 +302,25 @@ impl SwimNode {
         .map(|(k, v)| (k.to_owned(), v))
         .collect();
         let mut dropped_total = 0;
-        for (reason, count) in DropReason::ALL.iter().zip(f.drops) {
+        let session = d.session;
+        let message_drops = [
+            ("malformed", session.dropped_malformed),
+            ("bad_identity", session.dropped_bad_identity),
+            ("misdirected", session.dropped_misdirected),
+            ("stale", session.dropped_stale),
+            ("replayed", session.dropped_replayed),
+            ("unknown_sender", session.dropped_unknown_sender),
+            ("bad_signature", session.dropped_bad_signature),
+            (
+                "untrusted_certificate",
+                session.dropped_untrusted_certificate,
+            ),
+            ("superseded", d.dropped_superseded),
+        ];
+        let frame_drops = DropReason::ALL.iter().map(|r| r.as_str()).zip(f.drops);
+        for (reason, count) in frame_drops.chain(message_drops) {
             dropped_total += count;
-            out.insert(format!("dropped_{}", reason.as_str()), count);
+            out.insert(format!("dropped_{reason}"), count);
         }
         out.insert("dropped".to_owned(), dropped_total);
         for (kind, count) in FOCA_ERROR_KINDS.iter().zip(d.foca_errors) {

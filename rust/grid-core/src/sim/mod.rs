@@ -43,18 +43,23 @@ use foca::{Codec, Member, Message, State};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use crate::auth::{Authority, SIGNATURE_LEN};
 use crate::config::SwimConfig;
 use crate::driver::{Driver, DriverStats, Event, MemberState, Transmit, FOCA_ERROR_KINDS};
 use crate::frame::OVERHEAD;
 use crate::identity::{Interner, NodeId};
 use crate::wire::{
-    encode_member, state_byte, WireCodec, KIND_FOCA, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
+    encode_member, seal_message, state_byte, WireCodec, KIND_FOCA, KIND_SYNC_RESPONSE,
+    MAX_MESSAGE_LEN, MAX_UNSEALED_LEN, TRAILER_LEN,
 };
 
 pub use net::{
     check_probability, node_addr, node_index, Jitter, NetModel, SimError, MAX_NODES, SIM_PORT,
 };
 pub use record::{Change, Learned, Record, Suspicion, Traffic};
+
+/// The simulated wall clock at virtual time 0 (messages carry it for freshness checks).
+pub const SIM_WALL_EPOCH: Duration = Duration::from_millis(1_700_000_000_000);
 
 use record::{mix, mix_bytes};
 
@@ -420,7 +425,8 @@ fn scan_suspicions(
     at: Duration,
     out: &mut Vec<SeenSuspect>,
 ) {
-    let Some((&KIND_FOCA, mut body)) = message.split_first() else {
+    let unsealed = &message[..message.len().saturating_sub(TRAILER_LEN)];
+    let Some((&KIND_FOCA, mut body)) = unsealed.split_first() else {
         return;
     };
     let Ok(header) = codec.decode_header(&mut body) else {
@@ -464,7 +470,7 @@ fn note(
         Event::MemberDown(id) => (Learned::Down, id),
         Event::MemberLeft(id) => (Learned::Left, id),
         Event::MemberRenamed { current, .. } => (Learned::Renamed, current),
-        Event::Item(_) => return,
+        Event::Item(_) | Event::NameConflict { .. } => return,
     };
     let Some(subject) = node_index(id.socket_addr()) else {
         return;
@@ -736,11 +742,15 @@ impl Simulation {
 
     fn new_driver(&self, node: u32, life: u32) -> Driver {
         let seed = mix(mix(self.seed, u64::from(node)), u64::from(life));
+        // The simulator studies SWIM's dynamics, not its cryptography: messages keep their
+        // layout and replay windows, with unsigned trailers.
         Driver::new(
             self.identity(node, life),
             self.swim.clone(),
             seed,
             self.interner.clone(),
+            Authority::Unsigned,
+            SIM_WALL_EPOCH,
         )
     }
 
@@ -786,8 +796,9 @@ impl Simulation {
             .map(|_| Duration::from_nanos(rng.random_range(0..nanos(spread))))
             .collect();
         let phantom = NodeId::new(self.interner.intern("bootstrap"), net::phantom_addr(), 1);
-        let mut header = vec![KIND_SYNC_RESPONSE, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut header = vec![KIND_SYNC_RESPONSE];
         phantom.encode(&mut header);
+        header.extend_from_slice(&[0; 8]);
         Bootstrap {
             entries,
             at,
@@ -818,6 +829,11 @@ impl Simulation {
                     break;
                 }
                 member_list_chunks(&plan.header, &plan.entries, node, &mut chunks);
+                for (seq, chunk) in chunks.iter_mut().enumerate() {
+                    let sent_at = (SIM_WALL_EPOCH + plan.at[node]).as_millis() as u64;
+                    let to = crate::identity::NodeAddr::new(node_addr(node as u32));
+                    seal_message(chunk, seq as u64 + 1, sent_at, to, |_| [0; SIGNATURE_LEN]);
+                }
                 let mut slot = lock(&self.slots[node]);
                 let driver = slot.driver.as_mut().expect("fresh nodes run");
                 for chunk in &chunks {
@@ -1541,6 +1557,7 @@ fn converged(world: &World, slots: &[Mutex<Slot>]) -> bool {
 }
 
 /// Splits `entries` (all but `skip`) into sync-response chunks of one frame each.
+/// A sync chunk's header ends with its index and count (after the sender and sync id).
 fn member_list_chunks(header: &[u8], entries: &[Vec<u8>], skip: usize, chunks: &mut Vec<Vec<u8>>) {
     chunks.clear();
     for (j, entry) in entries.iter().enumerate() {
@@ -1550,7 +1567,7 @@ fn member_list_chunks(header: &[u8], entries: &[Vec<u8>], skip: usize, chunks: &
         let need = 3 + entry.len();
         if chunks
             .last()
-            .map_or(true, |chunk| chunk.len() + need > MAX_MESSAGE_LEN)
+            .map_or(true, |chunk| chunk.len() + need > MAX_UNSEALED_LEN)
         {
             let mut chunk = Vec::with_capacity(MAX_MESSAGE_LEN);
             chunk.extend_from_slice(header);
@@ -1562,9 +1579,10 @@ fn member_list_chunks(header: &[u8], entries: &[Vec<u8>], skip: usize, chunks: &
         chunk.extend_from_slice(entry);
     }
     let count = chunks.len() as u16;
+    let at = header.len() - 4;
     for (index, chunk) in chunks.iter_mut().enumerate() {
-        chunk[5..7].copy_from_slice(&(index as u16).to_be_bytes());
-        chunk[7..9].copy_from_slice(&count.to_be_bytes());
+        chunk[at..at + 2].copy_from_slice(&(index as u16).to_be_bytes());
+        chunk[at + 2..at + 4].copy_from_slice(&count.to_be_bytes());
     }
 }
 
@@ -1655,14 +1673,16 @@ mod tests {
                 entry
             })
             .collect();
-        let header = [KIND_SYNC_RESPONSE, 0, 0, 0, 0, 0, 0, 0, 0];
+        let mut header = vec![KIND_SYNC_RESPONSE];
+        NodeId::new(std::sync::Arc::from("boot"), node_addr(9), 1).encode(&mut header);
+        header.extend_from_slice(&[0; 8]);
         let mut chunks = Vec::new();
         member_list_chunks(&header, &entries, 7, &mut chunks);
         assert!(chunks.len() > 1);
         let carried: usize = chunks
             .iter()
             .map(|c| {
-                assert!(c.len() <= MAX_MESSAGE_LEN);
+                assert!(c.len() <= MAX_UNSEALED_LEN);
                 c.len() - header.len()
             })
             .sum();
@@ -1670,9 +1690,10 @@ mod tests {
             entries.iter().map(|e| 3 + e.len()).sum::<usize>() - 3 - entries[7].len();
         assert_eq!(carried, expected);
         let count = chunks.len() as u16;
+        let at = header.len() - 4;
         for (index, chunk) in chunks.iter().enumerate() {
-            assert_eq!(&chunk[5..7], &(index as u16).to_be_bytes());
-            assert_eq!(&chunk[7..9], &count.to_be_bytes());
+            assert_eq!(&chunk[at..at + 2], &(index as u16).to_be_bytes());
+            assert_eq!(&chunk[at + 2..at + 4], &count.to_be_bytes());
         }
     }
 

@@ -1,0 +1,416 @@
+//! The signed layer between the frame and the SWIM driver.
+//!
+//! Every outgoing message gets the sender's next sequence number, its wall-clock time, the
+//! address it is sent to and the site's signature (see [`crate::wire`]). Every incoming
+//! message passes, in order, before the driver acts on it:
+//!
+//! 1. a sender identity whose site name follows the resource name rules;
+//! 2. addressed to this node (a frame captured on its way elsewhere is refused here);
+//! 3. sent within [`MAX_CLOCK_SKEW`] of our clock (an old capture is refused whatever the
+//!    state of the windows: after our restart, after the sender's restart or leave);
+//! 4. a sequence number its sender's replay window has not seen (RFC 6479, per sender
+//!    identity, so a restarted sender starts a new window);
+//! 5. a signature by the sender site's certificate key. A site's key is learned from its
+//!    `HELLO`, whose certificate must name the site and chain to the network CA or match
+//!    the site's pin. A message from a site whose key is unknown is dropped, and its sender
+//!    is asked for a `HELLO` (at most once per [`ANSWER_INTERVAL`] per address).
+//!
+//! Windows are only updated by messages that passed every check, so forged frames cannot
+//! poison them, and replays are refused before any signature work is spent on them.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BufMut;
+
+use crate::auth::{
+    Authority, PublicKey, ReplayWindow, FINGERPRINT_LEN, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
+};
+use crate::driver::Transmit;
+use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
+use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
+
+/// Messages sent further than this from our clock (either way) are refused. Sites keep
+/// their clocks in sync (NTP); this bounds how long a capture stays worth replaying.
+pub const MAX_CLOCK_SKEW: Duration = Duration::from_secs(30);
+/// A node introduces itself (`HELLO`) to an address before its first message there, and
+/// again after this long.
+pub const INTRODUCTION_REFRESH: Duration = Duration::from_secs(300);
+/// On-demand answers (a `HELLO` asked for, a `CONFLICT` notice) go to one address at most
+/// this often, so a key holder cannot turn a node into a stream of replies.
+pub const ANSWER_INTERVAL: Duration = Duration::from_secs(1);
+/// Identities per site whose replay windows are kept (a restart is a new identity); the
+/// least recently heard is forgotten first.
+pub const IDENTITIES_PER_SITE: usize = 4;
+/// Sites whose keys a node remembers; a certificate for yet another site is refused.
+pub const MAX_SITES: usize = 4096;
+/// Addresses whose last introduction or answer is remembered.
+const ADDRESS_MEMORY: usize = 8192;
+
+/// `HELLO` flag: the sender has not verified us and asks for our `HELLO` in return.
+const HELLO_WANT_REPLY: u8 = 0x01;
+
+/// What became of one incoming message.
+pub enum Verdict<'a> {
+    /// Fresh, addressed to us, never seen and signed by its sender's site.
+    Accepted(Envelope<'a>),
+    /// Well formed, but from a site whose key we do not know yet.
+    UnknownSender(NodeId),
+    /// Refused and counted.
+    Dropped,
+}
+
+/// Why a message did not authenticate (and was counted).
+enum Unauthenticated {
+    /// No key is known for the sender's site yet.
+    UnknownSite,
+    /// A bad signature or certificate.
+    Refused,
+}
+
+/// Counts of what the session refused or sent, each named for `stats()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SessionStats {
+    /// Too short for a trailer, or no decodable sender identity.
+    pub dropped_malformed: u64,
+    /// A sender site name that breaks the resource name rules.
+    pub dropped_bad_identity: u64,
+    /// Addressed to another node: captured elsewhere and replayed here.
+    pub dropped_misdirected: u64,
+    /// Sent more than [`MAX_CLOCK_SKEW`] away from our clock.
+    pub dropped_stale: u64,
+    /// A sequence number its sender's window has seen, or one older than the window.
+    pub dropped_replayed: u64,
+    /// From a site whose certificate we have not verified (it is asked for a `HELLO`).
+    pub dropped_unknown_sender: u64,
+    /// A signature that is not the sender site's.
+    pub dropped_bad_signature: u64,
+    /// A `HELLO` whose certificate does not prove the claimed site.
+    pub dropped_untrusted_certificate: u64,
+    pub hellos_sent: u64,
+    pub hellos_received: u64,
+}
+
+struct Sender {
+    window: ReplayWindow,
+    last_heard: Duration,
+}
+
+pub struct Session {
+    authority: Authority,
+    interner: Interner,
+    /// Wall-clock time (since the Unix epoch) at the driver's `now` = 0.
+    wall_offset: Duration,
+    seq: u64,
+    local: NodeId,
+    keys: HashMap<Arc<str>, PublicKey>,
+    senders: HashMap<NodeId, Sender>,
+    identities: HashMap<Arc<str>, Vec<NodeId>>,
+    introduced: HashMap<NodeAddr, Duration>,
+    answered: HashMap<NodeAddr, Duration>,
+    stats: SessionStats,
+}
+
+impl Session {
+    pub fn new(
+        local: NodeId,
+        authority: Authority,
+        interner: Interner,
+        wall_offset: Duration,
+    ) -> Session {
+        Session {
+            authority,
+            interner,
+            wall_offset,
+            seq: 0,
+            local,
+            keys: HashMap::new(),
+            senders: HashMap::new(),
+            identities: HashMap::new(),
+            introduced: HashMap::new(),
+            answered: HashMap::new(),
+            stats: SessionStats::default(),
+        }
+    }
+
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    pub fn stats(&self) -> SessionStats {
+        self.stats
+    }
+
+    /// Follows the driver's identity (it changes when foca rejoins).
+    pub fn set_local(&mut self, local: &NodeId) {
+        if self.local != *local {
+            self.local = local.clone();
+        }
+    }
+
+    /// Wall-clock milliseconds at the driver's `now`.
+    pub fn wall(&self, now: Duration) -> Duration {
+        self.wall_offset + now
+    }
+
+    /// Replaces the pins; returns the sites whose verified key no longer matches its pin
+    /// (forgotten, so they must introduce themselves again).
+    pub fn set_pins(&mut self, pins: HashMap<String, [u8; FINGERPRINT_LEN]>) -> Vec<Arc<str>> {
+        let Authority::Certified { policy, .. } = &mut self.authority else {
+            return Vec::new();
+        };
+        let stale: Vec<Arc<str>> = self
+            .keys
+            .iter()
+            .filter(|(site, key)| {
+                pins.get(&***site)
+                    .is_some_and(|pin| *pin != key.fingerprint())
+            })
+            .map(|(site, _)| site.clone())
+            .collect();
+        for site in &stale {
+            self.keys.remove(site);
+        }
+        policy.set_pins(pins);
+        stale
+    }
+
+    /// The key verified for `site`, if any.
+    pub fn key(&self, site: &str) -> Option<&PublicKey> {
+        self.keys.get(site)
+    }
+
+    /// Whether a message from exactly this identity passed every check.
+    pub fn is_verified(&self, id: &NodeId) -> bool {
+        self.authority.is_unsigned() || self.senders.contains_key(id)
+    }
+
+    /// Seals `message` (kind and body) for `to` and sends it, introducing this node first if
+    /// `to` has not had a `HELLO` from it lately.
+    pub fn send<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        to: SocketAddr,
+        message: &mut Vec<u8>,
+        out: &mut O,
+    ) {
+        let addr = NodeAddr::new(to);
+        let due = self
+            .introduced
+            .get(&addr)
+            .map_or(true, |at| now.saturating_sub(*at) >= INTRODUCTION_REFRESH);
+        if due && !self.authority.is_unsigned() {
+            self.send_hello(now, to, false, out);
+        }
+        self.seal(now, addr, message);
+        out.send(to, message);
+    }
+
+    /// Sends this node's `HELLO` (its certificate chain) to `to`, now.
+    pub fn send_hello<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        to: SocketAddr,
+        want_reply: bool,
+        out: &mut O,
+    ) {
+        let addr = NodeAddr::new(to);
+        let mut hello = Vec::with_capacity(crate::wire::MAX_MESSAGE_LEN);
+        hello.push(KIND_HELLO);
+        self.local.encode(&mut hello);
+        hello.push(if want_reply { HELLO_WANT_REPLY } else { 0 });
+        let chain: &[Vec<u8>] = match &self.authority {
+            Authority::Certified { credentials, .. } => credentials.chain(),
+            Authority::Unsigned => &[],
+        };
+        hello.push(chain.len() as u8);
+        for der in chain {
+            hello.put_u16(der.len() as u16);
+            hello.put_slice(der);
+        }
+        debug_assert!(
+            hello.len() <= MAX_UNSEALED_LEN,
+            "chain size checked at start"
+        );
+        self.seal(now, addr, &mut hello);
+        remember(&mut self.introduced, addr, now, INTRODUCTION_REFRESH);
+        self.stats.hellos_sent += 1;
+        out.send(to, &hello);
+    }
+
+    /// Whether an on-demand answer may go to `to` now (and, if so, records that it does).
+    pub fn may_answer(&mut self, now: Duration, to: SocketAddr) -> bool {
+        let addr = NodeAddr::new(to);
+        if self
+            .answered
+            .get(&addr)
+            .is_some_and(|at| now.saturating_sub(*at) < ANSWER_INTERVAL)
+        {
+            return false;
+        }
+        remember(&mut self.answered, addr, now, ANSWER_INTERVAL)
+    }
+
+    fn seal(&mut self, now: Duration, to: NodeAddr, message: &mut Vec<u8>) {
+        self.seq += 1;
+        let sent_at = self.wall(now).as_millis() as u64;
+        let authority = &self.authority;
+        seal_message(message, self.seq, sent_at, to, |signed| {
+            authority.sign(MESSAGE_DOMAIN, signed)
+        });
+    }
+
+    /// Checks one decrypted message; see the module documentation for the order.
+    pub fn open<'a>(&mut self, now: Duration, message: &'a [u8]) -> Verdict<'a> {
+        let Ok(envelope) = Envelope::decode(message, &self.interner) else {
+            self.stats.dropped_malformed += 1;
+            return Verdict::Dropped;
+        };
+        if validate_site(envelope.sender.site()).is_err() {
+            self.stats.dropped_bad_identity += 1;
+            return Verdict::Dropped;
+        }
+        if envelope.dst != self.local.node_addr() {
+            self.stats.dropped_misdirected += 1;
+            return Verdict::Dropped;
+        }
+        let wall = self.wall(now).as_millis() as u64;
+        if envelope.sent_at_ms.abs_diff(wall) > MAX_CLOCK_SKEW.as_millis() as u64 {
+            self.stats.dropped_stale += 1;
+            return Verdict::Dropped;
+        }
+        if self
+            .senders
+            .get(&envelope.sender)
+            .is_some_and(|sender| !sender.window.admits(envelope.seq))
+        {
+            self.stats.dropped_replayed += 1;
+            return Verdict::Dropped;
+        }
+        match self.authenticate(now, &envelope) {
+            Ok(()) => {}
+            Err(Unauthenticated::UnknownSite) => {
+                return Verdict::UnknownSender(envelope.sender.clone())
+            }
+            Err(Unauthenticated::Refused) => return Verdict::Dropped,
+        }
+        self.record(now, &envelope);
+        Verdict::Accepted(envelope)
+    }
+
+    fn authenticate(
+        &mut self,
+        now: Duration,
+        envelope: &Envelope<'_>,
+    ) -> Result<(), Unauthenticated> {
+        let Authority::Certified { policy, .. } = &self.authority else {
+            if envelope.kind == KIND_HELLO {
+                self.stats.hellos_received += 1;
+            }
+            return Ok(());
+        };
+        let site = envelope.sender.site();
+        let key = if envelope.kind == KIND_HELLO {
+            let certified = hello_chain(envelope.body, &self.interner).and_then(|chain| {
+                policy
+                    .certify(site, &chain, self.wall_offset + now)
+                    .map_err(|_| WireError::BadEntry(KIND_HELLO))
+            });
+            match certified {
+                Ok(key) if self.keys.contains_key(site) || self.keys.len() < MAX_SITES => key,
+                _ => {
+                    self.stats.dropped_untrusted_certificate += 1;
+                    return Err(Unauthenticated::Refused);
+                }
+            }
+        } else {
+            match self.keys.get(site) {
+                Some(key) => key.clone(),
+                None => {
+                    self.stats.dropped_unknown_sender += 1;
+                    return Err(Unauthenticated::UnknownSite);
+                }
+            }
+        };
+        if !key.verify(MESSAGE_DOMAIN, envelope.signed, envelope.signature) {
+            self.stats.dropped_bad_signature += 1;
+            return Err(Unauthenticated::Refused);
+        }
+        if envelope.kind == KIND_HELLO {
+            self.stats.hellos_received += 1;
+            self.keys.insert(site.clone(), key);
+        }
+        Ok(())
+    }
+
+    fn record(&mut self, now: Duration, envelope: &Envelope<'_>) {
+        let sender = &envelope.sender;
+        if !self.senders.contains_key(sender) {
+            let known = self.identities.entry(sender.site().clone()).or_default();
+            if known.len() >= IDENTITIES_PER_SITE {
+                let senders = &self.senders;
+                let oldest = known
+                    .iter()
+                    .enumerate()
+                    .min_by_key(|(_, id)| senders.get(*id).map(|s| s.last_heard))
+                    .map(|(index, _)| index)
+                    .expect("the list is full");
+                let forgotten = known.swap_remove(oldest);
+                self.senders.remove(&forgotten);
+            }
+            known.push(sender.clone());
+        }
+        let entry = self.senders.entry(sender.clone()).or_insert(Sender {
+            window: ReplayWindow::default(),
+            last_heard: now,
+        });
+        entry.window.accept(envelope.seq);
+        entry.last_heard = now;
+    }
+}
+
+/// Whether a `HELLO` body asks for our `HELLO` in return.
+pub fn hello_wants_reply(body: &[u8], interner: &Interner) -> bool {
+    let mut r = Reader::new(body);
+    NodeId::decode(&mut r, interner).is_ok() && r.u8().is_ok_and(|f| f & HELLO_WANT_REPLY != 0)
+}
+
+/// The certificate chain of a `HELLO` body (identity, flags, count, length-prefixed DER).
+fn hello_chain<'a>(body: &'a [u8], interner: &Interner) -> Result<Vec<&'a [u8]>, WireError> {
+    let mut r = Reader::new(body);
+    NodeId::decode(&mut r, interner)?;
+    r.u8()?;
+    let count = usize::from(r.u8()?);
+    if count == 0 || count > MAX_CHAIN_LEN {
+        return Err(WireError::BadEntry(KIND_HELLO));
+    }
+    let mut chain = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = usize::from(r.u16()?);
+        chain.push(r.bytes(len)?);
+    }
+    if !r.is_empty() {
+        return Err(WireError::TrailingBytes);
+    }
+    Ok(chain)
+}
+
+/// Records `now` for `addr` in a bounded map, forgetting entries older than `expiry` when
+/// it is full; false if there is still no room (the caller then skips the answer).
+fn remember(
+    map: &mut HashMap<NodeAddr, Duration>,
+    addr: NodeAddr,
+    now: Duration,
+    expiry: Duration,
+) -> bool {
+    if map.len() >= ADDRESS_MEMORY && !map.contains_key(&addr) {
+        map.retain(|_, at| now.saturating_sub(*at) < expiry);
+        if map.len() >= ADDRESS_MEMORY {
+            return false;
+        }
+    }
+    map.insert(addr, now);
+    true
+}
