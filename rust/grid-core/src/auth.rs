@@ -241,12 +241,16 @@ impl fmt::Debug for Signer {
 }
 
 /// What vouches for a site's certificate: the network's CA certificates, and pinned
-/// fingerprints per site (a pin, where one exists, must match, with or without a CA).
+/// fingerprints per site (where a site has pins, one must match, with or without a CA; a
+/// site has two while its certificate is being rotated).
 #[derive(Default)]
 pub struct TrustPolicy {
     anchors: Vec<TrustAnchor<'static>>,
-    pins: HashMap<String, [u8; FINGERPRINT_LEN]>,
+    pins: Pins,
 }
+
+/// Pinned certificate fingerprints, by site name.
+pub type Pins = HashMap<String, Vec<[u8; FINGERPRINT_LEN]>>;
 
 impl fmt::Debug for TrustPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -259,10 +263,7 @@ impl fmt::Debug for TrustPolicy {
 
 impl TrustPolicy {
     /// `anchors` are DER CA certificates.
-    pub fn new(
-        anchors: &[Vec<u8>],
-        pins: HashMap<String, [u8; FINGERPRINT_LEN]>,
-    ) -> Result<TrustPolicy, AuthError> {
+    pub fn new(anchors: &[Vec<u8>], pins: Pins) -> Result<TrustPolicy, AuthError> {
         let anchors = anchors
             .iter()
             .map(|der| {
@@ -275,8 +276,15 @@ impl TrustPolicy {
     }
 
     /// Replaces the pinned fingerprints (site name → SHA-256 of its certificate).
-    pub fn set_pins(&mut self, pins: HashMap<String, [u8; FINGERPRINT_LEN]>) {
+    pub fn set_pins(&mut self, pins: Pins) {
         self.pins = pins;
+    }
+
+    /// Whether `fingerprint` is still acceptable for `site` under the pins.
+    pub fn admits_fingerprint(&self, site: &str, fingerprint: &[u8; FINGERPRINT_LEN]) -> bool {
+        self.pins
+            .get(site)
+            .map_or(true, |pins| pins.is_empty() || pins.contains(fingerprint))
     }
 
     /// The key that `chain` (leaf first) proves to be `site`'s at wall-clock time `now`
@@ -306,7 +314,8 @@ impl TrustPolicy {
         fingerprint.copy_from_slice(digest(&SHA256, leaf_der.as_ref()).as_ref());
 
         let pinned = match self.pins.get(site) {
-            Some(pin) if *pin != fingerprint => {
+            Some(pins) if pins.is_empty() => false,
+            Some(pins) if !pins.contains(&fingerprint) => {
                 return Err(AuthError::PinMismatch(site.to_owned()))
             }
             Some(_) => true,

@@ -440,7 +440,7 @@ impl Driver {
     /// Replaces the pinned certificate fingerprints. A site whose verified certificate no
     /// longer matches its pin is forgotten: its messages and items are refused until it
     /// introduces itself with a certificate that passes.
-    pub fn set_pins(&mut self, pins: HashMap<String, [u8; crate::auth::FINGERPRINT_LEN]>) {
+    pub fn set_pins(&mut self, pins: crate::auth::Pins) {
         for site in self.session.set_pins(pins) {
             lock(&self.store).distrust_origin(&site);
         }

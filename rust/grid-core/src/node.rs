@@ -9,7 +9,7 @@
 //! Callers talk to it with commands; a call that needs an answer (publish, leave) waits on
 //! a reply channel, which the Python binding does with the GIL released.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 
-use crate::auth::{AuthError, Authority, SiteCredentials, TrustPolicy, FINGERPRINT_LEN};
+use crate::auth::{AuthError, Authority, Pins, SiteCredentials, TrustPolicy};
 use crate::config::{ConfigError, SwimConfig};
 use crate::driver::{Driver, DriverStats, Event, MemberView, Transmit};
 use crate::frame::{DropReason, Keyring, KeyringError, MAX_FRAME_LEN};
@@ -63,7 +63,7 @@ pub struct NodeTrust {
     /// The network CA certificates (DER).
     pub anchors: Vec<Vec<u8>>,
     /// Pinned SHA-256 fingerprints of site certificates, by site name.
-    pub pins: HashMap<String, [u8; FINGERPRINT_LEN]>,
+    pub pins: Pins,
 }
 
 impl fmt::Debug for NodeTrust {
@@ -145,7 +145,7 @@ enum Command {
         payload: Vec<u8>,
         reply: SyncSender<Result<bool, PublishError>>,
     },
-    SetPins(HashMap<String, [u8; FINGERPRINT_LEN]>),
+    SetPins(Pins),
     Leave(SyncSender<()>),
     Stop(SyncSender<()>),
 }
@@ -400,7 +400,7 @@ impl Node {
 
     /// Replaces the pinned certificate fingerprints; sites whose verified certificate no
     /// longer matches their pin must introduce themselves again.
-    pub fn set_pins(&self, pins: HashMap<String, [u8; FINGERPRINT_LEN]>) -> Result<(), NodeError> {
+    pub fn set_pins(&self, pins: Pins) -> Result<(), NodeError> {
         self.command(Command::SetPins(pins))
     }
 

@@ -25,9 +25,7 @@ use std::time::Duration;
 
 use bytes::BufMut;
 
-use crate::auth::{
-    Authority, PublicKey, ReplayWindow, FINGERPRINT_LEN, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
-};
+use crate::auth::{Authority, Pins, PublicKey, ReplayWindow, MAX_CHAIN_LEN, MESSAGE_DOMAIN};
 use crate::driver::Transmit;
 use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
 use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
@@ -157,23 +155,20 @@ impl Session {
 
     /// Replaces the pins; returns the sites whose verified key no longer matches its pin
     /// (forgotten, so they must introduce themselves again).
-    pub fn set_pins(&mut self, pins: HashMap<String, [u8; FINGERPRINT_LEN]>) -> Vec<Arc<str>> {
+    pub fn set_pins(&mut self, pins: Pins) -> Vec<Arc<str>> {
         let Authority::Certified { policy, .. } = &mut self.authority else {
             return Vec::new();
         };
+        policy.set_pins(pins);
         let stale: Vec<Arc<str>> = self
             .keys
             .iter()
-            .filter(|(site, key)| {
-                pins.get(&***site)
-                    .is_some_and(|pin| *pin != key.fingerprint())
-            })
+            .filter(|(site, key)| !policy.admits_fingerprint(site, &key.fingerprint()))
             .map(|(site, _)| site.clone())
             .collect();
         for site in &stale {
             self.keys.remove(site);
         }
-        policy.set_pins(pins);
         stale
     }
 

@@ -175,7 +175,7 @@ fn credentials_that_cannot_sign_for_the_site_are_refused_before_binding() {
     assert!(err.to_string().contains("does not chain"), "{err}");
     // A pin that is another certificate's.
     let mut pinned = ca.node_trust("a");
-    pinned.pins.insert("a".into(), [7; 32]);
+    pinned.pins.insert("a".into(), vec![[7; 32]]);
     let Err(err) = Node::bind(settings("a"), &[&K1], pinned) else {
         panic!("refused")
     };

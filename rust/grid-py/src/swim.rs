@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use grid_core::auth::FINGERPRINT_LEN;
+use grid_core::auth::{Pins, FINGERPRINT_LEN};
 use grid_core::config::SwimConfig;
 use grid_core::driver::{Event, FOCA_ERROR_KINDS};
 use grid_core::frame::DropReason;
@@ -60,16 +60,22 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
         })
 }
 
-fn pins(pins: HashMap<String, Vec<u8>>) -> PyResult<HashMap<String, [u8; FINGERPRINT_LEN]>> {
+fn pins(pins: HashMap<String, Vec<Vec<u8>>>) -> PyResult<Pins> {
     pins.into_iter()
-        .map(|(site, pin)| {
-            let pin: [u8; FINGERPRINT_LEN] = pin.as_slice().try_into().map_err(|_| {
-                SiteCredentialsError::new_err(format!(
-                    "the pin of site {site:?} must be a {FINGERPRINT_LEN}-byte SHA-256, got {} bytes",
-                    pin.len()
-                ))
-            })?;
-            Ok((site, pin))
+        .map(|(site, pins)| {
+            let pins = pins
+                .iter()
+                .map(|pin| {
+                    <[u8; FINGERPRINT_LEN]>::try_from(pin.as_slice()).map_err(|_| {
+                        SiteCredentialsError::new_err(format!(
+                            "a pin of site {site:?} must be a {FINGERPRINT_LEN}-byte SHA-256, \
+                             got {} bytes",
+                            pin.len()
+                        ))
+                    })
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok((site, pins))
         })
         .collect()
 }
@@ -162,7 +168,7 @@ impl SwimNode {
         certificate_chain: Vec<Vec<u8>>,
         private_key: Vec<u8>,
         trust_anchors: Vec<Vec<u8>>,
-        pins: HashMap<String, Vec<u8>>,
+        pins: HashMap<String, Vec<Vec<u8>>>,
         advertise: Option<&str>,
         probe_interval: f64,
         suspicion_timeout: f64,
@@ -198,7 +204,7 @@ impl SwimNode {
     }
 
     /// Replaces the pinned certificate fingerprints (site name → SHA-256 of its DER).
-    fn set_pins(&self, pins: HashMap<String, Vec<u8>>) -> PyResult<()> {
+    fn set_pins(&self, pins: HashMap<String, Vec<Vec<u8>>>) -> PyResult<()> {
         self.node.set_pins(self::pins(pins)?).map_err(node_error)
     }
 
