@@ -1,6 +1,6 @@
 """Type stubs for the Rust extension ``grid._native``."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TypeAlias, final
 
 __all__ = [
@@ -26,10 +26,12 @@ LANES: list[str]
 
 # Events: (kind, site, address, generation) for member_up / member_down / member_left;
 # ("member_renamed", site, address, generation, previous_generation);
+# ("name_conflict", site, address, generation, yielded);
 # ("item", origin, lane, key, version, payload).
 _EventTuple: TypeAlias = (
     tuple[str, str, str, int]
     | tuple[str, str, str, int, int]
+    | tuple[str, str, str, int, bool]
     | tuple[str, str, str, str, int, bytes]
 )
 
@@ -55,6 +57,10 @@ class SwimNode:
         site: str,
         keys: Sequence[bytes],
         *,
+        certificate_chain: Sequence[bytes],
+        private_key: bytes,
+        trust_anchors: Sequence[bytes] = ...,
+        pins: Mapping[str, Sequence[bytes]] = ...,
         advertise: str | None = None,
         probe_interval: float = 5.0,
         suspicion_timeout: float = 10.0,
@@ -64,6 +70,7 @@ class SwimNode:
         generation: int | None = None,
     ) -> SwimNode: ...
     def start(self) -> None: ...
+    def set_pins(self, pins: Mapping[str, Sequence[bytes]]) -> None: ...
     def join(self, seeds: Sequence[str]) -> None: ...
     def leave(self) -> None: ...
     def close(self) -> None: ...

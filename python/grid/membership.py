@@ -15,17 +15,18 @@ import ipaddress
 import math
 import re
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Literal, Self, TypeAlias
 
 from grid import _native
-from grid.errors import BroadcastRefused, SwimConfigError
+from grid.errors import BroadcastRefused, SiteCredentialsError, SwimConfigError
 
 MemberState: TypeAlias = Literal["alive", "suspect", "down", "left"]
 Lane: TypeAlias = Literal["state", "gateway", "cert", "metadata"]
 MemberEventKind: TypeAlias = Literal["member_up", "member_down", "member_left", "member_renamed"]
+FINGERPRINT_LEN = 32
 
 LANES: tuple[str, ...] = tuple(_native.LANES)
 #: Largest encoded item (origin, lane, key, version and payload) that fits one packet.
@@ -82,6 +83,41 @@ class SwimConfig:
         return 2 * max(cluster_size - 1, 1) * self.probe_interval + self.suspicion_timeout
 
 
+@dataclass(frozen=True, slots=True)
+class SwimCredentials:
+    """What a SWIM node signs with and trusts, DER-encoded.
+
+    ``certificate_chain`` is the site certificate (it must name the site as a DNS subject
+    alternative name) then any intermediates; ``private_key`` its PKCS#8 key (ECDSA P-256 or
+    Ed25519); ``trust_anchors`` the network CA certificates; ``pins`` the SHA-256
+    fingerprints pinned per site (two while a site's certificate rotates). A peer is heard
+    only once its certificate chains to an anchor, or matches its pin where it has one.
+    The repr names no key material.
+    """
+
+    certificate_chain: tuple[bytes, ...]
+    private_key: bytes = field(repr=False)
+    trust_anchors: tuple[bytes, ...] = ()
+    pins: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)
+
+    def native_pins(self) -> dict[str, list[bytes]]:
+        return native_pins(self.pins)
+
+
+def native_pins(pins: Mapping[str, Sequence[bytes]]) -> dict[str, list[bytes]]:
+    """Pins as ``grid._native`` takes them; raises :class:`SiteCredentialsError` for a pin
+    that is not a SHA-256."""
+    out: dict[str, list[bytes]] = {}
+    for site, fingerprints in pins.items():
+        for pin in fingerprints:
+            if not isinstance(pin, bytes) or len(pin) != FINGERPRINT_LEN:
+                raise SiteCredentialsError(
+                    f"a pin of site {site!r} must be {FINGERPRINT_LEN} bytes of SHA-256"
+                )
+        out[site] = list(fingerprints)
+    return out
+
+
 @dataclass(frozen=True)
 class Member:
     """A member as this node sees it."""
@@ -116,12 +152,25 @@ class ItemEvent:
     payload: bytes = field(repr=False)
 
 
-Event: TypeAlias = MemberEvent | ItemEvent
+@dataclass(frozen=True)
+class NameConflict:
+    """Another live node claims this node's site name. ``yielded``: the other one started
+    first, so this node stopped (its thread ended; nothing more is sent or taken).
+    Otherwise this node keeps the name and the other one was refused."""
+
+    site: str
+    address: str
+    generation: int
+    yielded: bool
+
+
+Event: TypeAlias = MemberEvent | ItemEvent | NameConflict
 
 # What grid._native hands over, see _native.pyi.
 _RawEvent: TypeAlias = (
     tuple[str, str, str, int]
     | tuple[str, str, str, int, int]
+    | tuple[str, str, str, int, bool]
     | tuple[str, str, str, str, int, bytes]
 )
 
@@ -149,8 +198,10 @@ def _event(raw: _RawEvent) -> Event:
         _, origin, lane, key, version, payload = raw
         return ItemEvent(origin, _LANE_NAMES[lane], key, version, payload)
     if len(raw) == 5:
-        _, site, address, generation, previous = raw
-        return MemberEvent("member_renamed", site, address, generation, previous)
+        kind, site, address, generation, last = raw
+        if kind == "name_conflict":
+            return NameConflict(site, address, generation, bool(last))
+        return MemberEvent("member_renamed", site, address, generation, int(last))
     kind, site, address, generation = raw
     return MemberEvent(_MEMBER_KINDS[kind], site, address, generation)
 
@@ -188,8 +239,11 @@ class SwimNode:
     ``bind`` is the local UDP ``host:port`` (port 0 picks one); ``advertise`` is what peers
     use to reach this node (default: the bound address; required when binding a wildcard
     address). ``keys`` are 32-byte AES-256 keys: the first seals, all of them open.
-    ``generation`` defaults to wall-clock milliseconds so a restart wins over its previous
-    life. The socket is bound here; the protocol runs from :meth:`start` (or ``with``).
+    ``credentials`` are the site's certificate and key, which sign every message and item,
+    and what vouches for other sites (see :class:`SwimCredentials`); they are checked here
+    and refused with :class:`~grid.errors.SiteCredentialsError`. ``generation`` defaults to
+    wall-clock milliseconds so a restart wins over its previous life. The socket is bound
+    here; the protocol runs from :meth:`start` (or ``with``).
     """
 
     def __init__(
@@ -200,6 +254,7 @@ class SwimNode:
         keys: Sequence[bytes],
         config: SwimConfig | None = None,
         *,
+        credentials: SwimCredentials,
         generation: int | None = None,
     ) -> None:
         if isinstance(keys, bytes | str) or not keys:
@@ -211,6 +266,10 @@ class SwimNode:
             parse_address(bind, "bind address", allow_port_zero=True),
             site,
             [bytes(k) for k in keys],
+            certificate_chain=list(credentials.certificate_chain),
+            private_key=credentials.private_key,
+            trust_anchors=list(credentials.trust_anchors),
+            pins=credentials.native_pins(),
             advertise=None if advertise is None else parse_address(advertise, "advertise address"),
             probe_interval=self.config.probe_interval,
             suspicion_timeout=self.config.suspicion_timeout,
@@ -265,6 +324,12 @@ class SwimNode:
         """Starts the protocol thread."""
         self._node.start()
 
+    def set_pins(self, pins: Mapping[str, Sequence[bytes]]) -> None:
+        """Replaces the pinned certificate fingerprints (site → SHA-256s). A site whose
+        verified certificate no longer matches is not heard until it presents one that
+        does."""
+        self._node.set_pins(native_pins(pins))
+
     def join(self, seeds: Sequence[str]) -> None:
         """Announces to the seeds (``host:port``) and pulls one seed's full state; retried
         with backoff while no member is known. Returns at once."""
@@ -308,9 +373,12 @@ class SwimNode:
         return self._node.publish(lane, key, version, bytes(payload))
 
     def stats(self) -> dict[str, int]:
-        """Counters and gauges: packets and bytes in and out, ``dropped_<reason>`` per frame
-        drop reason, ``foca_error_<kind>``, ``private_key_drops``, ``events_dropped``,
-        ``members``, ``broadcast_backlog``, ``syncs_done`` and more."""
+        """Counters and gauges: packets and bytes in and out, ``dropped_<reason>`` per
+        dropped frame or message (``too_long``, ``auth_failed``, ``replayed``, ``stale``,
+        ``misdirected``, ``unknown_sender``, ``bad_signature``, ``untrusted_certificate``...),
+        ``items_bad_signature``, ``name_conflicts``, ``foca_error_<kind>``,
+        ``private_key_drops``, ``events_dropped``, ``members``, ``broadcast_backlog``,
+        ``syncs_done`` and more."""
         return self._node.stats()
 
     def install_key(self, key: bytes) -> str:
