@@ -95,10 +95,16 @@ class SwimCredentials:
     The repr names no key material.
     """
 
-    certificate_chain: tuple[bytes, ...]
+    certificate_chain: tuple[bytes, ...] = field(repr=False)
     private_key: bytes = field(repr=False)
-    trust_anchors: tuple[bytes, ...] = ()
-    pins: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)
+    trust_anchors: tuple[bytes, ...] = field(default=(), repr=False)
+    pins: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:
+        return (
+            f"SwimCredentials(certificates={len(self.certificate_chain)}, "
+            f"anchors={len(self.trust_anchors)}, pinned_sites={len(self.pins)})"
+        )
 
     def native_pins(self) -> dict[str, list[bytes]]:
         return native_pins(self.pins)
