@@ -37,7 +37,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::auth::{Authority, ITEM_DOMAIN};
 use crate::config::{max_transmissions, SwimConfig};
-use crate::identity::{Interner, NodeId, SiteAddr};
+use crate::identity::{validate_site, Interner, NodeId, SiteAddr};
 use crate::lanes::{
     encode_publish, lock, Item, ItemHandler, ItemStore, Lane, PublishError, Refusals,
 };
@@ -738,7 +738,7 @@ impl Driver {
         self.stats.members_unverified += 1;
         if member.state() == State::Alive
             && !self.session.is_verified(id)
-            && !id.is_placeholder()
+            && validate_site(id.site()).is_ok()
             && self.session.may_answer(now, id.socket_addr())
         {
             self.session.send_hello(now, id.socket_addr(), true, out);

@@ -22,7 +22,7 @@ use bytes::BufMut;
 use foca::{BroadcastHandler, Invalidates};
 
 use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
-use crate::identity::{Interner, NodeId, MAX_SITE_LEN};
+use crate::identity::{validate_site, Interner, NodeId, MAX_SITE_LEN};
 use crate::wire::{Reader, WireError, MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -364,6 +364,10 @@ impl ItemStore {
             self.refused.malformed += 1;
             return None;
         };
+        if validate_site(item.origin).is_err() {
+            self.refused.malformed += 1;
+            return None;
+        }
         if item.lane == Lane::Cert && contains_private_key(item.payload) {
             self.refused.private_key += 1;
             return None;
