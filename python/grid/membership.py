@@ -330,6 +330,12 @@ class SwimNode:
         """Starts the protocol thread."""
         self._node.start()
 
+    def forget(self, site: str) -> None:
+        """Forgets the items of ``site`` (its records went stale here): their versions are
+        kept and their payloads dropped, and the same versions are delivered again when
+        they come back, so nothing forgotten is lost."""
+        self._node.forget(site)
+
     def set_pins(self, pins: Mapping[str, Sequence[bytes]]) -> None:
         """Replaces the pinned certificate fingerprints (site → SHA-256s). A site whose
         verified certificate no longer matches is not heard until it presents one that

@@ -822,6 +822,11 @@ impl Driver {
                 }
                 TimerEvent::PushPull => self.push_pull(now, out),
                 TimerEvent::JoinRetry => self.join_retry(now, out),
+                TimerEvent::SyncWith(peer) => {
+                    if !self.stopped() {
+                        self.start_sync(now, peer.socket_addr(), out);
+                    }
+                }
                 TimerEvent::SuspicionNotice {
                     target,
                     incarnation,
@@ -1042,6 +1047,7 @@ impl Driver {
                 OwnedNotification::MemberUp(id) => {
                     self.membership_changed = true;
                     self.holders.insert(id.site().clone(), id.clone());
+                    self.recover_items_of(now, &id);
                     self.events.push(Event::MemberUp(id));
                 }
                 OwnedNotification::MemberDown(id) => {
@@ -1059,6 +1065,7 @@ impl Driver {
                 OwnedNotification::Rename(previous, current) => {
                     self.membership_changed = true;
                     self.holders.insert(current.site().clone(), current.clone());
+                    self.recover_items_of(now, &current);
                     self.events.push(Event::MemberRenamed { previous, current });
                 }
                 OwnedNotification::Active => {
@@ -1103,6 +1110,20 @@ impl Driver {
                 Err(err) => self.stats.foca_errors[foca_error_index(&err)] += 1,
             }
         }
+    }
+
+    /// A member is up: if this node forgot its site's items while it was away, a sync with
+    /// it brings them back now.
+    fn recover_items_of(&mut self, now: Duration, back: &NodeId) {
+        if lock(&self.store).has_forgotten(back.site()) {
+            self.timers.push(now, TimerEvent::SyncWith(back.clone()));
+        }
+    }
+
+    /// Forgets the items of `site` (the host decided its records are stale): versions are
+    /// kept, payloads dropped, and the same versions are taken again when they come back.
+    pub fn forget(&mut self, site: &str) {
+        lock(&self.store).forget_payloads(site);
     }
 
     fn forget_items_of(&mut self, gone: &NodeId) {

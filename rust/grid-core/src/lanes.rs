@@ -377,7 +377,10 @@ impl ItemStore {
             .get(item.origin)
             .map(|lanes| lanes[item.lane as usize].get(item.key).map(|s| s.version));
         match known {
-            Some(Some(version)) if version >= item.version => return None,
+            // The same version is news again once its payload was forgotten: forgetting a
+            // site that was down must never lose what it says when it is back.
+            Some(Some(version)) if version > item.version => return None,
+            Some(Some(version)) if version == item.version && self.holds(&item) => return None,
             Some(Some(_)) => {}
             _ if self.len >= self.capacity => {
                 self.refused.store_full += 1;
@@ -458,7 +461,25 @@ impl ItemStore {
         !self.fresh.is_empty()
     }
 
-    /// Drops the payloads of a site that is down or gone; versions are kept.
+    fn holds(&self, item: &ItemView<'_>) -> bool {
+        self.origins
+            .get(item.origin)
+            .and_then(|lanes| lanes[item.lane as usize].get(item.key))
+            .is_some_and(|stored| stored.held.is_some())
+    }
+
+    /// Whether some item of `origin` was forgotten (its version kept, its payload dropped).
+    pub fn has_forgotten(&self, origin: &str) -> bool {
+        self.origins.get(origin).is_some_and(|lanes| {
+            lanes
+                .iter()
+                .flat_map(|lane| lane.values())
+                .any(|stored| stored.held.is_none())
+        })
+    }
+
+    /// Drops the payloads of a site that is down or gone; versions are kept, and the same
+    /// versions are taken again when they come back.
     pub fn forget_payloads(&mut self, origin: &str) {
         if let Some(lanes) = self.origins.get_mut(origin) {
             for stored in lanes.iter_mut().flat_map(|lane| lane.values_mut()) {
@@ -793,7 +814,16 @@ mod tests {
         assert!(seen
             .iter()
             .all(|item| !item.windows(4).any(|w| w == b"gone")));
-        // A forgotten payload keeps its version: an old copy is not news again.
+        // A forgotten payload keeps its version: an older copy is not news, while the same
+        // version is taken back once (and then held again).
+        assert!(s
+            .accept(&encoded("gone", Lane::State, "x", 0, b"p"), true)
+            .is_none());
+        assert!(s.has_forgotten("gone"));
+        assert!(s
+            .accept(&encoded("gone", Lane::State, "x", 1, b"p"), true)
+            .is_some());
+        assert!(!s.has_forgotten("gone"));
         assert!(s
             .accept(&encoded("gone", Lane::State, "x", 1, b"p"), true)
             .is_none());

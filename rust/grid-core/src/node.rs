@@ -146,6 +146,7 @@ enum Command {
         reply: SyncSender<Result<bool, PublishError>>,
     },
     SetPins(Pins),
+    Forget(String),
     Leave(SyncSender<()>),
     Stop(SyncSender<()>),
 }
@@ -404,6 +405,12 @@ impl Node {
         self.command(Command::SetPins(pins))
     }
 
+    /// Forgets the items of `site` (the host decided its records are stale); their same
+    /// versions are taken again, and delivered again, when they come back.
+    pub fn forget(&self, site: &str) -> Result<(), NodeError> {
+        self.command(Command::Forget(site.to_owned()))
+    }
+
     /// Tells the cluster this node is leaving, then stops. Blocks until the thread ended.
     pub fn leave(&self) -> Result<(), NodeError> {
         self.finish(Command::Leave)
@@ -624,6 +631,7 @@ fn run(
                 match command {
                     Command::Join(seeds) => driver.join(now, &seeds, &mut out),
                     Command::SetPins(pins) => driver.set_pins(pins),
+                    Command::Forget(site) => driver.forget(&site),
                     Command::Publish {
                         lane,
                         key,

@@ -21,6 +21,9 @@ pub enum TimerEvent {
     PushPull,
     /// Announce to the seeds again while no member is known.
     JoinRetry,
+    /// Sync with a member that came back while this node had forgotten its site's items,
+    /// so they come back at once rather than at the next periodic push/pull.
+    SyncWith(NodeId),
     /// Tell a member we suspect so (again), if we still do.
     SuspicionNotice {
         target: NodeId,

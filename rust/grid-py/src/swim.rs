@@ -208,6 +208,12 @@ impl SwimNode {
         self.node.set_pins(self::pins(pins)?).map_err(node_error)
     }
 
+    /// Forgets the items of `site`: their versions are kept, their payloads dropped, and the
+    /// same versions are delivered again when they come back.
+    fn forget(&self, site: &str) -> PyResult<()> {
+        self.node.forget(site).map_err(node_error)
+    }
+
     /// Starts the protocol thread.
     fn start(&self) -> PyResult<()> {
         self.node.start().map_err(node_error)
