@@ -39,6 +39,9 @@ pub const INTRODUCTION_REFRESH: Duration = Duration::from_secs(300);
 /// On-demand answers (a `HELLO` asked for, a `CONFLICT` notice) go to one address at most
 /// this often, so a key holder cannot turn a node into a stream of replies.
 pub const ANSWER_INTERVAL: Duration = Duration::from_secs(1);
+/// On-demand answers a node sends in one second, to all addresses together: what a key
+/// holder can make a node send to addresses of its choosing stays bounded.
+pub const ANSWERS_PER_SECOND: u32 = 64;
 /// Identities per site whose replay windows are kept (a restart is a new identity); the
 /// least recently heard is forgotten first.
 pub const IDENTITIES_PER_SITE: usize = 4;
@@ -92,6 +95,8 @@ pub struct SessionStats {
     pub dropped_untrusted_certificate: u64,
     pub hellos_sent: u64,
     pub hellos_received: u64,
+    /// On-demand answers not sent because the second's budget was spent.
+    pub answers_withheld: u64,
 }
 
 struct Sender {
@@ -112,6 +117,9 @@ pub struct Session {
     identities: HashMap<Arc<str>, Vec<NodeId>>,
     introduced: HashMap<NodeAddr, Duration>,
     answered: HashMap<NodeAddr, Duration>,
+    /// The second the answer budget counts, and the answers sent in it.
+    answer_second: u64,
+    answers_in_second: u32,
     stats: SessionStats,
 }
 
@@ -133,6 +141,8 @@ impl Session {
             identities: HashMap::new(),
             introduced: HashMap::new(),
             answered: HashMap::new(),
+            answer_second: 0,
+            answers_in_second: 0,
             stats: SessionStats::default(),
         }
     }
@@ -239,7 +249,8 @@ impl Session {
         out.send(to, &hello);
     }
 
-    /// Whether an on-demand answer may go to `to` now (and, if so, records that it does).
+    /// Whether an on-demand answer may go to `to` now (and, if so, records that it does):
+    /// one per address per [`ANSWER_INTERVAL`], [`ANSWERS_PER_SECOND`] in all.
     pub fn may_answer(&mut self, now: Duration, to: SocketAddr) -> bool {
         let addr = NodeAddr::new(to);
         if self
@@ -249,7 +260,20 @@ impl Session {
         {
             return false;
         }
-        remember(&mut self.answered, addr, now, ANSWER_INTERVAL)
+        let second = now.as_secs();
+        if second != self.answer_second {
+            self.answer_second = second;
+            self.answers_in_second = 0;
+        }
+        if self.answers_in_second >= ANSWERS_PER_SECOND {
+            self.stats.answers_withheld += 1;
+            return false;
+        }
+        if !remember(&mut self.answered, addr, now, ANSWER_INTERVAL) {
+            return false;
+        }
+        self.answers_in_second += 1;
+        true
     }
 
     fn seal(&mut self, now: Duration, to: NodeAddr, message: &mut Vec<u8>) {

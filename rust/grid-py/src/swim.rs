@@ -296,6 +296,7 @@ impl SwimNode {
             ("members_unverified", d.members_unverified),
             ("hellos_sent", d.session.hellos_sent),
             ("hellos_received", d.session.hellos_received),
+            ("answers_withheld", d.session.answers_withheld),
             ("events_dropped", stats.events_dropped),
             ("members", d.members as u64),
             ("broadcast_backlog", d.broadcast_backlog as u64),
