@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from grid.errors import (
     BindError,
@@ -20,6 +24,7 @@ from grid.errors import (
     NodeStateError,
     NodeStopped,
     PayloadTooLarge,
+    SiteCredentialsError,
     SwimConfigError,
 )
 from grid.membership import (
@@ -28,16 +33,28 @@ from grid.membership import (
     Member,
     MemberEvent,
     SwimConfig,
+    SwimCredentials,
     SwimNode,
     parse_address,
 )
+from grid.trust import CertificateAuthority, IssuedCertificate
+from support import swim
+from support.swim import credentials, site_certificate
 
 FAST = SwimConfig(probe_interval=0.2, suspicion_timeout=0.6, push_pull_interval=2.0)
 KEY = bytes.fromhex("5a" * 32)
 
 
 def node(site: str = "a", config: SwimConfig = FAST, generation: int | None = None) -> SwimNode:
-    return SwimNode("127.0.0.1:0", site, None, [KEY], config, generation=generation)
+    return SwimNode(
+        "127.0.0.1:0",
+        site,
+        None,
+        [KEY],
+        config,
+        credentials=credentials(site),
+        generation=generation,
+    )
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -87,7 +104,7 @@ def test_settings_from_the_network_model() -> None:
         gossip_nodes=swim.gossip_nodes,
     )
     assert (config.probe_interval, config.suspicion_timeout, config.gossip_nodes) == (1, 3, 32)
-    with SwimNode("127.0.0.1:0", "a", None, [KEY], config) as n:
+    with SwimNode("127.0.0.1:0", "a", None, [KEY], config, credentials=credentials("a")) as n:
         assert n.running
 
 
@@ -132,35 +149,35 @@ def test_seeds_must_be_a_list() -> None:
 @pytest.mark.parametrize("keys", [[b"short"], [KEY, b"x" * 33]])
 def test_wrong_key_length_is_refused(keys: list[bytes]) -> None:
     with pytest.raises(InvalidKeyError, match="32 bytes"):
-        SwimNode("127.0.0.1:0", "a", None, keys)
+        SwimNode("127.0.0.1:0", "a", None, keys, credentials=credentials("a"))
 
 
 @pytest.mark.parametrize("keys", [[], KEY])
 def test_keys_must_be_a_non_empty_list(keys: object) -> None:
     with pytest.raises(SwimConfigError, match="non-empty sequence"):
-        SwimNode("127.0.0.1:0", "a", None, keys)
+        SwimNode("127.0.0.1:0", "a", None, keys, credentials=credentials("a"))
 
 
 @pytest.mark.parametrize("site", ["", "x" * 64, "has space", "ünï"])
 def test_bad_site_names_are_refused(site: str) -> None:
     with pytest.raises(SwimConfigError, match="site name"):
-        SwimNode("127.0.0.1:0", site, None, [KEY])
+        SwimNode("127.0.0.1:0", site, None, [KEY], credentials=credentials("a"))
 
 
 def test_an_address_in_use_cannot_be_bound() -> None:
     with node() as first, pytest.raises(BindError, match="cannot bind UDP"):
-        SwimNode(first.bound_address, "b", None, [KEY])
+        SwimNode(first.bound_address, "b", None, [KEY], credentials=credentials("b"))
 
 
 def test_a_foreign_address_cannot_be_bound() -> None:
     with pytest.raises(BindError, match=r"192\.0\.2\.1"):
-        SwimNode("192.0.2.1:7946", "a", None, [KEY])
+        SwimNode("192.0.2.1:7946", "a", None, [KEY], credentials=credentials("a"))
 
 
 def test_a_wildcard_bind_needs_an_advertise_address() -> None:
     with pytest.raises(SwimConfigError, match="advertise address"):
-        SwimNode("0.0.0.0:0", "a", None, [KEY])
-    n = SwimNode("0.0.0.0:0", "a", "127.0.0.1:7999", [KEY])
+        SwimNode("0.0.0.0:0", "a", None, [KEY], credentials=credentials("a"))
+    n = SwimNode("0.0.0.0:0", "a", "127.0.0.1:7999", [KEY], credentials=credentials("a"))
     assert n.address == "127.0.0.1:7999"
     assert n.bound_address.startswith("0.0.0.0:")
     n.close()
@@ -213,6 +230,11 @@ def test_publish_validates_before_sending() -> None:
             n.publish("weather", "k", 1, b"")
         with pytest.raises(PayloadTooLarge, match="split"):
             n.publish("state", "k", 1, bytes(MAX_ITEM_LEN))
+        # The budget holds origin, lane, key, version, payload and the 64-byte signature.
+        room = MAX_ITEM_LEN - (1 + len("a") + 1 + 1 + len("k") + 8 + 64)
+        with pytest.raises(PayloadTooLarge, match=f"{MAX_ITEM_LEN + 1} encoded bytes"):
+            n.publish("state", "k", 1, bytes(room + 1))
+        assert n.publish("state", "k", 1, bytes(room))
         with pytest.raises(BroadcastRefused, match="key must be 1 to 128 bytes"):
             n.publish("state", "", 1, b"")
         with pytest.raises(BroadcastRefused, match="version"):
@@ -228,7 +250,7 @@ def test_publish_validates_before_sending() -> None:
 
 def test_no_key_bytes_in_reprs_errors_or_stats() -> None:
     secret = bytes.fromhex("c0ffee" * 10 + "beef")
-    n = SwimNode("127.0.0.1:0", "a", None, [secret], FAST)
+    n = SwimNode("127.0.0.1:0", "a", None, [secret], FAST, credentials=credentials("a"))
     texts = [repr(n), str(n.stats()), str(n.key_ids())]
     for bad in (secret[:31], b"\x00" * 32):
         try:
@@ -244,6 +266,127 @@ def test_no_key_bytes_in_reprs_errors_or_stats() -> None:
         assert secret.hex() not in text
         assert repr(secret) not in text
     n.close()
+
+
+# --- site credentials ---------------------------------------------------------------
+
+
+@functools.cache
+def other_ca() -> CertificateAuthority:
+    return CertificateAuthority.generate("Not The Network CA", now=datetime.now(UTC))
+
+
+def der_of(issued: IssuedCertificate) -> bytes:
+    return issued.certificate.public_bytes(serialization.Encoding.DER)
+
+
+def pkcs8(private_key_pem: bytes) -> bytes:
+    key = serialization.load_pem_private_key(private_key_pem, None)
+    return key.private_bytes(
+        serialization.Encoding.DER,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def private_key_forms(private_key_pem: bytes) -> list[str]:
+    """The ways a private key could show up in text: its PEM base64, the DER as raw
+    characters, hex (both cases) and bytes repr, and the private scalar in hex."""
+    body = "".join(
+        line for line in private_key_pem.decode().splitlines() if not line.startswith("-----")
+    )
+    der = base64.b64decode(body)
+    key = serialization.load_pem_private_key(private_key_pem, None)
+    scalar = key.private_numbers().private_value.to_bytes(32, "big")  # type: ignore[union-attr]
+    return [
+        body,
+        base64.b64encode(der).decode(),
+        der.decode("latin-1"),
+        der.hex(),
+        der.hex().upper(),
+        repr(der)[2:-1],
+        scalar.hex(),
+        scalar.hex().upper(),
+        scalar.decode("latin-1"),
+        base64.b64encode(scalar).decode(),
+    ]
+
+
+def assert_no_key_material(message: str, *private_key_pems: bytes) -> None:
+    for pem in private_key_pems:
+        for form in private_key_forms(pem):
+            for start in range(len(form) - 7):
+                window = form[start : start + 8]
+                assert window not in message, f"key material {window!r} in {message!r}"
+
+
+def refused(site: str, creds: SwimCredentials, match: str, *pems: bytes) -> None:
+    with pytest.raises(SiteCredentialsError, match=match) as err:
+        SwimNode("127.0.0.1:0", site, None, [KEY], FAST, credentials=creds)
+    text = str(err.value)
+    assert_no_key_material(text + repr(err.value), *pems)
+
+
+def test_credentials_that_name_another_site_are_refused() -> None:
+    refused(
+        "site-a",
+        credentials("site-b"),
+        'does not name site "site-a"',
+        site_certificate("site-b").private_key_pem(),
+    )
+
+
+def test_a_key_that_is_not_the_certificates_is_refused() -> None:
+    mine, theirs = credentials("site-a"), credentials("site-b")
+    mixed = SwimCredentials(
+        certificate_chain=mine.certificate_chain,
+        private_key=theirs.private_key,
+        trust_anchors=mine.trust_anchors,
+    )
+    refused(
+        "site-a",
+        mixed,
+        "does not belong to the site certificate",
+        site_certificate("site-a").private_key_pem(),
+        site_certificate("site-b").private_key_pem(),
+    )
+
+
+def test_a_certificate_from_an_untrusted_ca_is_refused() -> None:
+    stranger = other_ca().issue("site-a", now=datetime.now(UTC))
+    pem = stranger.private_key_pem()
+    issued_elsewhere = SwimCredentials(
+        certificate_chain=(der_of(stranger),),
+        private_key=pkcs8(pem),
+        trust_anchors=(der_of(swim.test_ca()),),
+    )
+    refused("site-a", issued_elsewhere, "does not chain to the network CA", pem)
+    # And the network's own certificate under another network's CA.
+    ours = credentials("site-a")
+    foreign_anchor = SwimCredentials(
+        certificate_chain=ours.certificate_chain,
+        private_key=ours.private_key,
+        trust_anchors=(der_of(other_ca()),),
+    )
+    refused(
+        "site-a",
+        foreign_anchor,
+        "does not chain to the network CA",
+        site_certificate("site-a").private_key_pem(),
+    )
+
+
+def test_a_certificate_that_does_not_match_the_pin_is_refused() -> None:
+    pinned = credentials("site-a", pins={"site-a": [site_certificate("site-b").fingerprint]})
+    refused(
+        "site-a",
+        pinned,
+        "does not match the site's pinned fingerprint",
+        site_certificate("site-a").private_key_pem(),
+    )
+    # The right pin is accepted.
+    good = credentials("site-a", pins={"site-a": [site_certificate("site-a").fingerprint]})
+    SwimNode("127.0.0.1:0", "site-a", None, [KEY], FAST, credentials=good).close()
 
 
 # --- events -------------------------------------------------------------------------
@@ -344,8 +487,21 @@ def test_a_slow_reader_loses_events_but_they_are_counted() -> None:
 def test_stats_name_every_drop_reason_and_foca_error_kind() -> None:
     with node() as n:
         stats = n.stats()
-    for reason in ("too_short", "bad_magic", "unknown_version", "auth_failed"):
+    frame_drops = ("too_short", "too_long", "bad_magic", "unknown_version", "auth_failed")
+    message_drops = (
+        "malformed",
+        "bad_identity",
+        "misdirected",
+        "stale",
+        "replayed",
+        "unknown_sender",
+        "bad_signature",
+        "untrusted_certificate",
+        "superseded",
+    )
+    for reason in frame_drops + message_drops:
         assert stats[f"dropped_{reason}"] == 0
+    assert stats["dropped"] == 0
     for kind in ("decode", "not_connected", "incomplete_probe_cycle", "data_too_big"):
         assert f"foca_error_{kind}" in stats
     for gauge in (
@@ -354,6 +510,16 @@ def test_stats_name_every_drop_reason_and_foca_error_kind() -> None:
         "syncs_done",
         "private_key_drops",
         "events_dropped",
+        "hellos_sent",
+        "hellos_received",
+        "name_conflicts",
+        "members_unverified",
+        "items_bad_signature",
+        "items_unverified_origin",
+        "packets_in",
+        "packets_out",
+        "bytes_in",
+        "bytes_out",
     ):
         assert gauge in stats
 
@@ -377,5 +543,7 @@ def test_generation_is_given_or_from_the_clock() -> None:
 
 
 def test_random_keys_work() -> None:
-    with SwimNode("127.0.0.1:0", "a", None, [os.urandom(32)], FAST) as n:
+    with SwimNode(
+        "127.0.0.1:0", "a", None, [os.urandom(32)], FAST, credentials=credentials("a")
+    ) as n:
         assert len(n.key_ids()) == 1

@@ -6,6 +6,7 @@ is a separate process killed with SIGKILL.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import socket
@@ -20,12 +21,12 @@ import pytest
 from grid import _native
 from grid.errors import PrivateKeyMaterial
 from grid.membership import Event, ItemEvent, MemberEvent, SwimConfig, SwimNode
+from support import swim
+from support.attacker import Mallory
+from support.swim import credentials, site_certificate
+from support.wire import encode_item
 
 FAST = SwimConfig(probe_interval=0.3, suspicion_timeout=1.0, push_pull_interval=3.0)
-KIND_FOCA = 0x01
-KIND_SYNC_RESPONSE = 0x03
-MSG_BROADCAST = 9
-LANE_CERT = 2
 
 
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float) -> float:
@@ -65,7 +66,17 @@ def sees_all_alive(nodes: list[SwimNode], extra: Sequence[str] = ()) -> bool:
 def cluster(
     size: int, key: bytes, config: SwimConfig = FAST, prefix: str = "site"
 ) -> Iterator[list[SwimNode]]:
-    nodes = [SwimNode("127.0.0.1:0", f"{prefix}-{i}", None, [key], config) for i in range(size)]
+    nodes = [
+        SwimNode(
+            "127.0.0.1:0",
+            f"{prefix}-{i}",
+            None,
+            [key],
+            config,
+            credentials=credentials(f"{prefix}-{i}"),
+        )
+        for i in range(size)
+    ]
     try:
         for node in nodes:
             node.start()
@@ -78,12 +89,15 @@ def cluster(
 
 
 PEER = """
-import sys, time
+import json, sys, time
 from grid.membership import SwimConfig, SwimNode
-key = bytes.fromhex(sys.stdin.readline().strip())
+from grid.runtime.credentials import swim_credentials
+secrets = json.loads(sys.stdin.readline())
+key = bytes.fromhex(secrets["key"])
+credentials = swim_credentials(secrets["certificate"], secrets["private_key"], secrets["ca"])
 bind, seed, probe, suspicion, push_pull = sys.argv[1:6]
 config = SwimConfig(float(probe), float(suspicion), push_pull_interval=float(push_pull))
-node = SwimNode(bind, "victim", None, [key], config)
+node = SwimNode(bind, "victim", None, [key], config, credentials=credentials)
 node.start()
 node.join([seed])
 print(node.address, node.generation, flush=True)
@@ -103,7 +117,14 @@ class Peer:
             text=True,
         )
         assert self.process.stdin and self.process.stdout
-        self.process.stdin.write(key.hex() + "\n")
+        issued = site_certificate("victim")
+        secrets = {
+            "key": key.hex(),
+            "certificate": issued.certificate_pem,
+            "private_key": issued.private_key_pem().decode(),
+            "ca": swim.test_ca().certificate_pem,
+        }
+        self.process.stdin.write(json.dumps(secrets) + "\n")
         self.process.stdin.flush()
         address, generation = self.process.stdout.readline().split()
         self.address, self.generation = address, int(generation)
@@ -211,7 +232,14 @@ def test_leaving_node_is_seen_as_left_not_failed() -> None:
 def test_node_with_the_wrong_key_never_joins() -> None:
     with cluster(3, os.urandom(32)) as nodes:
         wait_for("all see all", lambda: sees_all_alive(nodes), timeout=10)
-        intruder = SwimNode("127.0.0.1:0", "intruder", None, [os.urandom(32)], FAST)
+        intruder = SwimNode(
+            "127.0.0.1:0",
+            "intruder",
+            None,
+            [os.urandom(32)],
+            FAST,
+            credentials=credentials("intruder"),
+        )
         intruder.start()
         try:
             intruder.join([nodes[0].address])
@@ -314,30 +342,6 @@ def test_a_gateway_flood_does_not_delay_a_state_item() -> None:
             assert sum(map(len, by_key.values())) < 2000, "superseded versions were skipped"
 
 
-def identity(site: bytes, address: str, generation: int) -> bytes:
-    host, port = address.rsplit(":", 1)
-    return (
-        bytes([len(site)])
-        + site
-        + b"\x04"
-        + socket.inet_aton(host)
-        + int(port).to_bytes(2, "big")
-        + generation.to_bytes(8, "big")
-    )
-
-
-def cert_item(origin: bytes, version: int, payload: bytes) -> bytes:
-    key = b"tls"
-    return (
-        bytes([len(origin)])
-        + origin
-        + bytes([LANE_CERT, len(key)])
-        + key
-        + version.to_bytes(8, "big")
-        + payload
-    )
-
-
 def test_private_key_payloads_are_refused_and_never_delivered() -> None:
     key = os.urandom(32)
     with cluster(3, key) as nodes:
@@ -346,40 +350,25 @@ def test_private_key_payloads_are_refused_and_never_delivered() -> None:
             nodes[0].publish("cert", "tls", 1, b"-----BEGIN PRIVATE KEY-----\nMIIE...")
         assert nodes[0].publish("cert", "tls", 1, b"-----BEGIN CERTIFICATE-----\nMIIB...")
 
-        # A peer that skips the check, on both paths an item can take: piggybacked on a
-        # foca message, and inside a push/pull sync chunk.
+        # A peer with a valid certificate that skips the check, on both paths an item can
+        # take: piggybacked on a foca message, and inside a push/pull sync chunk. Its items
+        # are properly signed: only the payload check stands in the way.
         target = nodes[1]
-        rogue_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        rogue_sock.bind(("127.0.0.1", 0))
-        rogue = identity(b"rogue", f"127.0.0.1:{rogue_sock.getsockname()[1]}", 1)
-        me = identity(target.site.encode(), target.address, target.generation)
-        pem = b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE...\n-----END EC PRIVATE KEY-----"
-        piggyback = cert_item(b"rogue", 1, pem)
-        foca = (
-            bytes([KIND_FOCA])
-            + rogue
-            + (0).to_bytes(2, "big")
-            + me
-            + bytes([MSG_BROADCAST])
-            + len(piggyback).to_bytes(2, "big")
-            + piggyback
-        )
-        synced = cert_item(b"rogue", 2, pem)
-        chunk = (
-            bytes([KIND_SYNC_RESPONSE])
-            + (7).to_bytes(4, "big")
-            + (0).to_bytes(2, "big")
-            + (1).to_bytes(2, "big")
-            + rogue
-            + b"\x02"
-            + len(synced).to_bytes(2, "big")
-            + synced
-        )
-        ring = _native.Keyring(key)
-        host, port = target.address.rsplit(":", 1)
-        for message in (foca, chunk):
-            rogue_sock.sendto(ring.seal(message), (host, int(port)))
-        rogue_sock.close()
+        rogue = Mallory(key, "rogue")
+        try:
+            rogue.introduce([target])
+            wait_for(
+                "rogue introduced",
+                lambda: any(m.site == "rogue" for m in target.members()),
+                timeout=3,
+            )
+            pem = b"-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE...\n-----END EC PRIVATE KEY-----"
+            rogue.broadcast_items(
+                target, [encode_item("rogue", "cert", "tls", 1, pem, rogue.signer)]
+            )
+            rogue.sync_items(target, [encode_item("rogue", "cert", "tls", 2, pem, rogue.signer)])
+        finally:
+            rogue.close()
         wait_for("both refused", lambda: target.stats()["private_key_drops"] == 2, timeout=3)
         time.sleep(2 * FAST.probe_interval)
         for node in nodes:
@@ -390,6 +379,7 @@ def test_private_key_payloads_are_refused_and_never_delivered() -> None:
                     (nodes[0].site, "cert", 1)
                 ]
         assert target.stats()["bad_messages"] == 0
+        assert target.stats()["dropped"] == 0
 
 
 def fuzz_datagrams(count: int, key: bytes, seed: int) -> Iterator[bytes]:
@@ -476,21 +466,31 @@ def test_authenticated_garbage_is_counted_and_changes_nothing() -> None:
         ring = _native.Keyring(key)
         rng = random.Random(7)
         sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        members_before = sorted((m.site, m.address, m.generation) for m in target.members())
+        before = target.stats()
         for i in range(2000):
-            body = bytes([rng.choice([0, 1, 2, 3, 4, 5, 200])]) + rng.randbytes(
+            body = bytes([rng.choice([0, 1, 2, 3, 4, 5, 6, 200])]) + rng.randbytes(
                 rng.randrange(0, 300)
             )
             sender.sendto(ring.seal(body), (host, int(port)))
             if i % 200 == 0:
                 time.sleep(0.01)
         sender.close()
-        members_before = sorted((m.site, m.address) for m in target.members())
 
-        def counted() -> int:
-            s = target.stats()
-            return s["bad_messages"] + sum(v for k, v in s.items() if k.startswith("foca_error_"))
-
-        wait_for("garbage counted", lambda: counted() >= 1990, timeout=10)
-        assert sorted((m.site, m.address) for m in target.members()) == members_before
-        assert target.stats()["dropped"] == 0
+        # Sealed with the shared key but neither signed nor addressed: the signed session
+        # refuses all of it before foca or the sync code sees a byte.
+        wait_for(
+            "garbage counted",
+            lambda: target.stats()["dropped"] - before["dropped"] == 2000,
+            timeout=10,
+        )
+        stats = target.stats()
+        message_drops = ("malformed", "bad_identity", "misdirected", "stale", "unknown_sender")
+        assert sum(stats[f"dropped_{r}"] - before[f"dropped_{r}"] for r in message_drops) == 2000
+        assert stats["dropped_malformed"] > 1000
+        assert stats["bad_messages"] == before["bad_messages"] == 0
+        assert all(stats[k] == before[k] for k in stats if k.startswith("foca_error_"))
+        assert sorted((m.site, m.address, m.generation) for m in target.members()) == (
+            members_before
+        )
         assert sees_all_alive(nodes)
