@@ -194,6 +194,20 @@ def scrape(**values: float) -> ScrapeResult:
     return ScrapeResult(200, 0.001, text=text)
 
 
+# --- pins ------------------------------------------------------------------------------
+
+
+def test_the_pins_of_every_gridsite_that_has_them_are_given_to_swim() -> None:
+    rotating = site("site-b").model_copy(deep=True)
+    rotating.spec.trust.previous_cert_fingerprint = "dd" * 32
+    unpinned = site("site-c").model_copy(deep=True)
+    unpinned.spec.trust.cert_fingerprint = None
+    e = engine("site-a", [], sites=[site("site-a"), rotating, unpinned])
+    assert e.site_pins() == {"site-a": ("aa" * 32,), "site-b": ("bb" * 32, "dd" * 32)}
+    e.set_resources(network(), [site("site-a")], [])
+    assert e.site_pins() == {"site-a": ("aa" * 32,)}
+
+
 # --- local rendering -------------------------------------------------------------------
 
 

@@ -530,6 +530,21 @@ class SiteEngine:
         its pin, so their providers are routable."""
         return self._trusted
 
+    def site_pins(self) -> dict[str, tuple[str, ...]]:
+        """The certificate fingerprints each GridSite pins (current first, then the one of
+        a rotation), for the sites that pin any."""
+        pins = {}
+        for name, resource in sorted(self._sites.items()):
+            trust = resource.spec.trust
+            pinned = tuple(
+                fingerprint
+                for fingerprint in (trust.cert_fingerprint, trust.previous_cert_fingerprint)
+                if fingerprint is not None
+            )
+            if pinned:
+                pins[name] = pinned
+        return pins
+
     @property
     def discovered_sites(self) -> tuple[str, ...]:
         """Alive peers that no GridSite describes: seen, never trusted."""
