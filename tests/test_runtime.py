@@ -10,7 +10,9 @@ import base64
 import logging
 import secrets
 import socket
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -19,10 +21,11 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from grid.engine import ItemOutcome, ProbeTarget, SiteEngine
 from grid.errors import ConfigError, KeyFileError, SecretMaterialError
-from grid.membership import SwimConfig
+from grid.membership import NameConflict, SwimConfig
 from grid.models import InferenceProvider
 from grid.models.phases import MemberState
 from grid.models.site import EgressTlsMode
+from grid.runtime.credentials import swim_credentials
 from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.keyring import KEY_BYTES, Keyring, parse_keyring
 from grid.runtime.notices import Notices
@@ -31,7 +34,9 @@ from grid.runtime.probes import SiteProber, tcp_probe
 from grid.runtime.swim import SwimDriver, SwimPlan
 from support.pki import make_pki
 from support.servers import PlainTcpServer, ProviderEndpoint, TlsServer, closed_port
-from test_engine import SITES, network, provider
+from support.swim import credentials, site_certificate
+from support.swim import test_ca as swim_ca
+from test_engine import network, provider, site
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -190,11 +195,22 @@ async def test_observations_follow_the_engines_targets_and_reach_it() -> None:
 
 # --- SWIM ------------------------------------------------------------------------------------
 
+# Each GridSite pins the certificate its site presents.
+SITES = [site(name, pin=site_certificate(name).fingerprint) for name in ("site-a", "site-b")]
 
-def _driver(engine: SiteEngine, woken: list[str]) -> SwimDriver:
+
+def _driver(
+    engine: SiteEngine,
+    woken: list[str],
+    conflicts: list[tuple[NameConflict, str]] | None = None,
+) -> SwimDriver:
     logger = logging.getLogger("grid.test")
     return SwimDriver(
-        Notices(logger, engine.site), logger, lambda: engine, lambda: woken.append(engine.site)
+        Notices(logger, engine.site),
+        logger,
+        lambda: engine,
+        lambda: woken.append(engine.site),
+        on_conflict=None if conflicts is None else lambda *heard: conflicts.append(heard),
     )
 
 
@@ -207,11 +223,15 @@ async def test_two_drivers_join_exchange_items_and_a_departed_peer_stays_gone() 
     woken: list[str] = []
     a, b = _driver(a_engine, woken), _driver(b_engine, woken)
     try:
-        await a.ensure(a_engine, SwimPlan("127.0.0.1:0", None, config, ()), keyring)
+        await a.ensure(
+            a_engine, SwimPlan("127.0.0.1:0", None, config, ()), keyring, credentials("site-a")
+        )
         assert a.node is not None and a.running and a.error is None
         # A seed that cannot be used is reported and skipped; the next one is still joined.
         seeds = ("127.0.0.1:0", a.node.address)
-        await b.ensure(b_engine, SwimPlan("127.0.0.1:0", None, config, seeds), keyring)
+        await b.ensure(
+            b_engine, SwimPlan("127.0.0.1:0", None, config, seeds), keyring, credentials("site-b")
+        )
         assert len(b.unusable_seeds) == 1 and b.unusable_seeds[0].startswith("127.0.0.1:0 (")
         await eventually(
             "b up at a",
@@ -253,11 +273,12 @@ async def test_a_node_that_cannot_bind_is_reported_and_retried() -> None:
         driver = _driver(engine, [])
         keyring = parse_keyring(secrets.token_bytes(KEY_BYTES), LABEL, error=KeyFileError)
         plan = SwimPlan(address, None, SwimConfig(), ())
-        await driver.ensure(engine, plan, keyring)
+        await driver.ensure(engine, plan, keyring, credentials("site-a"))
         assert driver.node is None and driver.error is not None
         assert driver.error.startswith(f"SWIM cannot start on {address}")
         assert key_not_in(driver.error, keyring.primary)
-    await driver.ensure(engine, plan, keyring)
+        assert driver.credentials_error is None
+    await driver.ensure(engine, plan, keyring, credentials("site-a"))
     try:
         assert driver.node is not None and driver.error is None
     finally:
@@ -266,3 +287,159 @@ async def test_a_node_that_cannot_bind_is_reported_and_retried() -> None:
 
 def key_not_in(text: str, key: bytes) -> bool:
     return base64.b64encode(key).decode() not in text and key.hex() not in text
+
+
+def _membership_ready(engine: SiteEngine) -> str:
+    """The network's MembershipReady status after a refresh."""
+    engine.refresh(datetime.now(UTC))
+    status = engine.statuses()[("GridNetwork", engine.network.metadata.name)]
+    return next(c.status.value for c in status.conditions if c.type == "MembershipReady")
+
+
+FAST = SwimConfig(probe_interval=0.2, suspicion_timeout=1.0, push_pull_interval=0.5)
+
+
+async def test_a_second_node_of_a_site_gives_way_to_the_first_which_refuses_it() -> None:
+    keyring = Keyring((secrets.token_bytes(KEY_BYTES),))
+    first_engine = SiteEngine(network(), "site-a", sites=SITES, providers=[])
+    second_engine = SiteEngine(network(), "site-a", sites=SITES, providers=[])
+    first_heard: list[tuple[NameConflict, str]] = []
+    second_heard: list[tuple[NameConflict, str]] = []
+    first = _driver(first_engine, [], first_heard)
+    second = _driver(second_engine, [], second_heard)
+    try:
+        await first.ensure(
+            first_engine, SwimPlan("127.0.0.1:0", None, FAST, ()), keyring, credentials("site-a")
+        )
+        assert first.node is not None
+        older = first.node
+        # Generations are wall-clock milliseconds: the second node must start in a later one.
+        await eventually(
+            "a later millisecond", lambda: time.time_ns() // 1_000_000 > older.generation
+        )
+        plan = SwimPlan("127.0.0.1:0", None, FAST, (older.address,))
+        await second.ensure(second_engine, plan, keyring, credentials("site-a"))
+        newer = second.node
+        assert newer is not None
+        await eventually("the second node gave way", lambda: second.conflict is not None)
+        assert second.conflict == (
+            f"site site-a is already held by a live node at {older.address} (started "
+            "earlier); this node stopped"
+        )
+        assert second.error == second.conflict and second.setup_error is None
+        await eventually("the second node stopped", lambda: not newer.running)
+        assert not second.running and _membership_ready(second_engine) == "False"
+        ((conflict, message),) = second_heard
+        assert conflict.yielded and conflict.address == older.address
+        assert message == second.conflict
+        assert second.name_conflicts == {"yielded": 1}
+        # The first node keeps the name, and says whom it refused.
+        await eventually("the first node refused it", lambda: bool(first_heard))
+        ((conflict, message),) = first_heard
+        assert not conflict.yielded and conflict.address == newer.address
+        assert message == (
+            f"another node at {newer.address} also claims site site-a; it was refused"
+        )
+        assert first.running and first.error is None and first.conflict is None
+        assert first.name_conflicts == {"refused": 1}
+        # The node that gave way is not started again by the same settings.
+        await second.ensure(second_engine, plan, keyring, credentials("site-a"))
+        assert second.node is newer and not second.running
+    finally:
+        await second.stop(leave=False)
+        await first.stop(leave=False)
+    assert second.conflict is None
+
+
+async def test_new_credentials_restart_the_node_unless_it_would_refuse_them() -> None:
+    keyring = Keyring((secrets.token_bytes(KEY_BYTES),))
+    engine = SiteEngine(network(), "site-a", sites=SITES, providers=[])
+    driver = _driver(engine, [])
+    plan = SwimPlan("127.0.0.1:0", None, FAST, ())
+    await driver.ensure(engine, plan, keyring, credentials("site-a"))
+    try:
+        first = driver.node
+        assert first is not None and first.running
+        # Another site's certificate: the node would refuse it, the running one stays.
+        await driver.ensure(engine, plan, keyring, credentials("site-b"))
+        assert driver.node is first and first.running
+        assert driver.error is not None and driver.error.startswith(
+            "the new site certificate is not used, the node keeps the current one: "
+        )
+        assert 'does not name site "site-a"' in driver.error
+        assert driver.credentials_error is None
+        # A renewed certificate that the GridSite does not pin yet is refused too...
+        renewed = swim_ca().issue("site-a", now=datetime.now(UTC))
+        renewed_credentials = swim_credentials(
+            renewed.certificate_pem,
+            renewed.private_key_pem().decode("ascii"),
+            swim_ca().certificate_pem,
+        )
+        await driver.ensure(engine, plan, keyring, renewed_credentials)
+        assert driver.node is first and driver.error is not None
+        assert "pinned fingerprint" in driver.error
+        # ...and taken once it does: the node restarts with it.
+        engine.set_resources(network(), [site("site-a", pin=renewed.fingerprint), SITES[1]], [])
+        await driver.ensure(engine, plan, keyring, renewed_credentials)
+        assert driver.node is not first and driver.running and driver.error is None
+        assert not first.running
+        # The same credentials again change nothing.
+        second = driver.node
+        await driver.ensure(engine, plan, keyring, renewed_credentials)
+        assert driver.node is second
+    finally:
+        await driver.stop(leave=False)
+
+
+async def test_a_node_that_refuses_the_credentials_is_not_started_again_with_them() -> None:
+    keyring = Keyring((secrets.token_bytes(KEY_BYTES),))
+    engine = SiteEngine(network(), "site-a", sites=SITES, providers=[])
+    driver = _driver(engine, [])
+    plan = SwimPlan("127.0.0.1:0", None, FAST, ())
+    await driver.ensure(engine, plan, keyring, credentials("site-b"))
+    assert driver.node is None
+    assert driver.credentials_error is not None
+    assert driver.credentials_error.startswith("SWIM cannot start: ")
+    assert 'does not name site "site-a"' in driver.credentials_error
+    assert driver.error == driver.credentials_error == driver.setup_error
+    await driver.ensure(engine, plan, keyring, credentials("site-a"))
+    try:
+        assert driver.running and driver.error is None and driver.credentials_error is None
+    finally:
+        await driver.stop(leave=False)
+
+
+async def test_the_pins_follow_the_gridsites_of_a_running_node() -> None:
+    keyring = Keyring((secrets.token_bytes(KEY_BYTES),))
+    a_engine = SiteEngine(network(), "site-a", sites=SITES, providers=[])
+    # site-b is told that site-a presents site-b's certificate: it does not hear site-a.
+    wrong = [SITES[1], site("site-a", pin=site_certificate("site-b").fingerprint)]
+    b_engine = SiteEngine(network(), "site-b", sites=wrong, providers=[])
+    a, b = _driver(a_engine, []), _driver(b_engine, [])
+    try:
+        await a.ensure(
+            a_engine, SwimPlan("127.0.0.1:0", None, FAST, ()), keyring, credentials("site-a")
+        )
+        assert a.node is not None
+        plan = SwimPlan("127.0.0.1:0", None, FAST, (a.node.address,))
+        await b.ensure(b_engine, plan, keyring, credentials("site-b"))
+        b_node = b.node
+        assert b_node is not None
+        await eventually(
+            "site-a refused at site-b",
+            lambda: b_node.stats().get("dropped_untrusted_certificate", 0) > 0,
+        )
+        assert "site-a" not in b_engine.members
+        b_engine.set_resources(network(), SITES, [])
+        await b.ensure(b_engine, plan, keyring, credentials("site-b"))
+        assert b.node is b_node  # replaced in place, not restarted
+        await eventually(
+            "site-a heard at site-b",
+            lambda: (
+                "site-a" in b_engine.members
+                and b_engine.members["site-a"].state is MemberState.ALIVE
+            ),
+        )
+    finally:
+        await b.stop(leave=False)
+        await a.stop(leave=False)

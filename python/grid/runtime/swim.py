@@ -1,6 +1,7 @@
-"""Driving a network's SWIM node: started from a plan and a keyring, restarted when the
-plan changes, its keyring rotated in place, its events (membership changes, received
-items) fed to the engine and the engine's items published.
+"""Driving a network's SWIM node: started from a plan, a keyring and the site's
+credentials, restarted when the plan or the credentials change, its keyring rotated and
+its pins replaced in place, its events (membership changes, received items, name
+conflicts) fed to the engine and the engine's items published.
 
 A member comes back to life in the engine by an event (a rejoin carries a newer
 generation) or, in the member list, by a newer generation or a refuted suspicion only: a
@@ -15,20 +16,33 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from grid.crdt.snapshot import Item
 from grid.engine import ItemOutcome, SiteEngine
-from grid.errors import BroadcastRefused, GridError, NodeStateError
-from grid.membership import ItemEvent, MemberEvent, SwimConfig, SwimNode, parse_address
+from grid.errors import BroadcastRefused, GridError, NodeStateError, SiteCredentialsError
+from grid.membership import (
+    Event,
+    ItemEvent,
+    NameConflict,
+    SwimConfig,
+    SwimCredentials,
+    SwimNode,
+    parse_address,
+)
 from grid.models.network import GridNetwork
 from grid.models.phases import MemberState
+from grid.runtime.credentials import swim_pins
 from grid.runtime.keyring import Keyring
 from grid.runtime.notices import Notices
 
 EngineOf = Callable[[], SiteEngine | None]
 """The network's engine right now (None while there is none)."""
+Pins = dict[str, tuple[bytes, ...]]
+ConflictListener = Callable[[NameConflict, str], None]
+"""Hears of a name conflict and what was logged about it."""
+_TRIAL_BIND = "127.0.0.1:0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +75,8 @@ class SwimDriver:
     """The SWIM node of one network (at most one at a time), between it and the engine.
 
     Counts what it moves: :attr:`published` by lane, :attr:`received` by lane and outcome,
-    :attr:`refused` by error; ``on_published`` and ``on_received`` hear of each one too.
+    :attr:`refused` by error, :attr:`name_conflicts` by outcome; ``on_published``,
+    ``on_received`` and ``on_conflict`` hear of each one too.
     """
 
     def __init__(
@@ -73,6 +88,7 @@ class SwimDriver:
         *,
         on_published: Callable[[Item], None] | None = None,
         on_received: Callable[[str, ItemOutcome], None] | None = None,
+        on_conflict: ConflictListener | None = None,
     ) -> None:
         self._notices = notices
         self._log = logger
@@ -80,23 +96,50 @@ class SwimDriver:
         self._wake = wake
         self._on_published = on_published
         self._on_received = on_received
+        self._on_conflict = on_conflict
         self.node: SwimNode | None = None
-        self.error: str | None = None
-        """Why the node could not start, or its keyring could not be rotated."""
         self.unusable_seeds: tuple[str, ...] = ()
         """Seeds that could not be joined, each with its reason."""
         self.started_at = 0.0
         """When the node started (monotonic seconds)."""
+        self.credentials_error: str | None = None
+        """Why the node refused the site's credentials: it does not start with them again."""
+        self.conflict: str | None = None
+        """Why the node stopped: an older live node holds this site's name."""
         self.published: Counter[str] = Counter()
         self.received: Counter[tuple[str, str]] = Counter()
         self.refused: Counter[str] = Counter()
+        self.name_conflicts: Counter[str] = Counter()
+        """Other nodes claiming this site's name: ``refused`` or ``yielded`` to."""
+        self._start_error: str | None = None
+        self._rotation_error: str | None = None
+        self._replacement_error: str | None = None
         self._plan: SwimPlan | None = None
         self._keys: Keyring | None = None
+        self._credentials: SwimCredentials | None = None
+        self._pins: Pins | None = None
+        self._refused_start: tuple[object, ...] | None = None
+        self._refused_replacement: tuple[object, ...] | None = None
         self._events: asyncio.Task[None] | None = None
 
     @property
     def _prefix(self) -> str:
         return self._notices.prefix
+
+    @property
+    def error(self) -> str | None:
+        """Why the node does not run as configured: it gave way to an older node of the
+        same site, or one of :attr:`setup_error`'s reasons."""
+        return (
+            "; ".join(problem for problem in (self.conflict, self.setup_error) if problem) or None
+        )
+
+    @property
+    def setup_error(self) -> str | None:
+        """Why the node does not run with the settings given: it could not start, its
+        keyring could not be rotated, or new credentials were refused."""
+        problems = (self._start_error, self._replacement_error, self._rotation_error)
+        return "; ".join(problem for problem in problems if problem) or None
 
     @property
     def running(self) -> bool:
@@ -113,30 +156,101 @@ class SwimDriver:
             return 0  # stopped between the check and the call
         return sum(1 for member in members if member.state in ("alive", "suspect"))
 
-    async def ensure(self, engine: SiteEngine, plan: SwimPlan, keyring: Keyring) -> None:
-        """Run a node with ``plan`` and ``keyring``: start it, restart it for a new plan, or
-        rotate its keys."""
-        if self.node is not None and plan != self._plan:
-            self._log.info("%s: SWIM settings changed, restarting the node", self._prefix)
-            await self.stop(leave=True)
-            # Peers forgot this site when it left: its records must come back as news.
-            engine.reset_state()
-        if self.node is None:
-            await self._start(engine, plan, keyring)
-        elif keyring != self._keys:
-            self._rotate(keyring)
+    async def ensure(
+        self,
+        engine: SiteEngine,
+        plan: SwimPlan,
+        keyring: Keyring,
+        credentials: SwimCredentials,
+    ) -> None:
+        """Run a node with ``plan``, ``keyring`` and ``credentials`` (the site's certificate
+        and key, and the network CA), pinning what the engine's GridSites pin: start it,
+        restart it for a new plan or new credentials, or rotate its keys and replace its
+        pins in place.
 
-    async def _start(self, engine: SiteEngine, plan: SwimPlan, keyring: Keyring) -> None:
+        New credentials the node would refuse leave the running node as it is. A node that
+        gave way to an older node of its site stays stopped until the plan or the
+        credentials change."""
+        identity = replace(credentials, pins={})
+        pins = swim_pins(engine.site_pins())
+        if self.node is not None:
+            identity = self._acceptable(engine.site, keyring, identity, pins)
+            if (plan, identity) != (self._plan, self._credentials):
+                what = "settings" if plan != self._plan else "site certificate"
+                self._log.info("%s: SWIM %s changed, restarting the node", self._prefix, what)
+                await self.stop(leave=True)
+                # Peers forgot this site when it left: its records must come back as news.
+                engine.reset_state()
+        if self.node is None:
+            await self._start(engine, plan, keyring, identity, pins)
+        elif self.conflict is None:
+            if keyring != self._keys:
+                self._rotate(keyring)
+            if pins != self._pins:
+                self._set_pins(pins)
+
+    def _acceptable(
+        self, site: str, keyring: Keyring, identity: SwimCredentials, pins: Pins
+    ) -> SwimCredentials:
+        """``identity`` if the running node may be replaced by one using it, else the
+        credentials in use (new ones a node would refuse are reported, once)."""
+        current = self._credentials
+        assert current is not None  # set with the node
+        if identity == current:
+            self._replacement_error = self._refused_replacement = None
+            return identity
+        attempt = (site, identity, pins)
+        if attempt == self._refused_replacement:
+            return current
+        problem = _refusal(site, keyring, identity, pins)
+        if problem is not None:
+            self._refused_replacement = attempt
+            self._replacement_error = (
+                f"the new site certificate is not used, the node keeps the current one: {problem}"
+            )
+            self._notices.say("credentials", self._replacement_error, logging.ERROR)
+            return current
+        self._replacement_error = self._refused_replacement = None
+        return identity
+
+    async def _start(
+        self,
+        engine: SiteEngine,
+        plan: SwimPlan,
+        keyring: Keyring,
+        identity: SwimCredentials,
+        pins: Pins,
+    ) -> None:
+        attempt = (engine.site, plan.bind, identity, pins)
+        if attempt == self._refused_start:
+            engine.set_membership_running(False)
+            return  # the same credentials would be refused again
         try:
-            node = SwimNode(plan.bind, engine.site, plan.advertise, keyring.keys, plan.config)
+            node = SwimNode(
+                plan.bind,
+                engine.site,
+                plan.advertise,
+                keyring.keys,
+                plan.config,
+                credentials=replace(identity, pins=pins),
+            )
             node.start()
-        except GridError as error:
-            self.error = f"SWIM cannot start on {plan.bind}: {error}"
-            self._notices.say("node", self.error, logging.ERROR)
+        except SiteCredentialsError as error:
+            self._refused_start = attempt
+            self.credentials_error = self._start_error = f"SWIM cannot start: {error}"
+            self._notices.say("node", self._start_error, logging.ERROR)
             engine.set_membership_running(False)
             return
-        self.error = None
+        except GridError as error:
+            self.credentials_error = None
+            self._start_error = f"SWIM cannot start on {plan.bind}: {error}"
+            self._notices.say("node", self._start_error, logging.ERROR)
+            engine.set_membership_running(False)
+            return
+        self._start_error = self.credentials_error = self._refused_start = None
+        self._rotation_error = self._replacement_error = self.conflict = None
         self.node, self._plan, self._keys = node, plan, keyring
+        self._credentials, self._pins = identity, pins
         self.started_at = time.monotonic()
         seeds, self.unusable_seeds = await _usable_seeds(plan.seeds, node.address)
         if seeds:
@@ -170,17 +284,31 @@ class SwimDriver:
                 if key not in keyring.keys:
                     node.remove_key(key)
         except GridError as error:
-            self.error = f"SWIM key rotation failed: {error}"
-            self._notices.say("rotation", self.error, logging.ERROR)
+            self._rotation_error = f"SWIM key rotation failed: {error}"
+            self._notices.say("rotation", self._rotation_error, logging.ERROR)
             return
-        self.error = None
+        self._rotation_error = None
         self._keys = keyring
         self._notices.say("rotation", f"keyring is now {', '.join(node.key_ids())}")
+
+    def _set_pins(self, pins: Pins) -> None:
+        node = self.node
+        if node is None:
+            return
+        try:
+            node.set_pins(pins)
+        except GridError as error:
+            self._notices.say("pins", f"pins not replaced: {error}", logging.WARNING)
+            return
+        self._pins = pins
+        self._notices.say("pins", f"pinned certificates of {_sites(pins)}")
 
     async def stop(self, *, leave: bool) -> None:
         """Stop the node: ``leave`` tells peers at once, otherwise they detect a failure."""
         node, self.node = self.node, None
-        self._plan = self._keys = None
+        self._plan = self._keys = self._credentials = self._pins = None
+        self.conflict = self._rotation_error = self._replacement_error = None
+        self._refused_replacement = None
         engine = self._engine_of()
         if engine is not None:
             engine.set_membership_running(False)
@@ -257,7 +385,10 @@ class SwimDriver:
                 # One bad event must not stop the stream: report it and take the next.
                 self._log.exception("%s: a SWIM event could not be handled", self._prefix)
 
-    def _handle(self, engine: SiteEngine, event: ItemEvent | MemberEvent, now: datetime) -> None:
+    def _handle(self, engine: SiteEngine, event: Event, now: datetime) -> None:
+        if isinstance(event, NameConflict):
+            self._name_conflict(engine, event)
+            return
         if isinstance(event, ItemEvent):
             outcome = engine.receive_item(
                 event.origin, event.lane, event.key, event.version, event.payload, now
@@ -278,6 +409,48 @@ class SwimDriver:
             engine.member_left(event.site, event.address, event.generation, now)
             self._log.info("%s: %s left", self._prefix, event.site)
         self._wake()
+
+    def _name_conflict(self, engine: SiteEngine, event: NameConflict) -> None:
+        """Another live node claims this site: the one that started later gives way."""
+        if event.yielded:
+            if self.conflict is not None:
+                return  # the node stopped once; later reports of it add nothing
+            self.name_conflicts["yielded"] += 1
+            message = (
+                f"site {event.site} is already held by a live node at {event.address} "
+                "(started earlier); this node stopped"
+            )
+            self.conflict = message
+            self._log.error("%s: %s", self._prefix, message)
+            engine.set_membership_running(False)
+        else:
+            self.name_conflicts["refused"] += 1
+            message = (
+                f"another node at {event.address} also claims site {event.site}; it was refused"
+            )
+            self._log.warning("%s: %s", self._prefix, message)
+        if self._on_conflict is not None:
+            self._on_conflict(event, message)
+        self._wake()
+
+
+def _refusal(site: str, keyring: Keyring, identity: SwimCredentials, pins: Pins) -> str | None:
+    """Why a node of ``site`` would refuse these credentials (None: it would take them),
+    found by setting one up on a loopback port that is never started."""
+    try:
+        trial = SwimNode(
+            _TRIAL_BIND, site, None, keyring.keys, credentials=replace(identity, pins=pins)
+        )
+    except SiteCredentialsError as error:
+        return str(error)
+    except GridError:
+        return None  # not about the credentials: the real start will say what it is
+    trial.close()
+    return None
+
+
+def _sites(pins: Pins) -> str:
+    return ", ".join(sorted(pins)) or "no site"
 
 
 async def _usable_seeds(
