@@ -9,8 +9,11 @@ import base64
 import json
 import os
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,9 @@ from grid.demo import DemoProvider
 from grid.errors import AgentConfigError, ConfigError, KeyFileError
 from grid.models.phases import CredentialState
 from grid.render.validate import ExpectedScope, validate_overlay
+from grid.trust import IssuedCertificate
+from support.swim import site_certificate
+from support.swim import test_ca as swim_ca
 
 NETWORK = "lab"
 SITE = "site-a"
@@ -82,13 +88,21 @@ async def eventually(what: str, predicate: Callable[[], bool], timeout: float = 
         await asyncio.sleep(0.05)
 
 
+def write_tls(directory: Path, issued: IssuedCertificate) -> Path:
+    """``tls.crt``, ``tls.key`` and the test CA's ``ca.crt`` in ``directory``."""
+    issued.write(directory, "tls")
+    (directory / "ca.crt").write_text(swim_ca().certificate_pem)
+    return directory
+
+
 class Lab:
-    """One site's directories and key file."""
+    """One site's directories, key file and TLS files."""
 
     def __init__(self, root: Path) -> None:
         self.resources = root / "resources"
         self.state = root / "state"
         self.key = root / "swim.key"
+        self.tls = write_tls(root / "tls", site_certificate(SITE))
         self.resources.mkdir()
         self.key.write_bytes(secrets.token_bytes(32))
         self.key.chmod(0o600)
@@ -99,6 +113,7 @@ class Lab:
             "state_dir": self.state,
             "bind": PerNetwork("127.0.0.1:0"),
             "key_files": {None: (self.key,)},
+            "tls_dir": self.tls,
             "http": "127.0.0.1:0",
             "reload_interval_s": 0.1,
             "tick_s": 0.1,
@@ -355,6 +370,56 @@ async def test_startup_refusals_say_what_is_missing(lab: Lab, tmp_path: Path) ->
         await Agent(lab.options(resources=tmp_path / "nowhere")).start()
 
 
+async def test_swim_credentials_are_required_and_checked_at_start(lab: Lab, tmp_path: Path) -> None:
+    lab.write("00-network.yaml", network_yaml())
+    lab.write("10-site.yaml", SITE_YAML)
+    with pytest.raises(AgentConfigError) as missing:
+        await Agent(lab.options(tls_dir=None)).start()
+    assert str(missing.value) == (
+        "SWIM needs the site certificate and key: put tls.crt and tls.key in --tls-dir"
+    )
+    empty = tmp_path / "empty-tls"
+    empty.mkdir()
+    with pytest.raises(AgentConfigError, match=f"put tls.crt and tls.key in {empty} "):
+        await Agent(lab.options(tls_dir=empty)).start()
+    # A certificate for another site: the node refuses it, and the agent does not start.
+    other = write_tls(tmp_path / "other-tls", site_certificate("site-b"))
+    with pytest.raises(AgentConfigError) as refused:
+        await Agent(lab.options(tls_dir=other)).start()
+    assert str(refused.value).startswith(f"network {NETWORK}: SWIM cannot start: ")
+    assert f'does not name site "{SITE}"' in str(refused.value)
+    # A key that is not a private key: named, never quoted.
+    garbled = write_tls(tmp_path / "garbled-tls", site_certificate(SITE))
+    (garbled / "tls.key").write_text("-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n")
+    with pytest.raises(AgentConfigError, match="not an unencrypted PEM private key") as bad:
+        await Agent(lab.options(tls_dir=garbled)).start()
+    assert "c2VjcmV0" not in str(bad.value)
+
+
+def test_grid_agent_without_tls_files_exits_2_saying_what_to_put_where(lab: Lab) -> None:
+    lab.write("00-network.yaml", network_yaml())
+    lab.write("10-site.yaml", SITE_YAML)
+    command = [
+        sys.executable,
+        "-m",
+        "grid.cli",
+        "agent",
+        "--resources",
+        str(lab.resources),
+        "--state-dir",
+        str(lab.state),
+        "--bind",
+        "127.0.0.1:0",
+        "--key-file",
+        str(lab.key),
+    ]
+    finished = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert finished.returncode == 2, finished.stderr
+    assert finished.stderr.strip().splitlines()[-1] == (
+        "grid agent: SWIM needs the site certificate and key: put tls.crt and tls.key in --tls-dir"
+    )
+
+
 def test_the_command_refuses_bad_options_with_exit_2(
     lab: Lab, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -453,7 +518,14 @@ async def test_two_networks_on_one_site_stay_separate(lab: Lab, provider: DemoPr
     other_key.write_bytes(secrets.token_bytes(32))
     other_key.chmod(0o600)
     sites = PerNetwork(SITE, {"other": "site-a-other"})
-    agent = Agent(lab.options(site=sites, key_files={None: (lab.key,), "other": (other_key,)}))
+    both = swim_ca().issue(SITE, now=datetime.now(UTC), dns_names=("site-a-other",))
+    agent = Agent(
+        lab.options(
+            site=sites,
+            key_files={None: (lab.key,), "other": (other_key,)},
+            tls_dir=write_tls(lab.tls.with_name("both"), both),
+        )
+    )
     await agent.start()
     try:
         lab_net, other_net = agent.networks[NETWORK], agent.networks["other"]
@@ -477,8 +549,6 @@ async def test_two_networks_on_one_site_stay_separate(lab: Lab, provider: DemoPr
 async def test_a_rotated_site_certificate_is_advertised_and_presented(
     lab: Lab, tmp_path: Path
 ) -> None:
-    from datetime import UTC, datetime
-
     from grid.trust import CertificateAuthority, probe_site
 
     now = datetime.now(UTC)
@@ -508,6 +578,9 @@ async def test_a_rotated_site_certificate_is_advertised_and_presented(
 
         assert await presented() == first.fingerprint
         await eventually("advertised", lambda: engine.state.cert_pem(SITE) == first.certificate_pem)
+        runtime = agent.networks[NETWORK]
+        first_node = runtime.node
+        assert first_node is not None and first_node.running
 
         second = ca.issue(SITE, now=now)
         second.write(tls, "tls")
@@ -515,11 +588,19 @@ async def test_a_rotated_site_certificate_is_advertised_and_presented(
             "new one advertised", lambda: engine.state.cert_pem(SITE) == second.certificate_pem
         )
         assert await presented() == second.fingerprint
+        # SWIM signs with the new certificate: a new node, the old one gone.
+        await eventually(
+            "SWIM restarted",
+            lambda: runtime.node is not first_node and runtime.swim.running,
+        )
+        assert not first_node.running and runtime.swim_error is None
+        signing_node = runtime.node
 
         (tls / "tls.crt").write_text(second.certificate_pem + second.private_key_pem().decode())
         await asyncio.sleep(0.5)  # several reload intervals: refused, the old one stays
         assert engine.state.cert_pem(SITE) == second.certificate_pem
         assert await presented() == second.fingerprint
+        assert runtime.node is signing_node and signing_node.running
     finally:
         await agent.stop()
 

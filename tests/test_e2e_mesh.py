@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
+from grid.demo.mesh import free_port
+from grid.engine import SiteEngine
 from grid.membership import SwimConfig
 
 LLAMA = "llama-3.1-8b"
@@ -142,6 +145,65 @@ async def test_a_killed_site_leaves_every_survivors_overlay(mesh: LocalMesh) -> 
         victim.wait(timeout=10)
 
 
+def _with_option(command: list[str], option: str, value: str) -> list[str]:
+    changed = list(command)
+    changed[changed.index(option) + 1] = value
+    return changed
+
+
+async def test_a_second_agent_for_a_running_site_exits_and_the_first_keeps_serving(
+    mesh: LocalMesh,
+) -> None:
+    await mesh.start()
+    everyone = set(mesh.sites)
+    await mesh.wait_for(
+        "convergence", lambda: all(sites_in(mesh, s) == everyone for s in everyone), 20
+    )
+    network = mesh.settings.network
+    original = mesh.sites["site-c"].agent
+    assert original is not None
+    holder = original.networks[network]
+    assert holder.node is not None
+    held_at = holder.node.address
+    # A typo'd deployment: site-c's name and certificate once more, on other ports.
+    command = _agent_command(mesh, "site-c")
+    command = _with_option(command, "--bind", f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}")
+    command = _with_option(command, "--egress-listen", f"127.0.0.1:{free_port(socket.SOCK_STREAM)}")
+    command = _with_option(command, "--state-dir", str(mesh.root / "site-c-again"))
+    log = mesh.root / "site-c-again.log"
+    with log.open("wb") as output:
+        duplicate = subprocess.Popen(command, stdout=output, stderr=output)
+    try:
+        code = await asyncio.to_thread(duplicate.wait, 30)
+    finally:
+        if duplicate.poll() is None:
+            duplicate.kill()
+            duplicate.wait(timeout=10)
+    lines = log.read_text().strip().splitlines()
+    assert code == 3, "\n".join(lines[-20:])
+    assert lines[-1] == (
+        f"grid agent: site site-c is already held by a live node at {held_at} (started "
+        "earlier); this node stopped"
+    )
+    # The first one refused it and serves on; the other sites route to it as before.
+    await mesh.wait_for("the claim refused", lambda: holder.swim.name_conflicts["refused"] >= 1, 10)
+    assert holder.swim.running and holder.node.address == held_at
+    assert holder.swim.conflict is None and holder.swim_error is None
+    assert original.conflict is None
+    await mesh.wait_for(
+        "everyone still routes to site-c",
+        lambda: all(
+            sites_in(mesh, s) == everyone and mesh.view_of(s, "site-c") == ("alive", "Active")
+            for s in ("site-a", "site-b")
+        ),
+        15,
+    )
+    for site in ("site-a", "site-b"):
+        agent = mesh.sites[site].agent
+        assert agent is not None
+        assert agent.networks[network].engine.members["site-c"].address == held_at
+
+
 async def test_a_site_whose_swim_stops_is_dropped_even_while_its_egress_answers(
     mesh: LocalMesh,
 ) -> None:
@@ -192,37 +254,46 @@ async def test_a_site_with_the_wrong_key_never_appears(mesh: LocalMesh) -> None:
 @pytest.mark.parametrize(
     "mesh", [MeshSettings(mispinned_sites=frozenset({"site-c"}))], indirect=True
 )
-async def test_a_site_whose_certificate_does_not_match_its_pin_never_becomes_active(
+async def test_a_site_whose_certificate_does_not_match_its_pin_is_never_heard(
     mesh: LocalMesh,
 ) -> None:
     await mesh.start()
     peers = {"site-a", "site-b"}
     network = mesh.settings.network
 
-    def c_state_arrived() -> bool:
-        return all(
-            mesh.sites[s].agent.networks[network].engine.state.providers("site-c")  # type: ignore[union-attr]
-            for s in peers
-        )
+    def engine_of(site: str) -> SiteEngine:
+        agent = mesh.sites[site].agent
+        assert agent is not None
+        return agent.networks[network].engine
+
+    def refused_by_swim(site: str) -> bool:
+        node = mesh.sites[site].agent.networks[network].node  # type: ignore[union-attr]
+        return node is not None and node.stats().get("dropped_untrusted_certificate", 0) > 0
+
+    def mismatch_probed(site: str) -> bool:
+        status = engine_of(site).statuses()[("GridSite", "site-c")]
+        trusted = next((c for c in status.conditions if c.type == "Trusted"), None)
+        return trusted is not None and trusted.reason == "FingerprintMismatch"
 
     await mesh.wait_for(
         "a and b converge", lambda: all(sites_in(mesh, s) == peers for s in peers), 20
     )
-    await mesh.wait_for("site-c's records arrive", c_state_arrived, 20)
-    await asyncio.sleep(2.5)  # more than two probes of site-c
+    await mesh.wait_for(
+        "site-c refused by SWIM and by the probes at a and b",
+        lambda: all(refused_by_swim(s) and mismatch_probed(s) for s in peers),
+        20,
+    )
     for site in peers:
-        agent = mesh.sites[site].agent
-        assert agent is not None
-        engine = agent.networks[network].engine
-        assert engine.members["site-c"].state.value == "alive"
+        engine = engine_of(site)
+        member = engine.members.get("site-c")
+        assert member is None or member.state.value != "alive"
+        assert not engine.state.providers("site-c")  # none of its records got in
         status = engine.statuses()[("GridSite", "site-c")]
-        assert str(status.phase) == "Connecting"
+        assert str(status.phase) != "Active"
         trusted = next(c for c in status.conditions if c.type == "Trusted")
-        assert (trusted.status, trusted.reason) == ("False", "FingerprintMismatch")
+        assert trusted.status == "False"
         assert "site-c" not in engine.trusted_sites
         assert "site-c" not in sites_in(mesh, site)
-    # site-c itself trusts the others: it is only the one nobody may route to.
-    assert sites_in(mesh, "site-c") == {"site-a", "site-b", "site-c"}
 
 
 async def test_a_failing_health_check_takes_a_provider_out_everywhere_and_back(

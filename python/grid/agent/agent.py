@@ -34,13 +34,20 @@ from grid.agent.outputs import OutputWriter
 from grid.agent.probes import SiteTls
 from grid.engine import SiteEngine
 from grid.errors import AgentConfigError, ConfigError, GridError, ResourceError
+from grid.membership import SwimCredentials
 from grid.models.network import GridNetwork, generate_grid_id
 from grid.models.resources import YAML_SUFFIXES, LoadedResources, load_resources_from_dir
+from grid.runtime.credentials import swim_credentials
 from grid.trust.pem import check_public_cert_pem
 
 _log = logging.getLogger("grid.agent")
 
 Signature = tuple[tuple[str, int, int], ...]
+
+
+class NameConflictError(GridError):
+    """Another live node, started earlier, holds this site's name in a network: this
+    agent's node gave way and the agent stopped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +82,8 @@ class Agent:
         self._tls_signature: Signature = ()
         self._stop_requested = asyncio.Event()
         self._stopped = False
+        self.conflict: str | None = None
+        """Why the agent stops: a network's node gave way to an older node of this site."""
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -91,6 +100,7 @@ class Agent:
         )
         tls = SiteTls.from_dir(options.tls_dir)
         certificate_pem = _read_certificate(tls)
+        credentials = _swim_credentials(tls, options.tls_dir)
         self._tls_signature = _files_signature(options.tls_dir)
         try:
             options.state_dir.mkdir(parents=True, exist_ok=True)
@@ -108,8 +118,10 @@ class Agent:
             probe_interval_s=options.probe_interval_s,
             push_pull_factor=options.push_pull_factor,
             certificate_pem=certificate_pem,
+            swim_credentials=credentials,
             overlay_listeners=self.overlay_listeners,
             publish_listeners=self.publish_listeners,
+            on_name_conflict=self._name_conflict,
         )
         try:
             if options.egress_listen is not None:
@@ -124,6 +136,7 @@ class Agent:
                 await self._http.start()
                 _log.info("%s: HTTP endpoints at http://%s", self.site, self._http.address)
             await self._apply(resources)
+            self._check_credentials_taken()
         except BaseException:
             await self.stop(leave=False)
             raise
@@ -151,7 +164,9 @@ class Agent:
         _log.info("site %s stopped (%s)", self.site, "left the mesh" if leave else "crashed")
 
     async def run(self) -> None:
-        """Start, serve until SIGINT or SIGTERM, then stop gracefully."""
+        """Start, serve until SIGINT or SIGTERM, then stop gracefully. Raises
+        :class:`NameConflictError` once stopped if a network's node gave way to an older
+        node of this site."""
         await self.start()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
@@ -162,10 +177,27 @@ class Agent:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
             await self.stop(leave=True)
+        if self.conflict is not None:
+            raise NameConflictError(self.conflict)
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to stop gracefully."""
         self._stop_requested.set()
+
+    def _name_conflict(self, network: str, message: str) -> None:
+        """A network's node stopped for an older node of this site: this agent is the
+        duplicate (a site name given twice) and stops."""
+        if self.conflict is None:
+            self.conflict = message
+        self._stop_requested.set()
+
+    def _check_credentials_taken(self) -> None:
+        """At start, credentials a network's SWIM node refuses stop the agent: they do not
+        get better by waiting."""
+        for name, runtime in sorted(self.networks.items()):
+            refused = runtime.swim.credentials_error
+            if refused is not None:
+                raise AgentConfigError(f"network {name}: {refused}")
 
     @property
     def events(self) -> list[dict[str, str]]:
@@ -235,13 +267,15 @@ class Agent:
 
     def _reload_tls(self) -> None:
         """The TLS files changed (a certificate rotation): advertise the new certificate,
-        probe and listen with it. Unusable files are reported and the old ones kept."""
+        sign SWIM messages, probe and listen with it. Unusable files are reported and the old
+        ones kept."""
         self._tls_signature = _files_signature(self.options.tls_dir)
         shared = self._shared
         assert shared is not None
         try:
             tls = SiteTls.from_dir(self.options.tls_dir)
             certificate_pem = _read_certificate(tls)
+            credentials = _swim_credentials(tls, self.options.tls_dir)
             prober = tls.prober()
             if self._egress is not None:
                 if tls.certificate is None or tls.private_key is None:
@@ -251,6 +285,7 @@ class Agent:
             _log.error("%s: new TLS files not used, the old ones stay: %s", self.site, error)
             return
         shared.prober, shared.certificate_pem = prober, certificate_pem
+        shared.swim_credentials = credentials
         now = datetime.now(UTC)
         for runtime in self.networks.values():
             runtime.engine.set_certificate(certificate_pem, now)
@@ -365,6 +400,30 @@ def _read_certificate(tls: SiteTls) -> str | None:
     except GridError as error:
         raise AgentConfigError(f"{tls.certificate}: {error}") from None
     return pem
+
+
+def _swim_credentials(tls: SiteTls, directory: Path | None) -> SwimCredentials:
+    """What the SWIM nodes sign with: ``tls.crt`` and ``tls.key``, required, and ``ca.crt``
+    if present. Raises :class:`~grid.errors.AgentConfigError` saying which file to fix."""
+    if tls.certificate is None or tls.private_key is None:
+        where = "--tls-dir" if directory is None else f"{directory} (--tls-dir)"
+        raise AgentConfigError(
+            f"SWIM needs the site certificate and key: put tls.crt and tls.key in {where}"
+        )
+    certificate_pem = _read_text(tls.certificate, "the site certificate")
+    private_key_pem = _read_text(tls.private_key, "the site private key")
+    ca_pem = None if tls.ca is None else _read_text(tls.ca, "the CA certificate")
+    try:
+        return swim_credentials(certificate_pem, private_key_pem, ca_pem)
+    except ConfigError as error:
+        raise AgentConfigError(f"{directory}: {error}") from None
+
+
+def _read_text(path: Path, what: str) -> str:
+    try:
+        return path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        raise AgentConfigError(f"cannot read {what} {path}") from None
 
 
 def _files_signature(directory: Path | None) -> Signature:

@@ -165,6 +165,12 @@ class AgentCollector(Collector):
             "Items received from peers, by outcome.",
             labels=["network", "lane", "outcome"],
         )
+        conflicts = CounterMetricFamily(
+            "grid_swim_name_conflicts",
+            "Other live nodes claiming this site's name: refused, or yielded to (the node "
+            "stopped).",
+            labels=["network", "outcome"],
+        )
         for name, runtime in sorted(agent.networks.items()):
             engine = runtime.engine
             gauges.add_engine(name, engine, lambda overlay: bool(overlay.message))
@@ -179,8 +185,10 @@ class AgentCollector(Collector):
                 unpublished.add_metric([name, error], count)
             for (lane, outcome), count in sorted(runtime.swim.received.items()):
                 received.add_metric([name, lane, outcome], count)
+            for outcome, count in sorted(runtime.swim.name_conflicts.items()):
+                conflicts.add_metric([name, outcome], count)
         yield from gauges.families()
-        yield from (writes, published, unpublished, received)
+        yield from (writes, published, unpublished, received, conflicts)
         errors = GaugeMetricFamily(
             "grid_resource_errors", "Invalid resource documents in the directory."
         )

@@ -21,7 +21,7 @@ from grid.agent.outputs import OutputWriter
 from grid.crdt.snapshot import Item
 from grid.engine import GatewayOverlay, SiteEngine
 from grid.errors import GridError, KeyFileError
-from grid.membership import SwimNode
+from grid.membership import NameConflict, SwimCredentials, SwimNode
 from grid.models.network import GridNetwork
 from grid.models.phases import CredentialState, EventType
 from grid.models.provider import InferenceProvider
@@ -37,6 +37,9 @@ _log = logging.getLogger("grid.agent")
 
 OverlayListener = Callable[[str, GatewayOverlay, Path], None]
 PublishListener = Callable[[str, Item], None]
+ConflictListener = Callable[[str, str], None]
+"""Called as ``(network, message)`` when a network's node gave way to an older node of the
+same site and stopped."""
 
 
 def utc_now() -> datetime:
@@ -55,8 +58,11 @@ class Shared:
     probe_interval_s: float
     push_pull_factor: float
     certificate_pem: str | None
+    swim_credentials: SwimCredentials
+    """The site certificate and key every SWIM message is signed with, and the CA."""
     overlay_listeners: list[OverlayListener] = field(default_factory=list)
     publish_listeners: list[PublishListener] = field(default_factory=list)
+    on_name_conflict: ConflictListener | None = None
     events: list[dict[str, str]] = field(default_factory=list)
     """Recent resource events, newest last (bounded)."""
 
@@ -94,6 +100,7 @@ class NetworkRuntime:
             self._engine,
             self.wake,
             on_published=self._published,
+            on_conflict=self._name_conflict,
         )
         self.observers = Observers(
             session=shared.session,
@@ -124,7 +131,7 @@ class NetworkRuntime:
     @property
     def swim_error(self) -> str | None:
         """Why SWIM does not run as configured: an unusable key file, a node that cannot
-        start, a failed key rotation."""
+        start, a failed key rotation, refused credentials, an older node of this site."""
         return self._key_error or self.swim.error
 
     def _engine(self) -> SiteEngine:
@@ -241,11 +248,17 @@ class NetworkRuntime:
         plan = SwimPlan.of(
             self.engine.network, self._bind, self._advertise, self._shared.push_pull_factor
         )
-        await self.swim.ensure(self.engine, plan, self._keyring)
+        await self.swim.ensure(self.engine, plan, self._keyring, self._shared.swim_credentials)
 
     def _published(self, item: Item) -> None:
         for listener in self._shared.publish_listeners:
             listener(self.name, item)
+
+    def _name_conflict(self, conflict: NameConflict, message: str) -> None:
+        reason = "SiteNameConflict" if conflict.yielded else "SiteNameClaimRefused"
+        self._record_event("GridNetwork", self.name, EventType.WARNING, reason, message)
+        if conflict.yielded and self._shared.on_name_conflict is not None:
+            self._shared.on_name_conflict(self.name, message)
 
     # -- the refresh loop -----------------------------------------------------------------
 
@@ -307,6 +320,12 @@ class NetworkRuntime:
     ) -> None:
         level = logging.WARNING if type_ is EventType.WARNING else logging.INFO
         _log.log(level, "%s: %s %s: %s: %s", self.where, kind, name, reason, message)
+        self._record_event(kind, name, type_, reason, message)
+
+    def _record_event(
+        self, kind: str, name: str, type_: EventType, reason: str, message: str
+    ) -> None:
+        """Keep an event for ``/status`` (logged already)."""
         events = self._shared.events
         events.append(
             {

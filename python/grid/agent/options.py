@@ -65,8 +65,10 @@ class AgentOptions:
     )
     """SWIM key files per network (``None``: for every network without its own)."""
     tls_dir: Path | None = None
-    """``tls.crt`` and ``tls.key`` of this site (advertised, presented by the egress
-    listener, used as client certificate by probes) and optionally ``ca.crt``."""
+    """``tls.crt`` and ``tls.key`` of this site (required: they sign its SWIM messages; the
+    certificate is advertised, presented by the egress listener and used as client
+    certificate by probes) and optionally ``ca.crt`` (the network CA, which vouches for
+    peers)."""
     secrets_dir: Path | None = None
     """Mounted Secrets as ``<namespace>/<name>/<key>`` files: the agent checks that a
     provider's credential exists and is not empty, and never reads it."""

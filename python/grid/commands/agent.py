@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grid.agent import Agent, AgentOptions, PerNetwork, parse_key_files
+from grid.agent import Agent, AgentOptions, NameConflictError, PerNetwork, parse_key_files
 from grid.errors import ConfigError, GridError
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
+EXIT_NAME_CONFLICT = 3
 
 
 def register(subparsers: Any) -> None:
@@ -24,7 +25,8 @@ def register(subparsers: Any) -> None:
         description="Join each GridNetwork in --resources over SWIM, observe this site's "
         "providers, probe every site's egress, and write each gateway's overlay and each "
         "resource's status under --state-dir. Stops gracefully (leaving the mesh) on SIGINT "
-        "or SIGTERM. Exit status: 0 stopped, 2 unusable options or resources.",
+        "or SIGTERM. Exit status: 0 stopped, 2 unusable options, resources or TLS files, 3 "
+        "another live node, started earlier, holds this site's name.",
     )
     parser.add_argument(
         "--resources",
@@ -73,7 +75,8 @@ def register(subparsers: Any) -> None:
         "--tls-dir",
         type=Path,
         metavar="DIR",
-        help="tls.crt and tls.key of this site (and optionally ca.crt)",
+        help="tls.crt and tls.key of this site, which sign its SWIM messages (required), "
+        "and optionally ca.crt",
     )
     parser.add_argument(
         "--secrets-dir",
@@ -137,6 +140,9 @@ def agent_command(args: argparse.Namespace) -> int:
     try:
         agent = Agent(options_from(args))
         asyncio.run(agent.run())
+    except NameConflictError as error:
+        print(f"grid agent: {error}", file=sys.stderr)
+        return EXIT_NAME_CONFLICT
     except (ConfigError, GridError) as error:
         print(f"grid agent: {error}", file=sys.stderr)
         return EXIT_CONFIG

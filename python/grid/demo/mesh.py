@@ -80,7 +80,8 @@ class MeshSettings:
     wrong_key_sites: frozenset[str] = frozenset()
     """Sites given a SWIM key of their own: they can never join."""
     mispinned_sites: frozenset[str] = frozenset()
-    """Sites whose GridSite pins a certificate other than the one they present."""
+    """Sites whose GridSite, at the other sites, pins a certificate other than the one they
+    present: SWIM does not hear them there."""
     http: bool = False
     """Serve each agent's /metrics, /healthz and /status on a free port."""
     secrets_dir: Path | None = None
@@ -168,6 +169,7 @@ class LocalMesh:
         self.root.mkdir(parents=True, exist_ok=True)
         write_atomically(shared_key, secrets.token_bytes(32), PRIVATE_FILE_MODE)
         pins: dict[str, str] = {}
+        presented: dict[str, str] = {}
         for plan in self._plans:
             runtime = SiteRuntime(
                 plan,
@@ -179,7 +181,7 @@ class LocalMesh:
             issued.write(runtime.tls_dir, "tls")
             ca.write(runtime.tls_dir, "ca")
             (runtime.tls_dir / "ca.key").unlink()
-            pins[plan.name] = issued.fingerprint
+            pins[plan.name] = presented[plan.name] = issued.fingerprint
             if plan.name in self.settings.mispinned_sites:
                 pins[plan.name] = ca.issue(plan.name, now=now).fingerprint
             runtime.key_file = shared_key
@@ -197,7 +199,9 @@ class LocalMesh:
                 runtime.providers[provider.name] = endpoint
             self.sites[plan.name] = runtime
         for runtime in self.sites.values():
-            self._write_resources(runtime, pins)
+            # A site pins its own certificate right: a mispinned site is the others' mistake.
+            own = {runtime.plan.name: presented[runtime.plan.name]}
+            self._write_resources(runtime, pins | own)
 
     def _write_resources(self, runtime: SiteRuntime, pins: dict[str, str]) -> None:
         directory = runtime.resources
