@@ -18,13 +18,18 @@ import aiohttp
 import pytest
 import yaml
 
+from grid.membership import SwimConfig, SwimNode
 from grid.render.validate import ExpectedScope, validate_overlay
 from k8s.cluster import Cluster
 from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
 from k8s.rbac import Permissions, served_requests
 from k8s.waiting import eventually
 from support.servers import ProviderEndpoint
+from support.swim import credentials as swim_credentials
+from support.swim import site_certificate
+from support.swim import test_ca as swim_ca
 from test_operator_support import (
+    CA_SECRET,
     GATEWAY_NAMESPACE,
     KEY_ENTRY,
     KEY_SECRET,
@@ -41,6 +46,8 @@ from test_operator_support import (
     prepare_namespaces,
     provider_body,
     put_secret,
+    put_site_tls,
+    put_trust,
     read_configmap,
     shipped_permissions,
     site_body,
@@ -94,7 +101,7 @@ async def test_a_network_with_a_provider_writes_its_overlay_status_and_events(
     cluster: Cluster, endpoint: ProviderEndpoint
 ) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     async with operator_for(cluster, SITE) as running:
         await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=running.swim_port))
         await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
@@ -155,7 +162,7 @@ async def test_updates_and_deletions_reach_configmaps_statuses_and_the_mesh(
     cluster: Cluster, endpoint: ProviderEndpoint, permissions: Permissions
 ) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     async with operator_for(cluster, SITE) as running:
         await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=running.swim_port))
         await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
@@ -270,7 +277,7 @@ async def test_a_malformed_network_gets_a_clear_condition_and_a_bad_edit_keeps_t
     cluster: Cluster, endpoint: ProviderEndpoint
 ) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     async with operator_for(cluster, SITE) as running:
         # A real API server would refuse this one (no unit on the duration); the emulator
         # stores it, so the operator must say what is wrong.
@@ -350,6 +357,27 @@ async def test_missing_secrets_and_a_key_of_the_wrong_length_are_reported_until_
         )
 
         await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+        await put_secret(cluster, CA_SECRET, {"ca.crt": swim_ca().certificate_pem.encode()})
+        # SWIM signs every message with the site certificate: without it, no node.
+        await eventually(
+            lambda: _message_has(
+                cluster, "Secret grid-system/site-tls (spec.tls.siteCertSecretRef) does not exist"
+            ),
+            what="the missing site certificate named",
+        )
+        assert running.runtime(NETWORK).node is None and running.runtime(NETWORK).alive
+        # Another site's certificate: the node refuses it and the network says so.
+        await put_site_tls(cluster, site_certificate("site-b"))
+        await eventually(
+            lambda: _message_has(
+                cluster,
+                f'SWIM cannot start: site credentials: the certificate does not name site "{SITE}"',
+            ),
+            what="the certificate of another site refused",
+        )
+        assert running.runtime(NETWORK).node is None and running.runtime(NETWORK).alive
+
+        await put_site_tls(cluster, site_certificate(SITE))
         await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
         assert running.runtime(NETWORK).node is not None
 
@@ -368,9 +396,55 @@ async def _message_has(cluster: Cluster, text: str) -> bool:
     return text in condition(status, "ConfigValid").get("message", "")
 
 
+async def test_a_node_that_finds_its_site_already_held_stops_and_the_network_says_why(
+    cluster: Cluster,
+) -> None:
+    prepare_namespaces(cluster)
+    key = new_key()
+    await put_trust(cluster, SITE, key)
+    # A live node of site-a with the same certificate, started before the operator's.
+    config = SwimConfig(probe_interval=0.2, suspicion_timeout=1.0, push_pull_interval=1.0)
+    with SwimNode(
+        "127.0.0.1:0", SITE, None, [key], config, credentials=swim_credentials(SITE)
+    ) as holder:
+        async with operator_for(cluster, SITE) as running:
+            body = network_body(NETWORK, port=running.swim_port, seeds=[holder.address])
+            await cluster.create(GRID_NETWORKS, body)
+            await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+            stopped = await wait_condition(
+                cluster,
+                GRID_NETWORKS,
+                NETWORK,
+                "MembershipReady",
+                "False",
+                reason="SiteNameConflict",
+            )
+            message = (
+                f"site {SITE} is already held by a live node at {holder.address} (started "
+                "earlier); this node stopped"
+            )
+            assert stopped["message"] == message
+            status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+            assert condition(status, "ConfigValid")["status"] == "True"
+            events = await eventually(
+                lambda: _events_with(cluster, "SiteNameConflict"),
+                what="a SiteNameConflict Event about the network",
+            )
+            assert [(e.type, e.message) for e in events] == [("Warning", message)]
+            # The operator keeps running; the node stays stopped, the other one serves on.
+            runtime = running.runtime(NETWORK)
+            assert runtime.alive and runtime.node is not None and not runtime.node.running
+            assert running.operator.health()[0]
+            assert holder.running
+
+
+async def _events_with(cluster: Cluster, reason: str) -> list[Any]:
+    return [e for e in await cluster.events_about(NETWORK, NAMESPACE) if e.reason == reason]
+
+
 async def test_unreachable_and_unresolvable_seeds_are_reported(cluster: Cluster) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     silent = f"127.0.0.1:{free_udp_port()}"
     async with operator_for(cluster, SITE) as running:
         body = network_body(NETWORK, port=running.swim_port, seeds=[silent, "nowhere.invalid:7946"])
@@ -391,7 +465,7 @@ async def test_provider_problems_are_reported_on_the_provider(
     cluster: Cluster, endpoint: ProviderEndpoint
 ) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     async with operator_for(cluster, SITE) as running:
         # Before its network exists, a provider says so.
         await cluster.create(
@@ -437,7 +511,7 @@ async def test_a_configmap_grid_did_not_write_is_left_alone(
     cluster: Cluster, endpoint: ProviderEndpoint
 ) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     foreign = {"metadata": {"name": "edge-grid-config"}, "data": {"mine": "keep me"}}
     await cluster.call(cluster.core.create_namespaced_config_map, GATEWAY_NAMESPACE, foreign)
     async with operator_for(cluster, SITE) as running:
@@ -486,7 +560,7 @@ async def _overlay_message_has(cluster: Cluster, text: str) -> bool:
 
 async def test_the_grid_id_is_generated_once_and_kept_across_restarts(cluster: Cluster) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     port = free_udp_port()
     async with operator_for(cluster, SITE, swim_port=port):
         await cluster.create(GRID_NETWORKS, network_body(NETWORK, port=port, gateways=[]))
@@ -506,7 +580,7 @@ async def test_a_gateway_removed_while_the_operator_was_down_is_cleaned_up_on_re
     cluster: Cluster, endpoint: ProviderEndpoint
 ) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     port = free_udp_port()
     gateways = [
         {"name": "edge", "namespace": GATEWAY_NAMESPACE},
@@ -539,7 +613,7 @@ async def test_grid_operator_runs_from_the_deployment_s_environment_and_stops_on
     cluster: Cluster, endpoint: ProviderEndpoint, tmp_path: Path
 ) -> None:
     prepare_namespaces(cluster)
-    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: new_key()})
+    await put_trust(cluster, SITE)
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         yaml.safe_dump(

@@ -36,6 +36,8 @@ from k8s.kopf_runner import RunningOperator, fast_settings, run_operator
 from k8s.kustomize import build, installable_copy
 from k8s.rbac import Permissions, served_requests
 from k8s.waiting import eventually
+from support.swim import site_certificate
+from support.swim import test_ca as swim_ca
 
 NAMESPACE = "grid-system"
 GATEWAY_NAMESPACE = "gateways"
@@ -70,6 +72,14 @@ def keyring_text(*keys: bytes) -> bytes:
 # --- resources ---------------------------------------------------------------------------------
 
 
+DEFAULT_TLS: JsonObject = {
+    "swimKeyRef": {"name": KEY_SECRET, "namespace": NAMESPACE, "key": KEY_ENTRY},
+    "caSecretRef": {"name": CA_SECRET, "namespace": NAMESPACE, "key": "ca.crt"},
+    "siteCertSecretRef": {"name": SITE_TLS_SECRET, "namespace": NAMESPACE},
+}
+"""The Secrets :func:`put_trust` creates."""
+
+
 def network_body(
     name: str,
     *,
@@ -90,9 +100,7 @@ def network_body(
             if gateways is not None
             else [{"name": "edge", "namespace": GATEWAY_NAMESPACE}],
             "swim": {"probeInterval": "200ms", "suspicionTimeout": "1s", "port": port},
-            "tls": tls
-            if tls is not None
-            else {"swimKeyRef": {"name": KEY_SECRET, "namespace": NAMESPACE, "key": KEY_ENTRY}},
+            "tls": tls if tls is not None else DEFAULT_TLS,
             "region": "eu-west",
             **spec,
         },
@@ -195,6 +203,18 @@ async def put_site_tls(
         name,
         {"tls.crt": issued.certificate_pem.encode(), "tls.key": issued.private_key_pem()},
     )
+
+
+async def put_site_credentials(cluster: Cluster, site: str) -> None:
+    """The test CA and ``site``'s certificate and key, as :data:`DEFAULT_TLS` names them."""
+    await put_secret(cluster, CA_SECRET, {"ca.crt": swim_ca().certificate_pem.encode()})
+    await put_site_tls(cluster, site_certificate(site))
+
+
+async def put_trust(cluster: Cluster, site: str, key: bytes | None = None) -> None:
+    """Every Secret :data:`DEFAULT_TLS` names: a SWIM key, the CA, ``site``'s certificate."""
+    await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: key or new_key()})
+    await put_site_credentials(cluster, site)
 
 
 async def read_configmap(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.hazmat.primitives.serialization import Encoding
 from kubernetes import client as k8s
 
 from grid.cli import main
@@ -81,6 +82,7 @@ pytestmark = pytest.mark.timeout(30)
 
 NOW = datetime(2026, 7, 29, 12, 0, tzinfo=UTC)
 WHERE = "Secret grid-system/swim-key, key swim.key"
+DER = Encoding.DER
 
 
 # --- keyrings ----------------------------------------------------------------------------------
@@ -180,6 +182,9 @@ async def test_trust_material_is_read_whole_or_refused(
     assert material.keyring.keys == (key,)
     assert material.certificate_fingerprint == pki["site-a"].fingerprint
     assert "BEGIN" not in repr(material) and key.hex() not in repr(material)
+    # What SWIM signs with and trusts comes from the same Secrets.
+    assert material.credentials.certificate_chain == (site.certificate.public_bytes(DER),)
+    assert material.credentials.trust_anchors == (pki.ca.certificate.public_bytes(DER),)
 
     async def refused(**refs: Any) -> str:
         with pytest.raises(SecretMaterialError) as raised:
@@ -188,6 +193,11 @@ async def test_trust_material_is_read_whole_or_refused(
 
     with pytest.raises(SecretMaterialError, match=r"spec.tls.swimKeyRef is not set"):
         await load_trust_material(kube, None, now)
+    # SWIM signs every message with the site certificate: it is required.
+    assert (await refused(swimKeyRef=KEY_REF, caSecretRef=CA_REF)).startswith(
+        "spec.tls.siteCertSecretRef is not set: every SWIM message is signed with the site "
+        "certificate"
+    )
     assert "does not exist" in await refused(swimKeyRef={**KEY_REF, "name": "nope"})
     # A private key where the CA should be is refused (it would travel as a certificate).
     await put_secret(cluster, "ca", {"ca.crt": site.private_key_pem()})
@@ -430,6 +440,29 @@ def test_the_seeds_condition(seeds: SeedReport, reason: str, status: str) -> Non
     result, _ = network_status(load_network(), None, report, NOW)
     (found,) = [c for c in result.conditions if c.type == "SeedsReachable"]
     assert (found.reason, found.status.value) == (reason, status)
+
+
+def test_a_node_that_gave_way_to_an_older_one_of_its_site_says_so_in_membership_ready() -> None:
+    network = load_network()
+    running = NetworkReport(membership_running=True, grid_id="g")
+    active, _ = network_status(network, None, running, NOW)
+    conflict = (
+        "site site-a is already held by a live node at 10.0.0.7:7946 (started earlier); "
+        "this node stopped"
+    )
+    stopped = NetworkReport(membership_running=False, grid_id="g", name_conflict=conflict)
+    status, events = network_status(network, active, stopped, NOW + timedelta(seconds=1))
+    written = {c.type: c for c in status.conditions}
+    membership = written["MembershipReady"]
+    assert (membership.status.value, membership.reason) == ("False", "SiteNameConflict")
+    assert membership.message == conflict
+    assert written["ConfigValid"].status.value == "True"  # not a setting
+    assert status.phase.value == "Initializing"
+    assert [event.reason for event in events] == ["MembershipStopped"]
+    # Once the node runs again, the condition says so.
+    again, _ = network_status(network, status, running, NOW + timedelta(seconds=2))
+    membership = {c.type: c for c in again.conditions}["MembershipReady"]
+    assert (membership.status.value, membership.reason) == ("True", "MembershipRunning")
 
 
 def test_budget_windows_are_aligned_for_every_site() -> None:

@@ -73,6 +73,13 @@ class OperatorMetrics:
             ["network", "lane"],
             registry=registry,
         )
+        self.name_conflicts = Counter(
+            "grid_operator_swim_name_conflicts",
+            "Other live nodes claiming this site's name: refused, or yielded to (the node "
+            "stopped).",
+            ["network", "outcome"],
+            registry=registry,
+        )
         self.items_received = Counter(
             "grid_operator_items_received",
             "Items received from peers, by outcome.",

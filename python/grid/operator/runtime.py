@@ -32,7 +32,7 @@ from grid.errors import (
     SecretMaterialError,
     TrustConfigError,
 )
-from grid.membership import SwimNode
+from grid.membership import NameConflict, SwimNode
 from grid.models.conditions import Condition
 from grid.models.fields import DNS_LABEL_PATTERN
 from grid.models.network import GridNetwork, GridNetworkStatus, generate_grid_id
@@ -109,6 +109,7 @@ class NetworkRuntime:
             on_received=lambda lane, outcome: metrics.items_received.labels(
                 name, lane, outcome.value
             ).inc(),
+            on_conflict=self._name_conflict,
         )
         self._observers = Observers(
             session=shared.session,
@@ -137,6 +138,7 @@ class NetworkRuntime:
         self._certificate_error: str | None = None
         self._network_status: GridNetworkStatus | None = None
         self._told_problems: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._untold_conflicts: list[Event] = []
         self._discovery_tried: set[str] = set()
         self._applied_revision = -1
         self._wake = asyncio.Event()
@@ -253,7 +255,9 @@ class NetworkRuntime:
             engine.set_membership_running(False)
         else:
             plan = _swim_plan(network, shared.options)
-            await self.mesh.ensure(engine, plan, self._material.keyring)
+            material = self._material
+            await self.mesh.ensure(engine, plan, material.keyring, material.credentials)
+        self._tell_conflicts(entry)
         engine.set_config_error(self._config_error(entry))
         await self._credentials.check(engine, moment)
         self._observers.follow(engine)
@@ -307,9 +311,10 @@ class NetworkRuntime:
                 "the latest spec was refused, the last valid one keeps serving: "
                 + "; ".join(entry.problems)
             )
+        # A name conflict is not a setting: MembershipReady and an Event report it.
         problems += [
             problem
-            for problem in (self._material_error, self._certificate_error, self.mesh.error)
+            for problem in (self._material_error, self._certificate_error, self.mesh.setup_error)
             if problem
         ]
         return "; ".join(problems) or None
@@ -425,6 +430,7 @@ class NetworkRuntime:
         return NetworkReport(
             config_error=_condition_message(view.conditions, "ConfigValid"),
             membership_running=mesh.running,
+            name_conflict=mesh.conflict,
             grid_id=engine.grid_id,
             unreachable_sites=tuple(unreachable),
             connected_sites=view.connected_sites,
@@ -490,6 +496,20 @@ class NetworkRuntime:
             entry = cache.get(happened.kind, happened.name)
             if entry is not None:
                 self._post(entry, happened.event)
+
+    def _name_conflict(self, conflict: NameConflict, message: str) -> None:
+        """Another live node claims this site's name: a Warning Event on the network (the
+        next pass posts it), and a count."""
+        outcome = "yielded" if conflict.yielded else "refused"
+        self._shared.metrics.name_conflicts.labels(self.name, outcome).inc()
+        reason = "SiteNameConflict" if conflict.yielded else "SiteNameClaimRefused"
+        self._untold_conflicts.append(Event(EventType.WARNING, reason, message))
+        self.wake()
+
+    def _tell_conflicts(self, entry: Entry) -> None:
+        untold, self._untold_conflicts = self._untold_conflicts, []
+        for event in untold:
+            self._post(entry, event)
 
     def _post(self, entry: Entry, event: Event) -> None:
         self._shared.post_event(entry.reference, event.type, event.reason, event.message)

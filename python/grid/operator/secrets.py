@@ -2,10 +2,11 @@
 
 A GridNetwork names three Secrets in ``spec.tls``: the SWIM keyring (``swimKeyRef``), the CA
 certificate (``caSecretRef``) and this site's ``kubernetes.io/tls`` certificate and key
-(``siteCertSecretRef``). They are read together into one :class:`TrustMaterial`: either all
-of them are usable or none is taken, so the mesh never runs half on old and half on new
-material. Provider credentials are only checked (the Secret exists, the key is there and not
-empty); their value is never decoded, kept or passed on.
+(``siteCertSecretRef``, required: every SWIM message is signed with it). They are read
+together into one :class:`TrustMaterial`: either all of them are usable or none is taken, so
+the mesh never runs half on old and half on new material. Provider credentials are only
+checked (the Secret exists, the key is there and not empty); their value is never decoded,
+kept or passed on.
 
 Messages name Secrets by namespace, name and key; they never quote what a Secret holds.
 """
@@ -23,11 +24,14 @@ from grid.errors import (
     CertificateRejected,
     KubernetesApiError,
     SecretMaterialError,
+    SiteCredentialsError,
     TrustConfigError,
 )
+from grid.membership import SwimCredentials
 from grid.models.meta import SecretKeyRef, SecretObjectRef
 from grid.models.network import TlsSettings
 from grid.models.phases import CredentialState
+from grid.runtime.credentials import swim_credentials
 from grid.runtime.keyring import Keyring, parse_keyring
 from grid.runtime.probes import pem_paths
 from grid.trust.pem import check_public_cert_pem
@@ -47,10 +51,12 @@ class SecretSource(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class TrustMaterial:
-    """A network's keyring, CA and site certificate, all read from its Secrets at once.
-    Never printed: the repr says what is present, not what it is."""
+    """A network's keyring, CA and site certificate, all read from its Secrets at once, and
+    the SWIM credentials made of them. Never printed: the repr says what is present, not
+    what it is."""
 
     keyring: Keyring
+    credentials: SwimCredentials
     ca_pem: str | None = None
     certificate_pem: str | None = None
     private_key_pem: str | None = None
@@ -137,27 +143,36 @@ async def load_trust_material(
             build_client_context(ca_pem=ca_pem)
         except TrustConfigError as error:
             raise SecretMaterialError(f"{where}: {error}") from None
-    certificate_pem = private_key_pem = fingerprint = None
-    if tls.site_cert_secret_ref is not None:
-        site_ref = tls.site_cert_secret_ref
-        field = "spec.tls.siteCertSecretRef"
-        data = await _read(source, site_ref, field)
-        cert_where = _where(site_ref, field, TLS_CERT_KEY)
-        certificate_pem = _text(_entry(data, site_ref, field, TLS_CERT_KEY), cert_where)
-        fingerprint = _check_certificate(certificate_pem, cert_where, now)
-        key_where = _where(site_ref, field, TLS_PRIVATE_KEY_KEY)
-        private_key_pem = _text(_entry(data, site_ref, field, TLS_PRIVATE_KEY_KEY), key_where)
-        if _PRIVATE_KEY_BEGIN not in private_key_pem:
-            raise SecretMaterialError(f"{key_where} is not a PEM private key")
-        try:
-            with pem_paths(certificate_pem, private_key_pem) as (cert_path, key_path):
-                build_client_context(client_cert=cert_path, client_key=key_path)
-        except TrustConfigError:
-            raise SecretMaterialError(
-                f"{_where(site_ref, field)}: tls.key is not the private key of tls.crt, or "
-                "one of them is not PEM"
-            ) from None
-    return TrustMaterial(keyring, ca_pem, certificate_pem, private_key_pem, fingerprint)
+    if tls.site_cert_secret_ref is None:
+        raise SecretMaterialError(
+            "spec.tls.siteCertSecretRef is not set: every SWIM message is signed with the site "
+            "certificate; reference this site's kubernetes.io/tls Secret (docs/install.md)"
+        )
+    site_ref = tls.site_cert_secret_ref
+    field = "spec.tls.siteCertSecretRef"
+    data = await _read(source, site_ref, field)
+    cert_where = _where(site_ref, field, TLS_CERT_KEY)
+    certificate_pem = _text(_entry(data, site_ref, field, TLS_CERT_KEY), cert_where)
+    fingerprint = _check_certificate(certificate_pem, cert_where, now)
+    key_where = _where(site_ref, field, TLS_PRIVATE_KEY_KEY)
+    private_key_pem = _text(_entry(data, site_ref, field, TLS_PRIVATE_KEY_KEY), key_where)
+    if _PRIVATE_KEY_BEGIN not in private_key_pem:
+        raise SecretMaterialError(f"{key_where} is not a PEM private key")
+    try:
+        with pem_paths(certificate_pem, private_key_pem) as (cert_path, key_path):
+            build_client_context(client_cert=cert_path, client_key=key_path)
+    except TrustConfigError:
+        raise SecretMaterialError(
+            f"{_where(site_ref, field)}: tls.key is not the private key of tls.crt, or "
+            "one of them is not PEM"
+        ) from None
+    try:
+        credentials = swim_credentials(certificate_pem, private_key_pem, ca_pem)
+    except SiteCredentialsError as error:
+        raise SecretMaterialError(f"{_where(site_ref, field)}: {error}") from None
+    return TrustMaterial(
+        keyring, credentials, ca_pem, certificate_pem, private_key_pem, fingerprint
+    )
 
 
 def secret_keyring(entry: bytes, where: str) -> Keyring:

@@ -39,6 +39,7 @@ from grid.models.site import GridSiteStatus
 JsonObject = dict[str, Any]
 SPEC_VALID = "SpecValid"
 SEEDS_REACHABLE = "SeedsReachable"
+MEMBERSHIP_READY = "MembershipReady"
 MAX_MESSAGE = 4096
 
 VOLATILE_FIELDS = frozenset({"lastProbe", "lastHealthCheck", "lastMetricsScrape", "lastSeenAlive"})
@@ -176,6 +177,8 @@ class NetworkReport:
 
     config_error: str | None = None
     membership_running: bool = False
+    name_conflict: str | None = None
+    """Why the SWIM node stopped: an older live node holds this site's name."""
     grid_id: str | None = None
     unreachable_sites: tuple[str, ...] = ()
     connected_sites: int = 0
@@ -205,6 +208,11 @@ def network_status(
     outcome = evaluate_network(current, observation, now)
     generation = network.metadata.generation
     conditions = set_condition(outcome.conditions, _seeds_condition(report, generation), now)
+    if report.name_conflict is not None and not report.membership_running:
+        conflict = _update(
+            MEMBERSHIP_READY, False, "SiteNameConflict", report.name_conflict, generation
+        )
+        conditions = set_condition(conditions, conflict, now)
     status = GridNetworkStatus(
         phase=outcome.phase,
         phase_transition_time=outcome.phase_transition_time,
