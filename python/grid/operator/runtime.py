@@ -236,6 +236,8 @@ class NetworkRuntime:
 
     async def _reconcile(self) -> None:
         shared = self._shared
+        # The resources as of now: whatever arrives while this pass awaits is the next one's.
+        revision = shared.cache.revision
         entry = shared.cache.network(self.name)
         if entry is None:
             return
@@ -247,7 +249,7 @@ class NetworkRuntime:
         if self._network_status is None:
             self._network_status = _recorded_status(entry)
         await self._refresh_material(network, entry, now, moment)
-        engine = await self._engine_for(network, entry)
+        engine = await self._engine_for(network, entry, revision)
         if engine is None:
             return
         self._advertise_certificate(engine, now)
@@ -271,9 +273,11 @@ class NetworkRuntime:
         await self._write_statuses(engine, network, entry, now, moment)
         await self._discover_sites(engine, network)
 
-    async def _engine_for(self, network: GridNetwork, entry: Entry) -> SiteEngine | None:
-        """The engine with the current resources, created once this cluster's site is known
-        (and again if it changes)."""
+    async def _engine_for(
+        self, network: GridNetwork, entry: Entry, revision: int
+    ) -> SiteEngine | None:
+        """The engine with the resources of cache ``revision``, created once this cluster's
+        site is known (and again if it changes)."""
         cache = self._shared.cache
         sites, providers = cache.sites_of(self.name), cache.providers_of(self.name)
         fingerprint = self._material.certificate_fingerprint if self._material else None
@@ -298,10 +302,10 @@ class NetworkRuntime:
                 probe_interval_s=self._shared.options.probe_interval_s,
             )
             self._notices.say("site", f"this cluster is site {local.name} ({local.how})")
-        elif cache.revision != self._applied_revision:
+        elif revision != self._applied_revision:
             # Only on a change: the engine re-ranks everything after new resources.
             self.engine.set_resources(network, sites, providers)
-        self._applied_revision = cache.revision
+        self._applied_revision = revision
         return self.engine
 
     def _config_error(self, entry: Entry) -> str | None:
