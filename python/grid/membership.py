@@ -330,11 +330,12 @@ class SwimNode:
         """Starts the protocol thread."""
         self._node.start()
 
-    def forget(self, site: str) -> None:
-        """Forgets the items of ``site`` (its records went stale here): their versions are
-        kept and their payloads dropped, and the same versions are delivered again when
-        they come back, so nothing forgotten is lost."""
-        self._node.forget(site)
+    def forget(self, site: str, items: Sequence[tuple[str, str]]) -> None:
+        """Forgets these ``(lane, key)`` items of ``site`` (its records went stale here):
+        their versions are kept and their payloads dropped (syncs stop carrying them), and
+        the same versions are delivered again once the site is live and they come back, so
+        nothing forgotten is lost. A site going down forgets nothing by itself."""
+        self._node.forget(site, list(items))
 
     def set_pins(self, pins: Mapping[str, Sequence[bytes]]) -> None:
         """Replaces the pinned certificate fingerprints (site → SHA-256s). A site whose

@@ -383,6 +383,7 @@ impl Driver {
             // Our own items can come back from peers (published by an earlier life).
             items.trust_origin(identity.site(), credentials.public_key().clone());
         }
+        items.set_live(identity.site(), true);
         let store = Arc::new(Mutex::new(items));
         let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);
@@ -1051,6 +1052,7 @@ impl Driver {
                 OwnedNotification::MemberUp(id) => {
                     self.membership_changed = true;
                     self.holders.insert(id.site().clone(), id.clone());
+                    lock(&self.store).set_live(id.site(), true);
                     self.recover_items_of(now, &id);
                     self.events.push(Event::MemberUp(id));
                 }
@@ -1058,8 +1060,8 @@ impl Driver {
                     self.membership_changed = true;
                     if self.holders.get(id.site()) == Some(&id) {
                         self.holders.remove(id.site());
+                        lock(&self.store).set_live(id.site(), false);
                     }
-                    self.forget_items_of(&id);
                     if self.is_left(&id) {
                         self.events.push(Event::MemberLeft(id));
                     } else {
@@ -1069,6 +1071,7 @@ impl Driver {
                 OwnedNotification::Rename(previous, current) => {
                     self.membership_changed = true;
                     self.holders.insert(current.site().clone(), current.clone());
+                    lock(&self.store).set_live(current.site(), true);
                     self.recover_items_of(now, &current);
                     self.events.push(Event::MemberRenamed { previous, current });
                 }
@@ -1124,17 +1127,12 @@ impl Driver {
         }
     }
 
-    /// Forgets the items of `site` (the host decided its records are stale): versions are
-    /// kept, payloads dropped, and the same versions are taken again when they come back.
-    pub fn forget(&mut self, site: &str) {
-        lock(&self.store).forget_payloads(site);
-    }
-
-    fn forget_items_of(&mut self, gone: &NodeId) {
-        let site = gone.site();
-        if !self.foca.iter_members().any(|m| m.id().site() == site) {
-            lock(&self.store).forget_payloads(site);
-        }
+    /// Forgets these items of `site` (the host decided its records are stale): versions
+    /// are kept, payloads dropped (syncs stop carrying them), and the same versions are
+    /// taken and delivered again once the site is live and they come back. The host owns
+    /// what is forgotten: a site going down forgets nothing here.
+    pub fn forget(&mut self, site: &str, items: &[(Lane, String)]) -> usize {
+        lock(&self.store).forget(site, items)
     }
 
     fn contact_seeds<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {

@@ -287,6 +287,10 @@ pub struct ItemStore {
     /// Items from origins whose key is not known yet, oldest first: taken as soon as the
     /// origin's certificate is verified, so a joiner does not wait for the next sync.
     waiting: std::collections::VecDeque<Vec<u8>>,
+    /// Origins with a live member (this node's own site included): only their forgotten
+    /// items are taken back at the same version, so a down site's records do not bounce
+    /// between nodes that forget them at different times.
+    live: std::collections::HashSet<Arc<str>>,
     len: usize,
     capacity: usize,
     interner: Interner,
@@ -302,6 +306,7 @@ impl ItemStore {
             origins: HashMap::new(),
             origin_keys: signed.then(HashMap::new),
             waiting: std::collections::VecDeque::new(),
+            live: std::collections::HashSet::new(),
             len: 0,
             capacity,
             interner,
@@ -377,10 +382,15 @@ impl ItemStore {
             .get(item.origin)
             .map(|lanes| lanes[item.lane as usize].get(item.key).map(|s| s.version));
         match known {
-            // The same version is news again once its payload was forgotten: forgetting a
-            // site that was down must never lose what it says when it is back.
+            // The same version is news again once its payload was forgotten and its site is
+            // back: forgetting a site that was away must never lose what it says.
             Some(Some(version)) if version > item.version => return None,
-            Some(Some(version)) if version == item.version && self.holds(&item) => return None,
+            Some(Some(version))
+                if version == item.version
+                    && (self.holds(&item) || !self.live.contains(item.origin)) =>
+            {
+                return None
+            }
             Some(Some(_)) => {}
             _ if self.len >= self.capacity => {
                 self.refused.store_full += 1;
@@ -478,14 +488,29 @@ impl ItemStore {
         })
     }
 
-    /// Drops the payloads of a site that is down or gone; versions are kept, and the same
-    /// versions are taken again when they come back.
-    pub fn forget_payloads(&mut self, origin: &str) {
-        if let Some(lanes) = self.origins.get_mut(origin) {
-            for stored in lanes.iter_mut().flat_map(|lane| lane.values_mut()) {
-                stored.held = None;
+    /// Marks whether `origin` has a live member.
+    pub fn set_live(&mut self, origin: &Arc<str>, live: bool) {
+        if live {
+            self.live.insert(origin.clone());
+        } else {
+            self.live.remove(origin);
+        }
+    }
+
+    /// Drops the payloads of these items of `origin` (the host forgot them); versions are
+    /// kept, and the same versions are taken again once `origin` is live and they come
+    /// back. Returns how many were held.
+    pub fn forget(&mut self, origin: &str, items: &[(Lane, String)]) -> usize {
+        let Some(lanes) = self.origins.get_mut(origin) else {
+            return 0;
+        };
+        let mut forgotten = 0;
+        for (lane, key) in items {
+            if let Some(stored) = lanes[*lane as usize].get_mut(key.as_str()) {
+                forgotten += usize::from(stored.held.take().is_some());
             }
         }
+        forgotten
     }
 
     pub fn refusals(&self) -> Refusals {
@@ -789,7 +814,7 @@ mod tests {
             s.accept(&encoded("a", Lane::State, key, 1, b"p"), true);
         }
         s.accept(&encoded("gone", Lane::State, "x", 1, b"p"), true);
-        s.forget_payloads("gone");
+        assert_eq!(s.forget("gone", &[(Lane::State, "x".to_owned())]), 1);
         let mut scratch = Vec::new();
         let mut seen = Vec::new();
         for _ in 0..3 {
@@ -814,12 +839,17 @@ mod tests {
         assert!(seen
             .iter()
             .all(|item| !item.windows(4).any(|w| w == b"gone")));
-        // A forgotten payload keeps its version: an older copy is not news, while the same
-        // version is taken back once (and then held again).
+        // A forgotten payload keeps its version: an older copy is not news, the same version
+        // is not either while its site is not live, and is taken back once it is (and then
+        // held again).
         assert!(s
             .accept(&encoded("gone", Lane::State, "x", 0, b"p"), true)
             .is_none());
         assert!(s.has_forgotten("gone"));
+        assert!(s
+            .accept(&encoded("gone", Lane::State, "x", 1, b"p"), true)
+            .is_none());
+        s.set_live(&Arc::from("gone"), true);
         assert!(s
             .accept(&encoded("gone", Lane::State, "x", 1, b"p"), true)
             .is_some());

@@ -146,7 +146,7 @@ enum Command {
         reply: SyncSender<Result<bool, PublishError>>,
     },
     SetPins(Pins),
-    Forget(String),
+    Forget(String, Vec<(Lane, String)>),
     Leave(SyncSender<()>),
     Stop(SyncSender<()>),
 }
@@ -405,10 +405,10 @@ impl Node {
         self.command(Command::SetPins(pins))
     }
 
-    /// Forgets the items of `site` (the host decided its records are stale); their same
-    /// versions are taken again, and delivered again, when they come back.
-    pub fn forget(&self, site: &str) -> Result<(), NodeError> {
-        self.command(Command::Forget(site.to_owned()))
+    /// Forgets these items of `site` (the host decided its records are stale); their same
+    /// versions are taken, and delivered, again once the site is live and they come back.
+    pub fn forget(&self, site: &str, items: Vec<(Lane, String)>) -> Result<(), NodeError> {
+        self.command(Command::Forget(site.to_owned(), items))
     }
 
     /// Tells the cluster this node is leaving, then stops. Blocks until the thread ended.
@@ -631,7 +631,9 @@ fn run(
                 match command {
                     Command::Join(seeds) => driver.join(now, &seeds, &mut out),
                     Command::SetPins(pins) => driver.set_pins(pins),
-                    Command::Forget(site) => driver.forget(&site),
+                    Command::Forget(site, items) => {
+                        driver.forget(&site, &items);
+                    }
                     Command::Publish {
                         lane,
                         key,

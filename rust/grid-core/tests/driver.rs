@@ -882,28 +882,42 @@ fn a_second_node_with_a_site_name_in_use_stops_and_the_first_stays() {
 fn a_site_forgotten_while_away_comes_back_with_its_items() {
     let (mut c, addrs) = five_node_cluster();
     let paused = addrs[3];
+    let item = [(Lane::State, "provider".to_owned())];
     assert!(c.publish(paused, Lane::State, "provider", 4, b"gpu"));
     c.run_for(Duration::from_secs(1));
     assert_eq!(c.items_at(addrs[0]).len(), 1);
-    // Paused (no input, no timers) until everyone declared it down and forgot its items.
+    // Paused (no input, no timers) until everyone declared it down.
     c.crashed.insert(paused);
     c.run_until(config().detection_bound(5), |c| {
         c.live()
             .iter()
             .all(|v| c.state_of(*v, paused).map(|s| s.0) == Some(MemberState::Down))
     });
+    // Going down forgets nothing: syncs still carry its item...
+    assert_eq!(c.nodes[&addrs[0]].stats().items_stored, 1);
+    // ...until the hosts decide its records are stale.
+    for at in [addrs[0], addrs[1], addrs[2]] {
+        assert_eq!(c.nodes.get_mut(&at).unwrap().forget("site-3", &item), 1);
+    }
+    // A host that has not forgotten it yet cannot bring it back while the site is down.
+    c.run_for(Duration::from_secs(6));
+    assert_eq!(c.items_at(addrs[0]).len(), 1);
     c.crashed.remove(&paused);
-    // Resumed: its unchanged item, at the same version, is delivered again everywhere.
+    // Resumed: its unchanged item, at the same version, is delivered again where forgotten.
     c.run_until(Duration::from_secs(10), |c| {
-        c.live()
+        [addrs[0], addrs[1], addrs[2]]
             .iter()
-            .filter(|at| **at != paused)
             .all(|at| c.items_at(*at).len() == 2)
     });
-    for at in c.live().iter().filter(|at| **at != paused) {
-        let items = c.items_at(*at);
+    for at in [addrs[0], addrs[1], addrs[2]] {
+        let items = c.items_at(at);
         assert_eq!(items[0], items[1], "{at}");
     }
+    assert_eq!(
+        c.items_at(addrs[4]).len(),
+        1,
+        "a node that forgot nothing gets nothing twice"
+    );
     assert!(c.all_see_all());
 }
 
@@ -913,7 +927,12 @@ fn items_the_host_forgets_are_delivered_again_when_they_come_back() {
     assert!(c.publish(addrs[1], Lane::Gateway, "egress", 2, b"10.0.0.1"));
     c.run_for(Duration::from_secs(1));
     assert_eq!(c.items_at(addrs[0]).len(), 1);
-    c.nodes.get_mut(&addrs[0]).unwrap().forget("site-1");
-    // The next sync that carries it (a periodic push/pull) brings it back.
+    let forgotten = c
+        .nodes
+        .get_mut(&addrs[0])
+        .unwrap()
+        .forget("site-1", &[(Lane::Gateway, "egress".to_owned())]);
+    assert_eq!(forgotten, 1);
+    // site-1 is alive: the next sync that carries it (a periodic push/pull) brings it back.
     c.run_until(Duration::from_secs(20), |c| c.items_at(addrs[0]).len() == 2);
 }

@@ -208,10 +208,15 @@ impl SwimNode {
         self.node.set_pins(self::pins(pins)?).map_err(node_error)
     }
 
-    /// Forgets the items of `site`: their versions are kept, their payloads dropped, and the
-    /// same versions are delivered again when they come back.
-    fn forget(&self, site: &str) -> PyResult<()> {
-        self.node.forget(site).map_err(node_error)
+    /// Forgets these (lane, key) items of `site`: their versions are kept, their payloads
+    /// dropped, and the same versions are delivered again once the site is live and they
+    /// come back.
+    fn forget(&self, site: &str, items: Vec<(String, String)>) -> PyResult<()> {
+        let items = items
+            .into_iter()
+            .map(|(lane_name, key)| Ok((lane(&lane_name)?, key)))
+            .collect::<PyResult<Vec<_>>>()?;
+        self.node.forget(site, items).map_err(node_error)
     }
 
     /// Starts the protocol thread.
