@@ -144,7 +144,11 @@ def test_site_records_and_forgetting_a_site() -> None:
     assert gateway is not None and gateway.address == "gw.site-a.example:443"
     metadata = b.metadata("site-a")
     assert metadata is not None and metadata.labels == {"tier": "gold"}
-    assert b.forget_site("site-a")
+    held = {(item.lane, item.key) for item in a.all_items()}
+    forgotten = b.forget_site("site-a")
+    # Every item the records came from, so the transport forgets them too; no budget slot.
+    assert set(forgotten) == {key for key in held if not key[1].startswith("budget/")}
+    assert ("gateway", "gateway") in forgotten and ("metadata", "metadata") in forgotten
     assert not b.forget_site("site-a")
     assert b.sites() == ("site-b",) and b.providers() == () and b.gateway("site-a") is None
     assert b.budget_spend("acme", "2025-06") == 500  # counted spend is not forgotten

@@ -678,3 +678,81 @@ def test_an_advertised_certificate_with_a_private_key_marker_is_discarded() -> N
     # Pinned to FINGERPRINTS["site-b"], not to this certificate: seen, and reported as such.
     assert (advertised.status, advertised.reason) == ("False", "AdvertisedNotPinned")
     assert cert.fingerprint in advertised.message
+
+
+# --- staleness and forgetting ----------------------------------------------------------
+
+TTL = timedelta(seconds=60)
+
+
+def test_a_quiet_provider_is_written_again_before_peers_could_call_it_stale() -> None:
+    b = engine("site-b", [provider("llama-b", "site-b")])
+    first = {i.key: i.version for i in b.refresh(T0).items}
+    assert "provider/llama-b" in first
+    assert not b.refresh(T0 + TTL / 3 - timedelta(seconds=1)).items
+    again = {i.key: i.version for i in b.refresh(T0 + TTL / 3 + timedelta(seconds=1)).items}
+    assert again["provider/llama-b"] > first["provider/llama-b"]
+
+
+def test_a_live_site_silent_past_the_ttl_leaves_the_overlay_as_grid_render_predicts() -> None:
+    from grid.models.resources import LoadedResources
+    from grid.render.whatif import MetricsReport, ProviderReport, build_what_if
+    from grid.scoring.ranking import rank_candidates
+
+    providers = [provider("llama-a", "site-a"), provider("llama-b", "site-b")]
+    a = engine("site-a", providers[:1])
+    b = engine("site-b", providers[1:])
+    connect([a, b], T0)
+    exchange([a, b], T0)
+    # site-b stays alive in SWIM but publishes nothing more (a wedged engine).
+    resources = LoadedResources((network(), *SITES, *providers))
+    metrics = MetricsReport(providers={"llama-b": ProviderReport(updated_at=T0)})
+    for now, routed in (
+        (T0 + TTL - timedelta(seconds=1), {"site-a", "site-b"}),
+        (T0 + TTL + timedelta(seconds=1), {"site-a"}),
+    ):
+        a.refresh(now)
+        candidates = overlay_of(a)["overlay"]["candidates"]
+        engine_view = [(c["name"], c["site"], c["fresh"]) for c in candidates]
+        what_if = build_what_if(resources, site="site-a", gateway=GATEWAY[1], metrics=metrics)
+        ranking = rank_candidates(
+            what_if.candidates,
+            what_if.consumer,
+            what_if.network.spec.scoring,
+            now,
+            stale_after_seconds=what_if.network.spec.stale_candidate_ttl_seconds,
+        )
+        predicted = [(r.candidate.model, r.candidate.site, r.fresh) for r in ranking.candidates]
+        assert engine_view == predicted, now
+        assert {site for _, site, _ in engine_view} == routed
+    # Left out of the overlay, not forgotten: the next write from site-b brings it back.
+    assert "site-b" in a.state.sites()
+
+
+def test_down_then_stale_counts_from_the_down_and_tells_the_transport() -> None:
+    a, b = engine("site-a", []), engine("site-b", [provider("llama-b", "site-b")])
+    connect([a, b], T0)
+    exchange([a, b], T0)
+    down = T0 + 2 * TTL  # its last item is already older than the TTL
+    a.member_down("site-b", "b:7946", 1, down)
+    result = a.refresh(down + timedelta(seconds=1))
+    assert "site-b" in a.state.sites() and not result.forgotten
+    result = a.refresh(down + TTL + timedelta(seconds=1))
+    assert "site-b" not in a.state.sites()
+    ((site, items),) = result.forgotten
+    assert site == "site-b" and ("state", "provider/llama-b") in items
+    assert not any(key.startswith("budget/") for _, key in items)
+
+
+def test_records_arriving_after_a_leave_are_forgotten_at_the_next_refresh() -> None:
+    a, b = engine("site-a", []), engine("site-b", [provider("llama-b", "site-b")])
+    connect([a, b], T0)
+    items = b.refresh(T0).items
+    a.member_left("site-b", "b:7946", 1, T0)
+    assert "site-b" not in a.state.sites()
+    for item in items:  # a late copy, relayed by a peer that had not heard of the leave
+        a.receive_item("site-b", item.lane, item.key, item.version, item.payload, T0)
+    assert "site-b" in a.state.sites()
+    result = a.refresh(T0 + timedelta(seconds=1))
+    assert "site-b" not in a.state.sites()
+    assert [site for site, _ in result.forgotten] == ["site-b"]

@@ -282,8 +282,7 @@ class NetworkRuntime:
         self.swim.sync_members(self.engine, now)
         self._check_credentials()
         result = self.engine.refresh(now)
-        for item in result.items:
-            self.swim.publish(item)
+        self.swim.apply(result)
         for overlay in result.changed:
             self._write_overlay(overlay)
         for event in result.events:

@@ -11,6 +11,11 @@ from grid.crdt.clock import RevisionClock, wall_millis
 from grid.crdt.lww import LWWRegister, Stamp
 from grid.crdt.records import GatewayRecord, ProviderRecord, SiteMetadata, check_site_id
 from grid.crdt.snapshot import (
+    CERT_LANE,
+    GATEWAY_KEY,
+    GATEWAY_LANE,
+    METADATA_KEY,
+    METADATA_LANE,
     STATE_LANE,
     CertChunk,
     CertChunkUpdate,
@@ -23,6 +28,7 @@ from grid.crdt.snapshot import (
     SpendSlot,
     assemble_cert,
     cert_chunks,
+    cert_key,
     decode_item,
     encode_cert_chunk,
     encode_gateway,
@@ -110,16 +116,22 @@ class GridState:
 
     # -- writing this site's records ------------------------------------------------------
 
-    def put_provider(self, record: ProviderRecord, now: float) -> bool:
-        """Write one of this site's providers; whether anything changed. Raises
-        :class:`~grid.errors.CrdtLimitError` (changing nothing) if the record would not fit
-        one item."""
+    def put_provider(
+        self, record: ProviderRecord, now: float, *, refresh_after: float | None = None
+    ) -> bool:
+        """Write one of this site's providers; whether it was written. An unchanged record
+        is written again (under a new version) once ``refresh_after`` seconds have passed
+        since it was last written, so peers can tell a live site's quiet provider from a
+        stale one. Raises :class:`~grid.errors.CrdtLimitError` (changing nothing) if the
+        record would not fit one item."""
         if not isinstance(record, ProviderRecord):
             raise CrdtValueError("put_provider takes a ProviderRecord")
         own = self._own
         current = own.providers.get(record.name)
         if current is not None and current.record() == record:
-            return False
+            written = own.received_at.get(record.name, now)
+            if refresh_after is None or now - written < refresh_after:
+                return False
         if current is None:
             _check_room(own, self._site)
         stamp, at_ms = self._stamp(now)
@@ -365,15 +377,25 @@ class GridState:
 
     # -- forgetting -----------------------------------------------------------------------
 
-    def forget_site(self, site: str) -> bool:
-        """Drop a departed or stale site's records; whether there were any.
+    def forget_site(self, site: str) -> tuple[tuple[str, str], ...]:
+        """Drop a departed or stale site's records; the ``(lane, key)`` of every item they
+        came from (empty if there were none), so the transport can forget them too.
 
         Its budget slots stay: spend already counted is real, and dropping it would break
         the lower bound.
         """
         if site == self._site:
             raise CrdtValueError("a site cannot forget its own records")
-        return self._sites.pop(site, None) is not None
+        records = self._sites.pop(site, None)
+        if records is None:
+            return ()
+        items = [(STATE_LANE, provider_key(name)) for name in records.providers]
+        if records.gateway is not None:
+            items.append((GATEWAY_LANE, GATEWAY_KEY))
+        if records.metadata is not None:
+            items.append((METADATA_LANE, METADATA_KEY))
+        items += [(CERT_LANE, cert_key(index)) for index in records.cert_chunks]
+        return tuple(items)
 
     def forget_budget_window(self, window: str) -> int:
         """Stop tracking an ended budget window (every tenant's counter and this site's

@@ -157,6 +157,10 @@ class RefreshResult:
     changed: tuple[GatewayOverlay, ...]
     """Gateways whose overlay has a new revision (or a new refusal message)."""
     events: tuple[ResourceEvent, ...]
+    forgotten: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
+    """Sites whose records this refresh dropped, each with the ``(lane, key)`` of the
+    items they came from: the transport forgets them too, and takes them back when the
+    site is back."""
 
 
 @dataclass(slots=True)
@@ -240,6 +244,9 @@ class SiteEngine:
         self._membership_running = False
         self._trusted: frozenset[str] = frozenset()
         self._events: list[ResourceEvent] = []
+        self._forgotten: list[tuple[str, tuple[tuple[str, str], ...]]] = []
+        self._stale_at: float | None = None
+        """When (seconds) the next remote candidate in the ranking goes stale."""
         self._changed: dict[tuple[str, str], GatewayOverlay] = {}
         self.refused_items: Counter[str] = Counter()
         """Received items refused, by reason (``malformed``, ``forged``, ``limit``)."""
@@ -364,7 +371,9 @@ class SiteEngine:
         return True
 
     def _forget(self, site: str) -> None:
-        self._state.forget_site(site)
+        items = self._state.forget_site(site)
+        if items:
+            self._forgotten.append((site, items))
         self._advertised.pop(site, None)
         self._dirty = True
 
@@ -601,6 +610,8 @@ class SiteEngine:
         self._adopt_grid_id()
         self._write_own_records(now)
         self._evaluate_sites(now)
+        if self._stale_at is not None and now.timestamp() > self._stale_at:
+            self._dirty = True
         if self._dirty:
             self._dirty = False
             self._render(now)
@@ -609,7 +620,9 @@ class SiteEngine:
         self._changed.clear()
         events = tuple(self._events)
         self._events.clear()
-        return RefreshResult(tuple(self._state.items_to_publish()), changed, events)
+        forgotten = tuple(self._forgotten)
+        self._forgotten.clear()
+        return RefreshResult(tuple(self._state.items_to_publish()), changed, events, forgotten)
 
     def _evict_stale(self, now: datetime) -> None:
         ttl = self._network.spec.stale_candidate_ttl_seconds
@@ -679,7 +692,10 @@ class SiteEngine:
                 record = provider_record(
                     provider, phase, provider_metrics(observed.signals, view.healthy)
                 )
-                self._state.put_provider(record, moment)
+                # Rewritten unchanged three times per TTL, so peers never take a live
+                # site's quiet provider for a stale one.
+                refresh = self._network.spec.stale_candidate_ttl_seconds / 3
+                self._state.put_provider(record, moment, refresh_after=refresh)
             except (CrdtValueError, CrdtLimitError) as error:
                 observed.publish_error = str(error)
                 continue
@@ -900,6 +916,7 @@ class SiteEngine:
                 self._consumer(),
                 self._network.spec.scoring,
                 now,
+                stale_after_seconds=self._network.spec.stale_candidate_ttl_seconds,
                 admission_memory=self._admission,
             )
         except ScoringInputError as error:
@@ -907,6 +924,16 @@ class SiteEngine:
             return
         self._ranking = ranking
         self._admission = ranking.admission_memory
+        ttl = self._network.spec.stale_candidate_ttl_seconds
+        self._stale_at = min(
+            (
+                entry.candidate.updated_seconds + ttl
+                for entry in ranking.candidates
+                if entry.candidate.site != self._site
+                and entry.candidate.updated_seconds is not None
+            ),
+            default=None,
+        )
         source = self._source()
         for gateway in gateways:
             self._render_gateway(gateway, ranking, source, endpoints, now)

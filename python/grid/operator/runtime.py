@@ -266,8 +266,7 @@ class NetworkRuntime:
         self._observers.probe_due_sites(engine, now)
         self.mesh.sync_members(engine, now)
         result = engine.refresh(now)
-        for item in result.items:
-            self.mesh.publish(item)
+        self.mesh.apply(result)
         await self._configmaps.sync(engine, network, entry.body)
         self._post_events(result.events)
         await self._write_statuses(engine, network, entry, now, moment)

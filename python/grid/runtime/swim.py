@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from grid.crdt.snapshot import Item
-from grid.engine import ItemOutcome, SiteEngine
+from grid.engine import ItemOutcome, RefreshResult, SiteEngine
 from grid.errors import BroadcastRefused, GridError, NodeStateError, SiteCredentialsError
 from grid.membership import (
     Event,
@@ -345,6 +345,21 @@ class SwimDriver:
             self.published[item.lane] += 1
             if self._on_published is not None:
                 self._on_published(item)
+
+    def apply(self, result: RefreshResult) -> None:
+        """Carry out what a refresh decided for the mesh: publish this site's new items and
+        forget the items of the sites whose records the engine dropped (they come back at
+        the same versions once those sites are live again)."""
+        for item in result.items:
+            self.publish(item)
+        node = self.node
+        if node is None:
+            return
+        for site, items in result.forgotten:
+            try:
+                node.forget(site, items)
+            except NodeStateError:
+                return  # stopped under us; a new node holds nothing of theirs yet
 
     def sync_members(self, engine: SiteEngine, now: datetime) -> None:
         """Events can be lost (a slow reader) and suspicion has no event: the member list
