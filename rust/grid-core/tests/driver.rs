@@ -936,3 +936,24 @@ fn items_the_host_forgets_are_delivered_again_when_they_come_back() {
     // site-1 is alive: the next sync that carries it (a periodic push/pull) brings it back.
     c.run_until(Duration::from_secs(20), |c| c.items_at(addrs[0]).len() == 2);
 }
+
+#[test]
+fn a_late_joiner_receives_what_a_crashed_site_published() {
+    let (mut c, addrs) = five_node_cluster();
+    let crashed = addrs[4];
+    assert!(c.publish(crashed, Lane::State, "budget/slot", 3, b"71 units"));
+    c.run_for(Duration::from_secs(1));
+    c.crashed.insert(crashed);
+    c.run_until(config().detection_bound(5), |c| {
+        c.live()
+            .iter()
+            .all(|v| c.state_of(*v, crashed).map(|s| s.0) == Some(MemberState::Down))
+    });
+    let late = c.add(9, 100);
+    c.join(late, addrs[0]);
+    c.run_until(config().probe_interval * 4, |c| {
+        c.items_at(late)
+            .iter()
+            .any(|item| item.0 == "site-4" && item.4 == b"71 units")
+    });
+}
