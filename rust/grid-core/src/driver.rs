@@ -68,6 +68,9 @@ const CONFLICTS_REMEMBERED: usize = 1024;
 
 const ENTRY_MEMBER: u8 = 1;
 const ENTRY_ITEM: u8 = 2;
+/// A site's certificate chain: `site_len u8 | site | count u8 | (len u16 | der)*`, so a
+/// node can verify the items of sites it never heard from itself (a crashed one, say).
+const ENTRY_CERTIFICATE: u8 = 3;
 /// Where a sync chunk's index and count sit: after the kind, the sender and the sync id.
 fn chunk_counts_at(sender: &NodeId) -> usize {
     1 + sender.encoded_len() + 4
@@ -1236,6 +1239,19 @@ impl Driver {
             }
         }
 
+        for (site, chain) in self.session.certificates() {
+            entry.clear();
+            entry.push(site.len() as u8);
+            entry.extend_from_slice(site.as_bytes());
+            entry.push(chain.len() as u8);
+            for der in chain {
+                entry.put_u16(der.len() as u16);
+                entry.extend_from_slice(der);
+            }
+            if !chunks.push(ENTRY_CERTIFICATE, &entry) {
+                break;
+            }
+        }
         lock(&self.store).export(&mut entry, |item| chunks.push(ENTRY_ITEM, item));
 
         for mut chunk in chunks.finish() {
@@ -1266,6 +1282,7 @@ impl Driver {
         let mut quiet = Vec::new();
         let mut left = Vec::new();
         let mut items = Vec::new();
+        let mut certificates = Vec::new();
         while !r.is_empty() {
             let tag = r.u8()?;
             let len = usize::from(r.u16()?);
@@ -1292,6 +1309,7 @@ impl Driver {
                     }
                 }
                 ENTRY_ITEM => items.push(body),
+                ENTRY_CERTIFICATE => certificates.push(decode_certificate_entry(body)?),
                 other => return Err(WireError::BadEntry(other)),
             }
         }
@@ -1314,6 +1332,12 @@ impl Driver {
         self.foca_call(now, out, |foca, rt| {
             foca.apply_many(quiet.into_iter(), false, rt)
         });
+        for (site, chain) in certificates {
+            let site = self.interner.intern(site);
+            if let Some(key) = self.session.learn_certificate(now, &site, &chain) {
+                lock(&self.store).trust_origin(&site, key);
+            }
+        }
         {
             let mut store = lock(&self.store);
             for item in items {
@@ -1397,6 +1421,30 @@ impl Driver {
         });
         Ok(())
     }
+}
+
+/// A sync's certificate entry: the site and its chain, leaf first.
+fn decode_certificate_entry(body: &[u8]) -> Result<(&str, Vec<&[u8]>), WireError> {
+    let mut r = Reader::new(body);
+    let len = usize::from(r.u8()?);
+    let site = std::str::from_utf8(r.bytes(len)?).map_err(|_| WireError::BadUtf8)?;
+    if validate_site(site).is_err() {
+        return Err(WireError::BadEntry(ENTRY_CERTIFICATE));
+    }
+    let count = usize::from(r.u8()?);
+    if count == 0 || count > crate::auth::MAX_CHAIN_LEN {
+        return Err(WireError::BadEntry(ENTRY_CERTIFICATE));
+    }
+    let chain = (0..count)
+        .map(|_| {
+            let len = usize::from(r.u16()?);
+            r.bytes(len)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if !r.is_empty() {
+        return Err(WireError::TrailingBytes);
+    }
+    Ok((site, chain))
 }
 
 /// Packs sync entries into as few chunks as possible, each within one frame.

@@ -104,6 +104,13 @@ struct Sender {
     last_heard: Duration,
 }
 
+struct KnownSite {
+    key: PublicKey,
+    /// When the chain was last checked against the policy.
+    checked: Duration,
+    chain: Vec<Vec<u8>>,
+}
+
 pub struct Session {
     authority: Authority,
     interner: Interner,
@@ -111,8 +118,8 @@ pub struct Session {
     wall_offset: Duration,
     seq: u64,
     local: NodeId,
-    /// Each site's verified key, with when its certificate was last checked.
-    keys: HashMap<Arc<str>, (PublicKey, Duration)>,
+    /// Each site's verified key and the certificate chain that proved it.
+    keys: HashMap<Arc<str>, KnownSite>,
     senders: HashMap<NodeId, Sender>,
     identities: HashMap<Arc<str>, Vec<NodeId>>,
     introduced: HashMap<NodeAddr, Duration>,
@@ -130,13 +137,22 @@ impl Session {
         interner: Interner,
         wall_offset: Duration,
     ) -> Session {
+        let mut keys = HashMap::new();
+        if let Authority::Certified { credentials, .. } = &authority {
+            let own = KnownSite {
+                key: credentials.public_key().clone(),
+                checked: Duration::ZERO,
+                chain: credentials.chain().to_vec(),
+            };
+            keys.insert(local.site().clone(), own);
+        }
         Session {
             authority,
             interner,
             wall_offset,
             seq: 0,
             local,
-            keys: HashMap::new(),
+            keys,
             senders: HashMap::new(),
             identities: HashMap::new(),
             introduced: HashMap::new(),
@@ -177,7 +193,7 @@ impl Session {
         let stale: Vec<Arc<str>> = self
             .keys
             .iter()
-            .filter(|(site, (key, _))| !policy.admits_fingerprint(site, &key.fingerprint()))
+            .filter(|(site, known)| !policy.admits_fingerprint(site, &known.key.fingerprint()))
             .map(|(site, _)| site.clone())
             .collect();
         for site in &stale {
@@ -188,7 +204,7 @@ impl Session {
 
     /// The key verified for `site`, if any.
     pub fn key(&self, site: &str) -> Option<&PublicKey> {
-        self.keys.get(site).map(|(key, _)| key)
+        self.keys.get(site).map(|known| &known.key)
     }
 
     /// Whether a message from exactly this identity passed every check.
@@ -330,40 +346,27 @@ impl Session {
         now: Duration,
         envelope: &Envelope<'_>,
     ) -> Result<(), Unauthenticated> {
-        let Authority::Certified { policy, .. } = &self.authority else {
+        if self.authority.is_unsigned() {
             if envelope.kind == KIND_HELLO {
                 self.stats.hellos_received += 1;
             }
             return Ok(());
-        };
+        }
         let site = envelope.sender.site();
-        let key = if envelope.kind == KIND_HELLO {
-            let certified = hello_chain(envelope.body, &self.interner).and_then(|chain| {
-                // A site introduces itself again and again with the same certificate: the
-                // chain is checked once, later HELLOs only verify their signature.
-                let leaf = ring::digest::digest(&ring::digest::SHA256, chain[0]);
-                match self.keys.get(site) {
-                    Some((key, checked))
-                        if key.fingerprint()[..] == *leaf.as_ref()
-                            && now.saturating_sub(*checked) < RECHECK_CERTIFICATES =>
-                    {
-                        Ok(key.clone())
-                    }
-                    _ => policy
-                        .certify(site, &chain, self.wall_offset + now)
-                        .map_err(|_| WireError::BadEntry(KIND_HELLO)),
-                }
-            });
+        let (key, chain) = if envelope.kind == KIND_HELLO {
+            let certified = hello_chain(envelope.body, &self.interner)
+                .ok()
+                .and_then(|chain| Some((self.certified(now, site, &chain)?, chain)));
             match certified {
-                Ok(key) if self.keys.contains_key(site) || self.keys.len() < MAX_SITES => key,
-                _ => {
+                Some(found) => found,
+                None => {
                     self.stats.dropped_untrusted_certificate += 1;
                     return Err(Unauthenticated::Refused);
                 }
             }
         } else {
             match self.keys.get(site) {
-                Some((key, _)) => key.clone(),
+                Some(known) => (known.key.clone(), Vec::new()),
                 None => {
                     self.stats.dropped_unknown_sender += 1;
                     return Err(Unauthenticated::UnknownSite);
@@ -376,13 +379,86 @@ impl Session {
         }
         if envelope.kind == KIND_HELLO {
             self.stats.hellos_received += 1;
-            let checked = match self.keys.get(site) {
-                Some((known, checked)) if *known == key => *checked,
-                _ => now,
-            };
-            self.keys.insert(site.clone(), (key, checked));
+            if !self.remember_site(now, site, key, &chain) {
+                self.stats.dropped_untrusted_certificate += 1;
+                return Err(Unauthenticated::Refused);
+            }
         }
         Ok(())
+    }
+
+    /// The key `chain` proves for `site`: checked against the policy, or taken from the
+    /// site's known chain when it is the same certificate and was checked lately.
+    fn certified(&self, now: Duration, site: &str, chain: &[&[u8]]) -> Option<PublicKey> {
+        let Authority::Certified { policy, .. } = &self.authority else {
+            return None;
+        };
+        let leaf = ring::digest::digest(&ring::digest::SHA256, chain.first()?);
+        match self.keys.get(site) {
+            Some(known)
+                if known.key.fingerprint()[..] == *leaf.as_ref()
+                    && now.saturating_sub(known.checked) < RECHECK_CERTIFICATES =>
+            {
+                Some(known.key.clone())
+            }
+            _ => policy.certify(site, chain, self.wall_offset + now).ok(),
+        }
+    }
+
+    /// Keeps `key` (proved by `chain`) for `site`; false when the table of sites is full.
+    fn remember_site(
+        &mut self,
+        now: Duration,
+        site: &Arc<str>,
+        key: PublicKey,
+        chain: &[&[u8]],
+    ) -> bool {
+        if site == self.local.site() {
+            // This node's own certificate is the one it holds, whatever peers relay.
+            return true;
+        }
+        let checked = match self.keys.get(site) {
+            Some(known) if known.key == key => known.checked,
+            Some(_) => now,
+            None if self.keys.len() >= MAX_SITES => return false,
+            None => now,
+        };
+        let chain = chain.iter().map(|der| der.to_vec()).collect();
+        self.keys.insert(
+            site.clone(),
+            KnownSite {
+                key,
+                checked,
+                chain,
+            },
+        );
+        true
+    }
+
+    /// Learns a site's key from its certificate chain as a peer relayed it (in a sync):
+    /// the certificate vouches for itself, whoever carries it. `None` if it does not pass.
+    pub fn learn_certificate(
+        &mut self,
+        now: Duration,
+        site: &Arc<str>,
+        chain: &[&[u8]],
+    ) -> Option<PublicKey> {
+        if site == self.local.site() {
+            return None;
+        }
+        let Some(key) = self.certified(now, site, chain) else {
+            self.stats.dropped_untrusted_certificate += 1;
+            return None;
+        };
+        self.remember_site(now, site, key.clone(), chain)
+            .then_some(key)
+    }
+
+    /// The verified certificate chains this node knows (its own included), for syncs.
+    pub fn certificates(&self) -> impl Iterator<Item = (&Arc<str>, &[Vec<u8>])> {
+        self.keys
+            .iter()
+            .map(|(site, known)| (site, known.chain.as_slice()))
     }
 
     fn record(&mut self, now: Duration, envelope: &Envelope<'_>) {
