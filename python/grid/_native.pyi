@@ -14,6 +14,7 @@ __all__ = [
     "Simulation",
     "SwimNode",
     "__version__",
+    "check_site_credentials",
 ]
 
 __version__: str
@@ -46,6 +47,14 @@ class Keyring:
     def key_ids(self) -> list[str]: ...
     def seal(self, plaintext: bytes) -> bytes: ...
     def open(self, frame: bytes) -> bytes: ...
+
+def check_site_credentials(
+    site: str,
+    certificate_chain: Sequence[bytes],
+    private_key: bytes,
+    trust_anchors: Sequence[bytes] = ...,
+    pins: Mapping[str, Sequence[bytes]] = ...,
+) -> None: ...
 
 @final
 class SwimNode:

@@ -109,6 +109,17 @@ class SwimCredentials:
     def native_pins(self) -> dict[str, list[bytes]]:
         return native_pins(self.pins)
 
+    def check(self, site: str) -> None:
+        """Raise :class:`~grid.errors.SiteCredentialsError` if a node of ``site`` would
+        refuse these credentials (as :class:`SwimNode` checks them, binding nothing)."""
+        _native.check_site_credentials(
+            site,
+            list(self.certificate_chain),
+            self.private_key,
+            list(self.trust_anchors),
+            self.native_pins(),
+        )
+
 
 def native_pins(pins: Mapping[str, Sequence[bytes]]) -> dict[str, list[bytes]]:
     """Pins as ``grid._native`` takes them; raises :class:`SiteCredentialsError` for a pin

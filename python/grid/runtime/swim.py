@@ -42,7 +42,6 @@ EngineOf = Callable[[], SiteEngine | None]
 Pins = dict[str, tuple[bytes, ...]]
 ConflictListener = Callable[[NameConflict, str], None]
 """Hears of a name conflict and what was logged about it."""
-_TRIAL_BIND = "127.0.0.1:0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +201,7 @@ class SwimDriver:
         attempt = (site, identity, pins)
         if attempt == self._refused_replacement:
             return current
-        problem = _refusal(site, keyring, identity, pins)
+        problem = _refusal(site, identity, pins)
         if problem is not None:
             self._refused_replacement = attempt
             self._replacement_error = (
@@ -449,18 +448,14 @@ class SwimDriver:
         self._wake()
 
 
-def _refusal(site: str, keyring: Keyring, identity: SwimCredentials, pins: Pins) -> str | None:
-    """Why a node of ``site`` would refuse these credentials (None: it would take them),
-    found by setting one up on a loopback port that is never started."""
+def _refusal(site: str, identity: SwimCredentials, pins: Pins) -> str | None:
+    """Why a node of ``site`` would refuse these credentials (None: it would take them)."""
     try:
-        trial = SwimNode(
-            _TRIAL_BIND, site, None, keyring.keys, credentials=replace(identity, pins=pins)
-        )
+        replace(identity, pins=pins).check(site)
     except SiteCredentialsError as error:
         return str(error)
     except GridError:
         return None  # not about the credentials: the real start will say what it is
-    trial.close()
     return None
 
 

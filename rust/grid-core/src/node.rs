@@ -217,27 +217,14 @@ pub struct Node {
     bound: SocketAddr,
 }
 
-impl Node {
-    /// Validates everything and binds the socket; the protocol starts with [`Node::start`].
-    pub fn bind(
-        settings: NodeSettings,
-        keys: &[&[u8]],
-        trust: NodeTrust,
-    ) -> Result<Node, NodeError> {
-        settings.swim.validate().map_err(NodeError::Config)?;
-        validate_site(&settings.site).map_err(NodeError::Site)?;
-        let clock = Instant::now();
-        let wall_offset = wall_clock();
-        let policy =
-            TrustPolicy::new(&trust.anchors, trust.pins).map_err(NodeError::Credentials)?;
-        let credentials = SiteCredentials::new(
-            &settings.site,
-            trust.chain,
-            &trust.private_key,
-            &policy,
-            wall_offset,
-        )
-        .map_err(NodeError::Credentials)?;
+impl NodeTrust {
+    /// The credentials and policy a node of `site` would sign and verify with, checked as
+    /// [`Node::bind`] checks them, at wall-clock time `now`.
+    pub fn check(self, site: &str, now: Duration) -> Result<Authority, NodeError> {
+        validate_site(site).map_err(NodeError::Site)?;
+        let policy = TrustPolicy::new(&self.anchors, self.pins).map_err(NodeError::Credentials)?;
+        let credentials = SiteCredentials::new(site, self.chain, &self.private_key, &policy, now)
+            .map_err(NodeError::Credentials)?;
         let hello_len = 1
             + crate::identity::MAX_IDENTITY_LEN
             + 2
@@ -253,6 +240,31 @@ impl Node {
                  use smaller certificates"
             ))));
         }
+        Ok(Authority::Certified {
+            credentials: Box::new(credentials),
+            policy,
+        })
+    }
+}
+
+/// Time since the Unix epoch (a clock set before 1970 reads as the epoch).
+pub fn wall_clock() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::from_millis(1))
+}
+
+impl Node {
+    /// Validates everything and binds the socket; the protocol starts with [`Node::start`].
+    pub fn bind(
+        settings: NodeSettings,
+        keys: &[&[u8]],
+        trust: NodeTrust,
+    ) -> Result<Node, NodeError> {
+        settings.swim.validate().map_err(NodeError::Config)?;
+        let clock = Instant::now();
+        let wall_offset = wall_clock();
+        let authority = trust.check(&settings.site, wall_offset)?;
         let Some((primary, others)) = keys.split_first() else {
             return Err(NodeError::Keyring(KeyringError::BadKeyLength(0)));
         };
@@ -287,10 +299,7 @@ impl Node {
             settings.swim,
             random_seed(),
             Interner::default(),
-            Authority::Certified {
-                credentials: Box::new(credentials),
-                policy,
-            },
+            authority,
             wall_offset,
         );
         let (commands, receiver) = mpsc::channel();
@@ -715,13 +724,6 @@ fn drop_index(reason: DropReason) -> usize {
         .iter()
         .position(|r| *r == reason)
         .expect("every reason is listed")
-}
-
-/// Time since the Unix epoch (a clock set before 1970 reads as the epoch).
-fn wall_clock() -> Duration {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::from_millis(1))
 }
 
 fn random_seed() -> u64 {

@@ -14,7 +14,7 @@ use grid_core::driver::{Event, FOCA_ERROR_KINDS};
 use grid_core::frame::DropReason;
 use grid_core::identity::NodeId;
 use grid_core::lanes::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN};
-use grid_core::node::{Node, NodeError, NodeSettings, NodeTrust};
+use grid_core::node::{wall_clock, Node, NodeError, NodeSettings, NodeTrust};
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 
@@ -455,8 +455,33 @@ impl SwimNode {
     }
 }
 
+/// Checks that a node of `site` would sign with these credentials and trust its peers as
+/// they say: raises `SiteCredentialsError` (or `SwimConfigError` for a bad site name) as
+/// `SwimNode` would, without binding anything.
+#[pyfunction]
+#[pyo3(signature = (site, certificate_chain, private_key, trust_anchors = Vec::new(), pins = HashMap::new()))]
+fn check_site_credentials(
+    site: &str,
+    certificate_chain: Vec<Vec<u8>>,
+    private_key: Vec<u8>,
+    trust_anchors: Vec<Vec<u8>>,
+    pins: HashMap<String, Vec<Vec<u8>>>,
+) -> PyResult<()> {
+    let trust = NodeTrust {
+        chain: certificate_chain,
+        private_key,
+        anchors: trust_anchors,
+        pins: self::pins(pins)?,
+    };
+    trust
+        .check(site, wall_clock())
+        .map(drop)
+        .map_err(node_error)
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<SwimNode>()?;
+    m.add_function(wrap_pyfunction!(check_site_credentials, m)?)?;
     m.add("MAX_ITEM_LEN", MAX_ITEM_LEN)?;
     m.add("MAX_KEY_LEN", MAX_KEY_LEN)?;
     m.add("LANES", Lane::ALL.map(Lane::name).to_vec())?;
