@@ -1,0 +1,593 @@
+"""A mesh of ``grid agent`` processes, one per network namespace, for the chaos suite.
+
+Each site has, inside its namespace: a provider process (``provider.py``) serving
+``/health`` and ``/metrics`` for its providers, and its agent (``site_agent.py``: ``grid
+agent`` with the spend inbox and view files), which binds SWIM, its egress TLS listener
+and its health checks to the site's address. Everything the test learns comes from the
+files the agents write: ``view.json``, ``overlays.jsonl``, ``spends.jsonl`` and the overlay
+file itself.
+
+Process control is by pid, from the thread that started the process: SIGSTOP/SIGCONT
+(pause), SIGKILL (crash), SIGTERM (leave), and a restart with the same options. A child
+dies with the test process (``PR_SET_PDEATHSIG``), and whatever is left in a namespace is
+killed when the namespace is removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from chaos.netns import Lab
+from grid.models.meta import API_VERSION
+from grid.trust import CertificateAuthority
+
+HERE = Path(__file__).resolve().parent
+SITE_LABEL = "grid.praxis-proxy.io/site"
+REGION_LABEL = "topology.kubernetes.io/region"
+GATEWAY_NAMESPACE = "grid-system"
+GATEWAY_NAME = "edge-gateway"
+NETWORK = "grid-chaos"
+TENANT = "acme"
+SWIM_PORT = 7946
+EGRESS_PORT = 8443
+QUEUE_METRIC = "vllm:num_requests_waiting"
+KV_METRIC = "vllm:gpu_cache_usage_perc"
+PREFIX_METRIC = "vllm:gpu_prefix_cache_hit_rate"
+LATENCY_METRIC = "vllm:e2e_request_latency_p99_seconds"
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderPlan:
+    """One provider of a site: what it offers and the load its endpoint reports. The load
+    values are exact in binary and in the replicated record's units, and differ between
+    providers, so no two candidates tie on score."""
+
+    name: str
+    port: int
+    models: tuple[str, ...]
+    cost: tuple[str, str]
+    queue: int
+    kv: float
+    prefix: float
+    latency_s: float
+
+    @property
+    def cost_micro_usd(self) -> tuple[int, int]:
+        return (int(Decimal(self.cost[0]) * 1_000_000), int(Decimal(self.cost[1]) * 1_000_000))
+
+
+@dataclass(frozen=True, slots=True)
+class SitePlan:
+    name: str
+    region: str
+    zone: str
+    providers: tuple[ProviderPlan, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MeshSettings:
+    """FAST SWIM settings and a short stale-candidate TTL, so that faults longer than the
+    TTL fit in a test."""
+
+    probe_interval: str = "500ms"
+    suspicion_timeout: str = "1500ms"
+    probe_interval_s: float = 0.5
+    suspicion_timeout_s: float = 1.5
+    gossip_nodes: int = 3
+    stale_ttl_seconds: int = 8
+    observe_interval: str = "1s"
+    agent_probe_interval_s: float = 1.0
+    reload_interval_s: float = 1.0
+    budget_window: str = "24h"
+
+
+def default_plans() -> tuple[SitePlan, ...]:
+    """Four sites in two regions, six providers."""
+
+    def provider(name: str, port: int, models: tuple[str, ...], queue: int) -> ProviderPlan:
+        return ProviderPlan(name, port, models, ("0.10", "0.20"), queue, 0.25, 0.5, 0.5)
+
+    return (
+        SitePlan(
+            "east-a",
+            "us-east",
+            "us-east-1a",
+            (
+                provider("llama-east-a", 18001, ("llama-3.1-8b",), 1),
+                provider("qwen-east-a", 18002, ("qwen-2.5-72b", "qwen-2.5-7b"), 2),
+            ),
+        ),
+        SitePlan(
+            "east-b",
+            "us-east",
+            "us-east-1b",
+            (provider("llama-east-b", 18001, ("llama-3.1-8b",), 3),),
+        ),
+        SitePlan(
+            "west-a",
+            "us-west",
+            "us-west-2a",
+            (
+                provider("llama-west-a", 18001, ("llama-3.1-8b", "llama-3.1-70b"), 4),
+                provider("mistral-west-a", 18002, ("mistral-7b",), 5),
+            ),
+        ),
+        SitePlan(
+            "west-b",
+            "us-west",
+            "us-west-2b",
+            (provider("qwen-west-b", 18001, ("qwen-2.5-7b",), 6),),
+        ),
+    )
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGKILL when the thread that started it ends."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class Site:
+    """One site: its plan (providers as currently declared), files and processes."""
+
+    plan: SitePlan
+    directory: Path
+    address: str
+    agent: subprocess.Popen[bytes] | None = None
+    provider: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    lives: int = 0
+    exits: list[str] = field(default_factory=list)
+    """Exits of the agent nobody asked for (code and log tail)."""
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def resources(self) -> Path:
+        return self.directory / "resources"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.directory / "state"
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.directory / "tls"
+
+    @property
+    def chaos_dir(self) -> Path:
+        return self.directory / "chaos"
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "agent.log"
+
+    @property
+    def running(self) -> bool:
+        """The agent process exists (it may be paused)."""
+        return self.agent is not None and self.agent.poll() is None
+
+    @property
+    def overlay_file(self) -> Path:
+        return (
+            self.state_dir
+            / "overlays"
+            / NETWORK
+            / GATEWAY_NAMESPACE
+            / GATEWAY_NAME
+            / "grid-config.json"
+        )
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, or None while it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_lines(path: Path) -> list[dict[str, Any]]:
+    """The complete JSON lines of a file (a torn last line is left out)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            found.append(json.loads(line))
+    return found
+
+
+def wait_until(
+    what: str, predicate: Callable[[], bool], timeout: float, every: float = 0.1
+) -> float:
+    """Seconds until ``predicate`` holds; raises :class:`TimeoutError` naming ``what``."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{what}: not within {timeout:g}s")
+        time.sleep(every)
+    return time.monotonic() - started
+
+
+class ChaosMesh:
+    """Build with a :class:`~chaos.netns.Lab` whose namespaces exist, :meth:`prepare`,
+    :meth:`start`; :meth:`stop` ends every process (also after a failure)."""
+
+    def __init__(
+        self,
+        root: Path,
+        lab: Lab,
+        plans: Sequence[SitePlan] | None = None,
+        settings: MeshSettings | None = None,
+    ) -> None:
+        self.root = root
+        self.lab = lab
+        self.settings = settings or MeshSettings()
+        plans = tuple(plans or default_plans())
+        self.sites = {
+            plan.name: Site(plan, root / plan.name, lab.address(plan.name)) for plan in plans
+        }
+        self._spend_serial = 0
+        self.key_file = root / "swim.key"
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.sites)
+
+    # -- setting up -----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """The CA and a certificate per site, the SWIM key, every resource directory."""
+        now = datetime.now(UTC)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.key_file.write_bytes(secrets.token_bytes(32))
+        self.key_file.chmod(0o600)
+        ca = CertificateAuthority.generate("Grid chaos CA", now=now)
+        pins = {}
+        for site in self.sites.values():
+            for directory in (site.resources, site.state_dir, site.tls_dir, site.chaos_dir):
+                directory.mkdir(parents=True, exist_ok=True)
+            issued = ca.issue(site.name, now=now, ip_addresses=(site.address,))
+            issued.write(site.tls_dir, "tls")
+            ca.write(site.tls_dir, "ca")
+            (site.tls_dir / "ca.key").unlink()
+            pins[site.name] = issued.fingerprint
+        self._pins = pins
+        for site in self.sites.values():
+            self._write_static_resources(site)
+            self.write_providers(site)
+
+    def _write_static_resources(self, site: Site) -> None:
+        settings = self.settings
+        seeds = [f"{s.address}:{SWIM_PORT}" for s in self.sites.values()]
+        network = {
+            "apiVersion": API_VERSION,
+            "kind": "GridNetwork",
+            "metadata": {"name": NETWORK},
+            "spec": {
+                "seeds": seeds,
+                "gatewayRefs": [{"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE}],
+                "swim": {
+                    "gossipNodes": settings.gossip_nodes,
+                    "probeInterval": settings.probe_interval,
+                    "suspicionTimeout": settings.suspicion_timeout,
+                },
+                "staleCandidateTtlSeconds": settings.stale_ttl_seconds,
+                "budgets": [{"tenant": TENANT, "cap": 10**12, "window": settings.budget_window}],
+            },
+        }
+        sites = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": "GridSite",
+                "metadata": {
+                    "name": other.name,
+                    "labels": {SITE_LABEL: other.name, REGION_LABEL: other.plan.region},
+                },
+                "spec": {
+                    "gridNetworkRef": NETWORK,
+                    "egress": {
+                        "address": f"{other.address}:{EGRESS_PORT}",
+                        "tlsMode": "mutual_tls",
+                    },
+                    "region": other.plan.region,
+                    "zone": other.plan.zone,
+                    "trust": {"certFingerprint": self._pins[other.name]},
+                },
+            }
+            for other in self.sites.values()
+        ]
+        _write_text(site.resources / "00-network.yaml", yaml.safe_dump(network, sort_keys=False))
+        _write_text(site.resources / "10-sites.yaml", yaml.safe_dump_all(sites, sort_keys=False))
+
+    def provider_document(self, site: Site, plan: ProviderPlan) -> dict[str, Any]:
+        interval = self.settings.observe_interval
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProvider",
+            "metadata": {"name": plan.name},
+            "spec": {
+                "gridNetworkRef": NETWORK,
+                "backendKind": "local",
+                "providerKind": "self_hosted",
+                "models": [{"name": model, "capabilities": ["chat"]} for model in plan.models],
+                "endpoint": f"http://{site.address}:{plan.port}",
+                "siteSelector": {"matchLabels": {SITE_LABEL: site.name}},
+                "cost": {"inputPerMillion": plan.cost[0], "outputPerMillion": plan.cost[1]},
+                "healthCheck": {
+                    "path": "/health",
+                    "interval": interval,
+                    "timeout": "500ms",
+                    "healthyThreshold": 1,
+                    "unhealthyThreshold": 2,
+                },
+                "metricsConfig": {
+                    "port": plan.port,
+                    "path": "/metrics",
+                    "interval": interval,
+                    "timeout": "500ms",
+                    "signals": {
+                        "queueDepth": {"metric": QUEUE_METRIC, "aggregation": "sum"},
+                        "kvCacheUtilization": {"metric": KV_METRIC},
+                        "prefixCacheHitRatio": {"metric": PREFIX_METRIC},
+                        "p99LatencyMs": {"metric": LATENCY_METRIC, "scale": 1000},
+                    },
+                },
+            },
+        }
+
+    def write_providers(self, site: Site) -> None:
+        """Write the site's providers as currently planned (the agent reloads them), and
+        the values its provider process serves."""
+        documents = [self.provider_document(site, plan) for plan in site.plan.providers]
+        _write_text(
+            site.resources / "20-providers.yaml", yaml.safe_dump_all(documents, sort_keys=False)
+        )
+        values = {
+            plan.name: {
+                "port": plan.port,
+                "queue": plan.queue,
+                "kv": plan.kv,
+                "prefix": plan.prefix,
+                "latency_s": plan.latency_s,
+                "healthy": True,
+            }
+            for plan in site.plan.providers
+        }
+        _write_text(site.directory / "values.json", json.dumps(values, sort_keys=True))
+
+    def edit_provider(self, site_name: str, provider: str, **changes: Any) -> ProviderPlan:
+        """Change one provider of a site (``models``, ``cost``) in its resource directory."""
+        site = self.sites[site_name]
+        plans = list(site.plan.providers)
+        index = next(i for i, plan in enumerate(plans) if plan.name == provider)
+        plans[index] = replace(plans[index], **changes)
+        site.plan = replace(site.plan, providers=tuple(plans))
+        self.write_providers(site)
+        return plans[index]
+
+    # -- processes ------------------------------------------------------------------------
+
+    def _spawn(self, site: Site, command: list[str], log: Path) -> subprocess.Popen[bytes]:
+        with log.open("ab") as output:
+            output.write(f"=== {datetime.now(UTC).isoformat()} {' '.join(command[4:7])}\n".encode())
+            output.flush()
+            return subprocess.Popen(
+                [*self.lab.exec_prefix(site.name), *command],
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=output,
+                # One prctl call between fork and exec; the harness starts no threads.
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Start every provider process, then every agent."""
+        for site in self.sites.values():
+            self.start_provider(site)
+        for site in self.sites.values():
+            wait_until(
+                f"{site.name}'s provider process ready",
+                lambda site=site: (site.directory / "ready.json").exists(),  # type: ignore[misc]
+                timeout,
+            )
+        for site in self.sites.values():
+            self.start_agent(site.name)
+
+    def start_provider(self, site: Site) -> None:
+        (site.directory / "ready.json").unlink(missing_ok=True)
+        command = [
+            sys.executable,
+            str(HERE / "provider.py"),
+            "--host",
+            site.address,
+            "--values",
+            str(site.directory / "values.json"),
+            "--ready",
+            str(site.directory / "ready.json"),
+        ]
+        site.provider = self._spawn(site, command, site.directory / "provider.log")
+
+    def agent_command(self, site: Site) -> list[str]:
+        settings = self.settings
+        return [
+            sys.executable,
+            str(HERE / "site_agent.py"),
+            "--chaos-dir",
+            str(site.chaos_dir),
+            "agent",
+            "--resources",
+            str(site.resources),
+            "--state-dir",
+            str(site.state_dir),
+            "--site",
+            site.name,
+            "--bind",
+            f"{site.address}:{SWIM_PORT}",
+            "--key-file",
+            str(self.key_file),
+            "--tls-dir",
+            str(site.tls_dir),
+            "--egress-listen",
+            f"{site.address}:{EGRESS_PORT}",
+            "--probe-interval",
+            str(settings.agent_probe_interval_s),
+            "--reload-interval",
+            str(settings.reload_interval_s),
+        ]
+
+    def start_agent(self, name: str) -> None:
+        site = self.sites[name]
+        assert not site.running, f"{name}'s agent is already running"
+        site.lives += 1
+        site.paused = False
+        site.agent = self._spawn(site, self.agent_command(site), site.log)
+
+    def pause(self, name: str) -> None:
+        site = self.sites[name]
+        assert site.agent is not None
+        site.agent.send_signal(signal.SIGSTOP)
+        site.paused = True
+
+    def resume(self, name: str) -> None:
+        site = self.sites[name]
+        assert site.agent is not None
+        site.agent.send_signal(signal.SIGCONT)
+        site.paused = False
+
+    def crash(self, name: str) -> None:
+        """SIGKILL: the site vanishes as a crash would (no leave)."""
+        site = self.sites[name]
+        assert site.agent is not None
+        site.agent.send_signal(signal.SIGKILL)
+        site.agent.wait(timeout=30)
+        site.agent, site.paused = None, False
+
+    def leave(self, name: str, timeout: float = 30.0) -> int:
+        """SIGTERM: the agent leaves the mesh and exits; its exit status."""
+        site = self.sites[name]
+        assert site.agent is not None
+        if site.paused:
+            self.resume(name)
+        process, site.agent = site.agent, None
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+            raise
+
+    def check_processes(self) -> list[str]:
+        """Agents or provider processes that exited on their own since the last call
+        (described with their log tail); the agents are restarted."""
+        problems = []
+        for site in self.sites.values():
+            if site.agent is not None and site.agent.poll() is not None:
+                problem = (
+                    f"{site.name}'s agent exited by itself with status {site.agent.returncode}; "
+                    f"log tail:\n{site.log_tail()}"
+                )
+                site.exits.append(problem)
+                problems.append(problem)
+                site.agent = None
+                self.start_agent(site.name)
+            if site.provider is not None and site.provider.poll() is not None:
+                problems.append(
+                    f"{site.name}'s provider process exited ({site.provider.returncode})"
+                )
+                self.start_provider(site)
+        return problems
+
+    def stop(self) -> None:
+        """Kill every process of the mesh (the namespaces go with the lab)."""
+        for site in self.sites.values():
+            for process in (site.agent, site.provider):
+                if process is not None and process.poll() is None:
+                    process.kill()
+            for process in (site.agent, site.provider):
+                if process is not None:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        process.wait(timeout=30)
+
+    # -- spends ---------------------------------------------------------------------------
+
+    def spend(self, name: str, amount: int) -> str:
+        """Ask a site to count ``amount`` of the tenant's spend; the request's id."""
+        self._spend_serial += 1
+        identifier = f"{name}-{os.getpid()}-{time.monotonic_ns()}-{self._spend_serial}"
+        inbox = self.sites[name].chaos_dir / "inbox"
+        inbox.mkdir(parents=True, exist_ok=True)
+        _write_text(
+            inbox / f"{identifier}.json",
+            json.dumps({"id": identifier, "tenant": TENANT, "amount": amount}),
+        )
+        return identifier
+
+    def pending_spends(self, name: str) -> int:
+        return len(list((self.sites[name].chaos_dir / "inbox").glob("*.json")))
+
+    def acknowledged_spends(self) -> list[dict[str, Any]]:
+        """Every spend any site counted, in any of its lives."""
+        found = []
+        for site in self.sites.values():
+            found += read_lines(site.chaos_dir / "spends.jsonl")
+        return found
+
+    # -- views ----------------------------------------------------------------------------
+
+    def view(self, name: str) -> dict[str, Any] | None:
+        """The site's latest view, if its current life wrote one."""
+        site = self.sites[name]
+        document = read_json(site.chaos_dir / "view.json")
+        if not isinstance(document, dict) or site.agent is None:
+            return None
+        if document.get("pid") != site.agent.pid or "members" not in document:
+            return None
+        return document
+
+    def overlay_document(self, name: str) -> dict[str, Any] | None:
+        document = read_json(self.sites[name].overlay_file)
+        return document if isinstance(document, dict) else None
+
+    def overlay_log(self, name: str) -> list[dict[str, Any]]:
+        return read_lines(self.sites[name].chaos_dir / "overlays.jsonl")
+
+
+def _write_text(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
+
+
+def everyone_but(names: Iterable[str], excluded: str) -> list[str]:
+    return [name for name in names if name != excluded]
