@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.commands.demo",
     "grid.commands.bench",
     "grid.commands.operator",
+    "grid.commands.secrets",
 )
 
 
