@@ -20,10 +20,13 @@ After the heal, within a bound (checked together, "one view"):
     :mod:`chaos.schedule`: the harness waits for spend to reach another process before it
     kills one, and counts the shortfall if it never does).
 
-All along (sampled from every view and every overlay written):
+All along (every overlay file written, and each site's latest refresh every 0.2 s):
 
-(d) **No route to a departed site.** No overlay of a site lists a candidate of a site it
-    sees as ``down`` or ``left`` at that moment.
+(d) **No route to a departed site.** No overlay a site renders lists a candidate of a site
+    it sees as ``down`` or ``left`` in the same refresh. (Between a membership event and the
+    refresh it wakes, a few milliseconds, the engine knows more than its overlay says; a
+    snapshot taken then is not a routing decision, so views are judged on what the latest
+    refresh left.)
 """
 
 from __future__ import annotations

@@ -488,12 +488,15 @@ class Player:
         return deficits
 
     def _sample(self, outcome: Outcome) -> None:
+        """(d) on each site's latest refresh: the members it rendered from and the overlay
+        it rendered."""
         for name in self.mesh.names:
             view = self.mesh.view(name)
-            if view is None or view.get("overlay") is None:
+            refreshed = None if view is None else view.get("refreshed")
+            if not refreshed or refreshed.get("candidates") is None:
                 continue
             outcome.violations |= routing_violations(
-                name, view.get("members", {}), view["overlay"]["candidates"]
+                name, refreshed["members"], refreshed["candidates"]
             )
 
     def _check_overlay_logs(self, since: float, outcome: Outcome) -> None:

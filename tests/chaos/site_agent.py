@@ -10,8 +10,9 @@ directory of their own (``--chaos-dir``):
   (a crash between the two) is not counted twice.
 - **Views.** ``view.json`` (rewritten atomically every 0.2 s) holds what the engine holds:
   members, the provider records of every site, budget totals and slots, the current
-  overlay's candidates. ``overlays.jsonl`` gets a line for every overlay file written, with
-  the members as the engine saw them when it rendered it.
+  overlay's candidates, and (``refreshed``) the members and overlay as the latest refresh
+  left them. ``overlays.jsonl`` gets a line for every overlay file written, with the
+  members as the engine saw them when it rendered it.
 
     python site_agent.py --chaos-dir DIR agent --resources ... (every ``grid agent`` option)
 """
@@ -87,6 +88,10 @@ class Hooks:
         self.view = directory / "view.json"
         self.acknowledged = _acknowledged(self.spends)
         self.started = time.time()
+        self.refreshed: dict[str, Any] | None = None
+        """Members and overlay as the engine's latest refresh left them (consistent: the
+        overlay was rendered from those members)."""
+        self._wrapped: Any = None
 
     def _runtime(self) -> Any:
         if not self.agent.networks:
@@ -157,8 +162,35 @@ class Hooks:
             },
         )
 
+    def _follow_refreshes(self, engine: Any) -> None:
+        """Record members and overlay right after each refresh of ``engine``. Between a
+        membership event and the refresh it wakes, the engine's members are newer than its
+        overlay; a snapshot taken then would not be one the engine ever rendered from."""
+        if self._wrapped is engine:
+            return
+        self._wrapped = engine
+        original = engine.refresh
+
+        def refresh(now: Any) -> Any:
+            result = original(now)
+            overlays = list(engine.overlays.values())
+            overlay = overlays[0] if overlays else None
+            self.refreshed = {
+                "at": time.time(),
+                "members": _members(engine),
+                "candidates": None
+                if overlay is None or overlay.overlay is None
+                else _candidates(overlay),
+            }
+            return result
+
+        engine.refresh = refresh
+
     async def view_loop(self) -> None:
         while True:
+            runtime = self._runtime()
+            if runtime is not None:
+                self._follow_refreshes(runtime.engine)
             try:
                 document = self.document()
             except Exception as error:  # a view must never stop the agent
@@ -218,6 +250,7 @@ class Hooks:
                 if overlay is None or overlay.overlay is None
                 else {"revision": overlay.overlay.revision, "candidates": _candidates(overlay)},
                 "overlay_message": None if overlay is None else overlay.message,
+                "refreshed": self.refreshed,
                 "refused_items": dict(engine.refused_items),
             }
         )
