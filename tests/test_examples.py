@@ -275,7 +275,13 @@ SECRETS = documents(EXAMPLES / "secrets")
 
 
 def test_secret_examples_hold_no_key_material() -> None:
-    assert {s["metadata"]["name"] for s in SECRETS} == {"glb-demo-swim-key", "openai-api-key"}
+    assert {s["metadata"]["name"] for s in SECRETS} == {
+        "glb-demo-swim-key",
+        "glb-demo-ca",
+        "glb-demo-site-tls",
+        "glb-demo-ca-signing",
+        "openai-api-key",
+    }
     for secret in SECRETS:
         assert (secret["apiVersion"], secret["kind"]) == ("v1", "Secret")
         assert set(secret) <= {"apiVersion", "kind", "metadata", "type", "data"}
@@ -283,22 +289,51 @@ def test_secret_examples_hold_no_key_material() -> None:
 
 
 def test_secret_examples_say_how_to_make_the_real_ones() -> None:
+    for name in ("swim-key.yaml", "ca.yaml", "site-tls.yaml", "ca-signing.yaml"):
+        assert "grid secrets" in (EXAMPLES / "secrets" / name).read_text(), name
     swim = (EXAMPLES / "secrets" / "swim-key.yaml").read_text()
-    assert "head -c 32 /dev/urandom" in swim
-    assert "kubectl -n grid-system create secret generic glb-demo-swim-key" in swim
+    assert (
+        "grid secrets --network glb-demo --namespace grid-system --site east-edge "
+        "| kubectl apply -f -"
+    ) in swim
+    openai = (EXAMPLES / "secrets" / "openai-api-key.yaml").read_text()
+    assert "kubectl -n grid-system create secret generic openai-api-key" in openai
 
 
-def test_secret_references_in_the_mesh_match_the_secret_examples() -> None:
+def mesh_secret_references() -> set[tuple[str, str, str]]:
+    """(namespace, name, data key) of every Secret entry the mesh refers to."""
     loaded = load_resources_from_dir(MESH)
     (network,) = loaded.networks
-    assert network.spec.tls is not None and network.spec.tls.swim_key_ref is not None
-    references = {(network.spec.tls.swim_key_ref.name, network.spec.tls.swim_key_ref.key)}
+    tls = network.spec.tls
+    assert tls is not None
+    assert tls.swim_key_ref and tls.ca_secret_ref and tls.site_cert_secret_ref
+    site = tls.site_cert_secret_ref
+    references = {
+        (ref.namespace, ref.name, ref.key) for ref in (tls.swim_key_ref, tls.ca_secret_ref)
+    }
+    references |= {(site.namespace, site.name, key) for key in ("tls.crt", "tls.key")}
     for provider in loaded.providers:
         auth = provider.spec.auth
         if auth is not None and auth.secret_ref is not None:
-            references.add((auth.secret_ref.name, auth.secret_ref.key))
-    examples = {(s["metadata"]["name"], key) for s in SECRETS for key in s["data"]}
-    assert references == examples
+            ref = auth.secret_ref
+            references.add((ref.namespace, ref.name, ref.key))
+    return references
+
+
+def test_secret_references_in_the_mesh_match_the_secret_examples() -> None:
+    examples = {
+        (s["metadata"]["namespace"], s["metadata"]["name"], key)
+        for s in SECRETS
+        for key in s["data"]
+    }
+    references = mesh_secret_references()
+    assert references <= examples
+    # The one Secret nothing refers to holds the CA key, in a namespace of its own.
+    assert examples - references == {
+        ("grid-ca", "glb-demo-ca-signing", key) for key in ("ca.crt", "ca.key", "swim.key")
+    }
+    types = {s["metadata"]["name"]: s.get("type") for s in SECRETS}
+    assert types["glb-demo-site-tls"] == "kubernetes.io/tls"
 
 
 def test_no_example_contains_something_shaped_like_a_credential() -> None:
