@@ -569,6 +569,11 @@ def test_the_install_guide_matches_the_manifests(example: list[Manifest]) -> Non
     )
     for entry in operator_container(example)["env"]:
         assert f"`{entry['name']}`" in guide, f"{entry['name']} is not documented"
-    # The SWIM key is 32 raw bytes under swim.key, as the examples and the models expect.
-    assert "head -c 32 /dev/urandom > swim.key" in guide
-    assert "--from-file=swim.key=swim.key" in guide
+    # The Secrets come from grid secrets (tests/test_secrets_command.py checks that they are
+    # the ones examples/mesh refers to), the CA key in a namespace the operator is not bound in.
+    assert (
+        "grid secrets --network glb-demo --namespace grid-system --site east-edge "
+        "| kubectl apply -f -"
+    ) in guide
+    assert "kubectl -n grid-system create rolebinding grid-operator" in guide
+    assert "kubectl -n grid-ca create rolebinding" not in guide
