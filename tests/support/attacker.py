@@ -46,9 +46,31 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str = "condi
     return time.monotonic() - start
 
 
+def hold(predicate: Callable[[], bool], seconds: float, what: str = "condition") -> None:
+    """Watches ``predicate`` for ``seconds``, failing the test the moment it does not hold."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), f"{what}: no longer holds"
+        time.sleep(0.01)
+    assert predicate(), f"{what}: no longer holds"
+
+
 def counter_sum(node: SwimNode, names: Iterable[str]) -> int:
     stats = node.stats()
     return sum(stats[name] for name in names)
+
+
+def socket_drops(address: str) -> int:
+    """Datagrams the kernel dropped for the IPv4 UDP socket bound to ``address`` (its
+    receive buffer was full), from /proc/net/udp."""
+    host, port = split_address(address)
+    local = f"{int.from_bytes(socket.inet_aton(host), 'little'):08X}:{port:04X}"
+    with open("/proc/net/udp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if fields[1] == local:
+                return int(fields[-1])
+    raise LookupError(f"no UDP socket bound to {address}")
 
 
 def der(issued: IssuedCertificate) -> bytes:
@@ -67,7 +89,8 @@ def self_signed(site: str) -> IssuedCertificate:
 class Tap:
     """A UDP relay in front of a node. The node advertises the tap's address (so peers send
     there); the tap forwards every datagram to the node's bound address unchanged and, while
-    ``recording``, keeps a copy. ``forwarded`` counts what it passed on."""
+    ``recording``, keeps a copy. ``forwarded`` counts what it passed on; :meth:`counted`
+    reads a node's counters at a moment when all of that has arrived."""
 
     def __init__(self) -> None:
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -78,9 +101,10 @@ class Tap:
         self.recording = True
         self.captured: list[bytes] = []
         self.forwarded = 0
-        self._thread = threading.Thread(
-            target=self._relay, name=f"tap-{self.address}", daemon=True
-        )
+        self._out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._lock = threading.Lock()
+        self._held: list[bytes] | None = None
+        self._thread = threading.Thread(target=self._relay, name=f"tap-{self.address}", daemon=True)
         self._closed = False
 
     def start(self, node: SwimNode) -> None:
@@ -90,30 +114,55 @@ class Tap:
         self._thread.start()
 
     def _relay(self) -> None:
-        out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            while True:
-                datagram = self.socket.recv(65536)
+        while True:
+            datagram = self.socket.recv(65536)
+            with self._lock:
                 if self._closed:
                     return
                 if self.recording:
                     self.captured.append(datagram)
-                assert self.target is not None
-                out.sendto(datagram, self.target)
-                self.forwarded += 1
+                if self._held is not None:
+                    self._held.append(datagram)
+                else:
+                    self._forward(datagram)
+
+    def _forward(self, datagram: bytes) -> None:
+        assert self.target is not None
+        self._out.sendto(datagram, self.target)
+        self.forwarded += 1
+
+    def counted(self, node: SwimNode) -> tuple[dict[str, int], int]:
+        """``node``'s counters and :attr:`forwarded`, read while the tap holds new datagrams
+        back and once ``node`` has taken in everything forwarded before (its ``packets_in``
+        stays put for a while), so each forwarded datagram is in both or in neither."""
+        with self._lock:
+            self._held = []
+        try:
+            last, since = node.stats()["packets_in"], time.monotonic()
+            while time.monotonic() - since < 0.03:
+                time.sleep(0.002)
+                now = node.stats()["packets_in"]
+                if now != last:
+                    last, since = now, time.monotonic()
+            return node.stats(), self.forwarded
         finally:
-            out.close()
+            with self._lock:
+                held, self._held = self._held or [], None
+                for datagram in held:
+                    self._forward(datagram)
 
     def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         if self._thread.is_alive():
             # Wake the relay with one last datagram; it sees the flag and ends.
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as poke:
                 poke.sendto(b"", split_address(self.address))
             self._thread.join(timeout=5)
         self.socket.close()
+        self._out.close()
 
 
 class Mallory:

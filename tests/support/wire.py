@@ -11,7 +11,10 @@ Layouts (every integer big-endian; see ``rust/grid-core/src/wire.rs``):
   everything before it; every body starts with the sender's identity;
 - identity: ``site_len u8 | site | family u8 (4 or 6) | ip | port u16 | generation u64``;
 - item: ``origin_len u8 | origin | lane u8 | key_len u8 | key | version u64 | payload |
-  signature (64)``, signed by the origin over ``b"grid item v1\\0"`` and the rest.
+  signature (64)``, signed by the origin over ``b"grid item v1\\0"`` and the rest;
+- sync chunk: ``sender identity | sync_id u32 | index u16 | count u16 | entry*``, each
+  entry ``tag u8 (1 member, 2 item, 3 certificate) | len u16 | body``, a certificate entry
+  ``site_len u8 | site | count u8 | (len u16 | DER)*``.
 
 Signatures are ECDSA P-256 with SHA-256 in the fixed ``r | s`` form, or Ed25519.
 """
@@ -24,7 +27,7 @@ import struct
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TypeAlias
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -87,6 +90,7 @@ ALIVE, SUSPECT, DOWN, LEFT = range(4)
 LANES = ("state", "gateway", "cert", "metadata")
 ENTRY_MEMBER = 1
 ENTRY_ITEM = 2
+ENTRY_CERTIFICATE = 3
 HELLO_WANT_REPLY = 0x01
 
 
@@ -251,9 +255,7 @@ class Member:
 
 # --- signatures -----------------------------------------------------------------------
 
-
-class PublicKey(Protocol):
-    def verify(self, *args: object) -> None: ...
+PublicKey: TypeAlias = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
 
 
 class Signer:
@@ -274,7 +276,7 @@ class Signer:
         return cls(key)
 
     @property
-    def public_key(self) -> ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey:
+    def public_key(self) -> PublicKey:
         return self._key.public_key()
 
     def sign(self, domain: bytes, signed: bytes) -> bytes:
@@ -289,7 +291,7 @@ class Signer:
 
 
 def verify(
-    public_key: ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey,
+    public_key: PublicKey,
     domain: bytes,
     signed: bytes,
     signature: bytes,
@@ -361,14 +363,16 @@ class Envelope:
         sender = Identity.decode(Reader(body))
         return cls(kind, sender, body, seq, sent_at, dst, signed, signature)
 
-    def verifies(self, public_key: ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey) -> bool:
+    def verifies(self, public_key: PublicKey) -> bool:
         return verify(public_key, MESSAGE_DOMAIN, self.signed, self.signature)
 
 
 # --- items ----------------------------------------------------------------------------
 
 
-def unsigned_item(origin: str | bytes, lane: str | int, key: str, version: int, payload: bytes):
+def unsigned_item(
+    origin: str | bytes, lane: str | int, key: str, version: int, payload: bytes
+) -> bytes:
     origin_bytes = origin.encode() if isinstance(origin, str) else origin
     lane_byte = LANES.index(lane) if isinstance(lane, str) else lane
     key_bytes = key.encode()
@@ -421,7 +425,7 @@ class Item:
         version = r.u64()
         return cls(origin, LANES[lane], key, version, r.rest(), signed, signature)
 
-    def verifies(self, public_key: ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey) -> bool:
+    def verifies(self, public_key: PublicKey) -> bool:
         return verify(public_key, ITEM_DOMAIN, self.signed, self.signature)
 
 
@@ -519,7 +523,8 @@ def sync_body(
     index: int = 0,
     count: int = 1,
 ) -> bytes:
-    """One sync chunk: ``entries`` are (ENTRY_MEMBER or ENTRY_ITEM, encoded entry)."""
+    """One sync chunk: ``entries`` are (ENTRY_MEMBER, ENTRY_ITEM or ENTRY_CERTIFICATE,
+    encoded entry)."""
     out = sender.encode() + struct.pack(">IHH", sync_id, index, count)
     for tag, entry in entries:
         out += bytes([tag]) + len(entry).to_bytes(2, "big") + entry
@@ -534,13 +539,14 @@ class SyncChunk:
     count: int
     members: tuple[tuple[Member, bool], ...]
     items: tuple[bytes, ...]
+    certificates: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
 
     @classmethod
     def decode(cls, body: bytes) -> SyncChunk:
         r = Reader(body)
         sender = Identity.decode(r)
         sync_id, index, count = r.u32(), r.u16(), r.u16()
-        members, items = [], []
+        members, items, certificates = [], [], []
         while r.remaining:
             tag, entry = r.u8(), r.take(r.u16())
             if tag == ENTRY_MEMBER:
@@ -551,9 +557,29 @@ class SyncChunk:
                 members.append((member, member.state == LEFT))
             elif tag == ENTRY_ITEM:
                 items.append(entry)
+            elif tag == ENTRY_CERTIFICATE:
+                certificates.append(decode_certificate_entry(entry))
             else:
                 raise WireError(f"sync entry tag {tag}")
-        return cls(sender, sync_id, index, count, tuple(members), tuple(items))
+        return cls(sender, sync_id, index, count, tuple(members), tuple(items), tuple(certificates))
+
+
+def certificate_entry(site: str | bytes, chain: Sequence[bytes]) -> bytes:
+    """A sync entry carrying a site's certificate chain (leaf first)."""
+    name = site.encode() if isinstance(site, str) else site
+    out = bytes([len(name)]) + name + bytes([len(chain)])
+    for der in chain:
+        out += len(der).to_bytes(2, "big") + der
+    return out
+
+
+def decode_certificate_entry(entry: bytes) -> tuple[str, tuple[bytes, ...]]:
+    r = Reader(entry)
+    site = r.take(r.u8()).decode()
+    chain = tuple(r.take(r.u16()) for _ in range(r.u8()))
+    if r.remaining:
+        raise WireError("trailing bytes after a certificate entry")
+    return site, chain
 
 
 def conflict_body(sender: Identity, holder: Identity) -> bytes:
@@ -609,18 +635,15 @@ def parse(plaintext: bytes) -> Parsed:
 
 
 class Forger:
-    """A holder of the shared key and of one site key, writing whole frames: it may sign
-    as itself, or put any identity in a body and sign it anyway."""
+    """A holder of the shared key and of one site key (``signer``; None signs with zeros),
+    writing whole frames: it signs as itself, or puts any identity in a body and signs it
+    anyway. Sequence numbers count up from 1 unless given."""
 
     def __init__(self, key: bytes, signer: Signer | None, identity: Identity) -> None:
         self.key = key
         self.signer = signer
         self.identity = identity
         self.seq = 0
-
-    def next_seq(self) -> int:
-        self.seq += 1
-        return self.seq
 
     def frame(
         self,
@@ -630,43 +653,41 @@ class Forger:
         *,
         seq: int | None = None,
         sent_at_ms: int | None = None,
-        signer: Signer | bool | None = True,
     ) -> bytes:
         """A sealed frame of one message to ``dst`` (a node's identity or address)."""
         if isinstance(dst, Identity):
             dst = (dst.host, dst.port)
         elif isinstance(dst, str):
             dst = split_address(dst)
-        chosen = self.signer if signer is True else signer or None
+        if seq is None:
+            self.seq += 1
+            seq = self.seq
         message = seal_message(
             kind,
             body,
-            seq=self.next_seq() if seq is None else seq,
+            seq=seq,
             sent_at_ms=now_ms() if sent_at_ms is None else sent_at_ms,
             dst=dst,
-            signer=chosen,
+            signer=self.signer,
         )
         return seal(self.key, message)
 
     def hello(
         self,
-        dst: Identity | str,
+        dst: Identity,
         chain: Sequence[bytes],
         *,
         identity: Identity | None = None,
         want_reply: bool = False,
-        **options: object,
+        seq: int | None = None,
+        sent_at_ms: int | None = None,
     ) -> bytes:
+        """A ``HELLO`` presenting ``chain`` as ``identity`` (this forger's by default)."""
         body = hello_body(identity or self.identity, chain, want_reply=want_reply)
-        return self.frame(KIND_HELLO, body, dst, **options)  # type: ignore[arg-type]
+        return self.frame(KIND_HELLO, body, dst, seq=seq, sent_at_ms=sent_at_ms)
 
-    def foca(self, dst: Identity, tag: int, *, src: Identity | None = None, **fields) -> bytes:
-        body = foca_body(src or self.identity, dst, tag, **fields)
-        return self.frame(KIND_FOCA, body, dst)
-
-    def announce(self, dst: Identity | str, *, src: Identity | None = None, **options) -> bytes:
+    def announce(self, dst: Identity, *, src: Identity | None = None) -> bytes:
         """A foca ``Announce`` to a seed: its destination is a placeholder at the address."""
-        target = dst if isinstance(dst, Identity) else Identity.at(b"", dst, 0)
-        placeholder = Identity(b"", target.host, target.port, 0)
+        placeholder = Identity(b"", dst.host, dst.port, 0)
         body = foca_body(src or self.identity, placeholder, ANNOUNCE)
-        return self.frame(KIND_FOCA, body, target, **options)
+        return self.frame(KIND_FOCA, body, dst)
