@@ -63,6 +63,8 @@ pub const ITEM_CAPACITY: usize = 16_384;
 pub const MAX_SYNC_CHUNKS: usize = 256;
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
+/// How far above what this node knows a member's gossiped incarnation may be.
+const MAX_INCARNATION_STEP: u16 = 16;
 /// Name conflicts remembered, so each is reported once.
 const CONFLICTS_REMEMBERED: usize = 1024;
 
@@ -206,6 +208,8 @@ pub struct DriverStats {
     pub dropped_superseded: u64,
     /// Gossiped member entries about identities not verified here, left out.
     pub members_unverified: u64,
+    /// Gossiped member entries whose incarnation cannot be true, left out.
+    pub members_implausible: u64,
 }
 
 struct Rt<'a, O: Transmit + ?Sized> {
@@ -734,6 +738,10 @@ impl Driver {
         out: &mut O,
     ) -> bool {
         let id = member.id();
+        if !self.plausible_incarnation(member) {
+            self.stats.members_implausible += 1;
+            return false;
+        }
         if id == self.foca.identity() || self.holders.get(id.site()) == Some(id) {
             return true;
         }
@@ -752,6 +760,22 @@ impl Driver {
             self.session.send_hello(now, id.socket_addr(), true, out);
         }
         false
+    }
+
+    /// Whether a gossiped entry's incarnation could be true. A member's incarnation only
+    /// rises when it refutes a suspicion, one step at a time: nobody can have heard of ours
+    /// above the one we carry, and another member's can only be a few steps above what we
+    /// know. A claim far ahead (a suspicion at the last incarnation, which cannot be
+    /// refuted) would force its subject to rejoin under a new identity.
+    fn plausible_incarnation(&self, member: &Member<NodeId>) -> bool {
+        let id = member.id();
+        if id == self.foca.identity() {
+            return member.incarnation() <= self.probe.incarnation;
+        }
+        let known = self
+            .member_state(id)
+            .map_or(0, |(incarnation, _)| incarnation);
+        member.incarnation() <= known.saturating_add(MAX_INCARNATION_STEP)
     }
 
     /// A verified `HELLO` is its sender's own signed word that it is alive: foca learns it

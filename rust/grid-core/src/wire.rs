@@ -23,8 +23,9 @@
 //! ip (4 or 16) | port u16 | generation u64` (see [`crate::identity`]). A foca message is
 //! `src | src_incarnation u16 | dst | tag u8 | fields`, then foca's own update count, members
 //! (`identity | incarnation u16 | state u8`) and length-prefixed broadcast items. A sync chunk
-//! is `sync_id u32 | index u16 | count u16 | sender identity | entries`, each entry
-//! `tag u8 (1 member, 2 item) | len u16 | body`, members carrying state 3 for `left`.
+//! is `sender identity | sync_id u32 | index u16 | count u16 | entries`, each entry
+//! `tag u8 (1 member, 2 item, 3 certificate) | len u16 | body`, members carrying state 3 for
+//! `left`, certificates as `site_len u8 | site | count u8 | (len u16 | der)*`.
 //! docs/wire-format.md has the whole table.
 
 use std::fmt;

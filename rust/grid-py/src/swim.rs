@@ -299,6 +299,7 @@ impl SwimNode {
             ("items_bad_signature", d.item_refusals.bad_signature),
             ("name_conflicts", d.name_conflicts),
             ("members_unverified", d.members_unverified),
+            ("members_implausible", d.members_implausible),
             ("hellos_sent", d.session.hellos_sent),
             ("hellos_received", d.session.hellos_received),
             ("answers_withheld", d.session.answers_withheld),
