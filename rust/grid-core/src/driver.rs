@@ -23,6 +23,7 @@
 //! [`Driver::handle_timers`], any [`Driver::publish`]/[`Driver::join`]/[`Driver::leave`],
 //! then [`Driver::flush`]; sleep until [`Driver::next_deadline`] or the next input.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -63,6 +64,14 @@ pub const ITEM_CAPACITY: usize = 16_384;
 pub const MAX_SYNC_CHUNKS: usize = 256;
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
+/// What screening does with one gossiped member entry.
+enum Screened {
+    Apply(Member<NodeId>),
+    /// A Down claim held as a suspicion (see [`Driver::screen_member`]).
+    AsSuspect(Member<NodeId>),
+    Drop,
+}
+
 /// How far above what this node knows a member's gossiped incarnation may be.
 const MAX_INCARNATION_STEP: u16 = 16;
 /// Name conflicts remembered, so each is reported once.
@@ -210,6 +219,8 @@ pub struct DriverStats {
     pub members_unverified: u64,
     /// Gossiped member entries whose incarnation cannot be true, left out.
     pub members_implausible: u64,
+    /// Other members' Down claims held as suspicions until confirmed here.
+    pub down_claims_held: u64,
 }
 
 struct Rt<'a, O: Transmit + ?Sized> {
@@ -336,6 +347,9 @@ pub struct Driver {
     holders: HashMap<Arc<str>, NodeId>,
     /// Identities already reported in an [`Event::NameConflict`].
     conflicts: std::collections::HashSet<NodeId>,
+    /// When this node began to hold each member suspect, and at which incarnation (a
+    /// refutation raises it, which ends that suspicion).
+    suspected: HashMap<NodeId, (Duration, u16)>,
     broadcast_pending: bool,
     membership_changed: bool,
     tuned_for: u8,
@@ -424,6 +438,7 @@ impl Driver {
             session,
             holders: HashMap::new(),
             conflicts: std::collections::HashSet::new(),
+            suspected: HashMap::new(),
             broadcast_pending: false,
             membership_changed: false,
             tuned_for,
@@ -690,7 +705,7 @@ impl Driver {
             // Every identity counts as verified in a simulation: nothing to screen.
             return Ok(None);
         }
-        let mut kept: Vec<&[u8]> = Vec::new();
+        let mut kept: Vec<Cow<'_, [u8]>> = Vec::new();
         let mut count = None;
         if rest.len() >= 2 && header.message != Message::Broadcast {
             let mut r = Reader::new(rest);
@@ -700,10 +715,15 @@ impl Driver {
                 let before = entries;
                 let member = self.codec.decode_member(&mut entries)?;
                 let bytes = &before[..before.len() - entries.len()];
-                if self.may_apply(now, &member, out) {
-                    kept.push(bytes);
-                } else {
-                    rewrite = true;
+                match self.screen_member(now, member, out) {
+                    Screened::Apply(_) => kept.push(Cow::Borrowed(bytes)),
+                    Screened::AsSuspect(member) => {
+                        let mut encoded = Vec::with_capacity(bytes.len());
+                        self.codec.encode_member(&member, &mut encoded)?;
+                        kept.push(Cow::Owned(encoded));
+                        rewrite = true;
+                    }
+                    Screened::Drop => rewrite = true,
                 }
             }
             count = Some(total);
@@ -721,11 +741,100 @@ impl Driver {
         if count.is_some() {
             packet.put_u16(kept.len() as u16);
             for bytes in kept {
-                packet.extend_from_slice(bytes);
+                packet.extend_from_slice(&bytes);
             }
         }
         packet.extend_from_slice(rest);
         Ok(Some(packet))
+    }
+
+    /// What becomes of a member entry gossiped by someone else: applied as it is, applied
+    /// as a suspicion, or dropped ([`Driver::may_apply`]).
+    ///
+    /// Another member's word that a live member is down is a suspicion here until this
+    /// node has held that member suspect for half the suspicion timeout (a real failure is
+    /// suspected by its prober, and that news spreads, well before the prober declares it
+    /// down); if the suspect has not refuted by the end of its suspicion timeout counted
+    /// from then, this node declares it down itself. So one lying member cannot take a live
+    /// site down: the site refutes in time.
+    fn screen_member<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        member: Member<NodeId>,
+        out: &mut O,
+    ) -> Screened {
+        if !self.may_apply(now, &member, out) {
+            return Screened::Drop;
+        }
+        let id = member.id().clone();
+        if id == *self.foca.identity() {
+            return Screened::Apply(member);
+        }
+        let Some((known, state)) = self.member_state(&id) else {
+            return Screened::Apply(member);
+        };
+        if state == State::Down {
+            return Screened::Apply(member); // foca keeps what it has
+        }
+        match member.state() {
+            State::Suspect => {
+                if member.incarnation() >= known {
+                    self.note_suspicion(now, &id, member.incarnation());
+                }
+                Screened::Apply(member)
+            }
+            State::Down => {
+                // foca takes Down at any incarnation; an older one than we know (the
+                // member refuted since) is a suspicion of the current one here.
+                let incarnation = member.incarnation().max(known);
+                let since = self.note_suspicion(now, &id, incarnation);
+                if state == State::Suspect
+                    && known == incarnation
+                    && now.saturating_sub(since) >= self.config.suspicion_timeout / 2
+                {
+                    return Screened::Apply(Member::new(id, incarnation, State::Down));
+                }
+                self.stats.down_claims_held += 1;
+                self.timers.push(
+                    since + self.config.suspicion_timeout,
+                    TimerEvent::ConfirmDown {
+                        member: id.clone(),
+                        incarnation,
+                    },
+                );
+                Screened::AsSuspect(Member::new(id, incarnation, State::Suspect))
+            }
+            State::Alive => Screened::Apply(member),
+        }
+    }
+
+    /// When this node began to hold `id` suspect at `incarnation` (now, if it did not).
+    fn note_suspicion(&mut self, now: Duration, id: &NodeId, incarnation: u16) -> Duration {
+        match self.suspected.get(id) {
+            Some(&(since, held)) if held == incarnation => since,
+            _ => {
+                self.suspected.insert(id.clone(), (now, incarnation));
+                now
+            }
+        }
+    }
+
+    /// The end of a suspicion another member's Down claim started here: still suspect, not
+    /// refuted, so down.
+    fn confirm_down<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        member: NodeId,
+        incarnation: u16,
+        out: &mut O,
+    ) {
+        if self.member_state(&member) != Some((incarnation, State::Suspect)) {
+            return;
+        }
+        let down = Member::new(member, incarnation, State::Down);
+        self.foca_call(now, out, |foca, rt| {
+            foca.apply_many(std::iter::once(down), true, rt)
+        });
     }
 
     /// Whether a member entry gossiped by someone else may reach foca: it concerns us, the
@@ -854,6 +963,10 @@ impl Driver {
                 }
                 TimerEvent::PushPull => self.push_pull(now, out),
                 TimerEvent::JoinRetry => self.join_retry(now, out),
+                TimerEvent::ConfirmDown {
+                    member,
+                    incarnation,
+                } => self.confirm_down(now, member, incarnation, out),
                 TimerEvent::SyncWith(peer) => {
                     if !self.stopped() {
                         self.start_sync(now, peer.socket_addr(), out);
@@ -973,6 +1086,7 @@ impl Driver {
         for target in std::mem::take(&mut self.probe.failed) {
             self.stats.probes_failed += 1;
             if let Some((incarnation, State::Suspect)) = self.member_state(&target) {
+                self.note_suspicion(now, &target, incarnation);
                 let notices = self.config.suspicion_notices();
                 self.notify_suspect(now, target, incarnation, notices, out);
             }
@@ -1078,6 +1192,7 @@ impl Driver {
             match note {
                 OwnedNotification::MemberUp(id) => {
                     self.membership_changed = true;
+                    self.suspected.remove(&id);
                     self.holders.insert(id.site().clone(), id.clone());
                     lock(&self.store).set_live(id.site(), true);
                     self.recover_items_of(now, &id);
@@ -1085,6 +1200,7 @@ impl Driver {
                 }
                 OwnedNotification::MemberDown(id) => {
                     self.membership_changed = true;
+                    self.suspected.remove(&id);
                     if self.holders.get(id.site()) == Some(&id) {
                         self.holders.remove(id.site());
                         lock(&self.store).set_live(id.site(), false);
@@ -1314,13 +1430,22 @@ impl Driver {
             match tag {
                 ENTRY_MEMBER => {
                     let mut er = Reader::new(body);
-                    let (member, is_left) = decode_member(&mut er, &self.interner, true)?;
+                    let (member, mut is_left) = decode_member(&mut er, &self.interner, true)?;
                     if !er.is_empty() {
                         return Err(WireError::TrailingBytes);
                     }
-                    if member.id() != &sender && !self.may_apply(now, &member, out) {
-                        continue;
-                    }
+                    let member = if member.id() == &sender {
+                        member
+                    } else {
+                        match self.screen_member(now, member, out) {
+                            Screened::Apply(member) => member,
+                            Screened::AsSuspect(member) => {
+                                is_left = false;
+                                member
+                            }
+                            Screened::Drop => continue,
+                        }
+                    };
                     if is_left {
                         left.push(member.id().clone());
                     }

@@ -24,6 +24,12 @@ pub enum TimerEvent {
     /// Sync with a member that came back while this node had forgotten its site's items,
     /// so they come back at once rather than at the next periodic push/pull.
     SyncWith(NodeId),
+    /// Declare a member down whose suspicion began with another member's Down claim, if
+    /// it is still suspect at this incarnation.
+    ConfirmDown {
+        member: NodeId,
+        incarnation: u16,
+    },
     /// Tell a member we suspect so (again), if we still do.
     SuspicionNotice {
         target: NodeId,

@@ -300,6 +300,7 @@ impl SwimNode {
             ("name_conflicts", d.name_conflicts),
             ("members_unverified", d.members_unverified),
             ("members_implausible", d.members_implausible),
+            ("down_claims_held", d.down_claims_held),
             ("hellos_sent", d.session.hellos_sent),
             ("hellos_received", d.session.hellos_received),
             ("answers_withheld", d.session.answers_withheld),
