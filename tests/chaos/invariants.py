@@ -27,6 +27,10 @@ All along (every overlay file written, and each site's latest refresh every 0.2 
     refresh it wakes, a few milliseconds, the engine knows more than its overlay says; a
     snapshot taken then is not a routing decision, so views are judged on what the latest
     refresh left.)
+(e) **A wedged site leaves.** A site whose agent stopped writing while its SWIM thread still
+    answers (seen alive) leaves every other site's overlay once its records are older than
+    ``staleCandidateTtlSeconds``: no refresh later than the TTL plus 2 s after the wedge
+    began lists it, until the wedge ends.
 """
 
 from __future__ import annotations
@@ -205,7 +209,7 @@ def routing_violations(viewer: str, members: dict[str, Any], routes: list[list[s
             continue
         state = members.get(site, {}).get("state")
         if state in GONE:
-            found.add(f"{viewer} routed to {site}/{provider} while it saw {site} {state}")
+            found.add(f"(d) {viewer} routed to {site}/{provider} while it saw {site} {state}")
     return found
 
 

@@ -8,7 +8,8 @@ files the agents write: ``view.json``, ``overlays.jsonl``, ``spends.jsonl`` and 
 file itself.
 
 Process control is by pid, from the thread that started the process: SIGSTOP/SIGCONT
-(pause), SIGKILL (crash), SIGTERM (leave), and a restart with the same options. A child
+(pause), SIGKILL (crash), SIGTERM (leave), and a restart with the same options; a wedge
+(the agent's event loop blocked, its SWIM thread running) is asked for by a file. A child
 dies with the test process (``PR_SET_PDEATHSIG``), and whatever is left in a namespace is
 killed when the namespace is removed.
 """
@@ -562,6 +563,15 @@ class ChaosMesh:
         for site in self.sites.values():
             found += read_lines(site.chaos_dir / "spends.jsonl")
         return found
+
+    def wedge(self, name: str, seconds: float) -> None:
+        """Block the site's agent's event loop for ``seconds`` (its SWIM thread runs on)."""
+        site = self.sites[name]
+        _write_text(site.chaos_dir / "wedge.json", json.dumps({"seconds": seconds}))
+
+    def wedges(self, name: str) -> list[dict[str, Any]]:
+        """The wedges the site's agents went through: pid, start (epoch seconds), seconds."""
+        return read_lines(self.sites[name].chaos_dir / "wedges.jsonl")
 
     # -- views ----------------------------------------------------------------------------
 

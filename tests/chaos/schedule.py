@@ -6,6 +6,8 @@ points in time:
 - ``partition``: the sites split in two groups (symmetric);
 - ``mute`` / ``deaf``: one-way loss, every frame from (or to) one or two sites dropped;
 - ``pause``: SIGSTOP, then SIGCONT;
+- ``wedge``: the agent's event loop blocked while its SWIM thread runs on (it answers
+  probes, so peers see it alive, but it writes nothing);
 - ``crash``: SIGKILL, then a restart;
 - ``leave``: SIGTERM (the agent leaves the mesh), then a restart;
 - ``spend`` (action): a site counts some of the tenant's spend;
@@ -43,12 +45,12 @@ from chaos.mesh import ChaosMesh
 from grid.membership import SwimConfig
 
 NETWORK_FAULTS = ("partition", "mute", "deaf")
-PROCESS_FAULTS = ("pause", "crash", "leave")
+PROCESS_FAULTS = ("pause", "wedge", "crash", "leave")
 ONE_WAY = ("mute", "deaf")
 FAMILIES: dict[str, tuple[str, ...]] = {
     "partitions": ("partition",),
     "one-way": ONE_WAY,
-    "pauses": ("pause",),
+    "pauses": ("pause", "wedge"),
     "restarts": ("crash", "leave"),
     "mixed": NETWORK_FAULTS + PROCESS_FAULTS,
 }
@@ -65,6 +67,10 @@ PRICES = ("0.05", "0.10", "0.15", "0.20", "0.30", "0.60", "1.25")
 GUARD_S = 5.0
 """How long the harness waits for a victim's budget slots to be held elsewhere."""
 SAMPLE_EVERY_S = 0.2
+WEDGE_SLACK_S = 2.0
+"""(e): a wedged site's candidates must be gone from every overlay this long after the TTL
+has passed since the wedge began (the engine re-ranks when a candidate crosses the TTL; a
+refresh comes at least every second)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +244,7 @@ class Outcome:
     bound_s: float = 0.0
     final: OneView | None = None
     violations: set[str] = field(default_factory=set)
-    """(d): routes to sites seen as gone."""
+    """(d) routes to sites seen as gone, (e) routes to a wedged site past the TTL."""
     unreplicated: int = 0
     """Spend known only to a process that was then killed (not expected anywhere)."""
     exits: list[str] = field(default_factory=list)
@@ -274,7 +280,7 @@ class Outcome:
             found += [f"  {problem}" for problem in problems[:40]]
             if len(problems) > 40:
                 found.append(f"  ... and {len(problems) - 40} more")
-        found += [f"(d) {violation}" for violation in sorted(self.violations)[:20]]
+        found += sorted(self.violations)[:20]
         found += [f"agent exit: {exit}" for exit in self.exits]
         found += [f"a leaving agent exited with status {c}" for c in self.leave_codes if c != 0]
         return found
@@ -405,6 +411,8 @@ class Player:
                 lab.deafen(site)
         elif fault.kind == "pause":
             mesh.pause(fault.sites[0])
+        elif fault.kind == "wedge":
+            mesh.wedge(fault.sites[0], fault.duration)
         elif fault.kind in ("crash", "leave"):
             victim = fault.sites[0]
             self._guard(victim, outcome)
@@ -425,8 +433,9 @@ class Player:
                 lab.undeafen(site)
         elif fault.kind == "pause":
             mesh.resume(fault.sites[0])
-        else:
+        elif fault.kind in ("crash", "leave"):
             mesh.start_agent(fault.sites[0])
+        # A wedge ends by itself (the agent sleeps for its length).
 
     def _act(self, action: Action, outcome: Outcome) -> None:
         mesh = self.mesh
@@ -488,8 +497,10 @@ class Player:
         return deficits
 
     def _sample(self, outcome: Outcome) -> None:
-        """(d) on each site's latest refresh: the members it rendered from and the overlay
-        it rendered."""
+        """(d) and (e) on each site's latest refresh: the members it rendered from and the
+        overlay it rendered."""
+        ttl = self.mesh.settings.stale_ttl_seconds
+        wedges = {name: self.mesh.wedges(name) for name in self.mesh.names}
         for name in self.mesh.names:
             view = self.mesh.view(name)
             refreshed = None if view is None else view.get("refreshed")
@@ -498,6 +509,17 @@ class Player:
             outcome.violations |= routing_violations(
                 name, refreshed["members"], refreshed["candidates"]
             )
+            routed = {site for site, _, _ in refreshed["candidates"]}
+            for wedged, entries in wedges.items():
+                if wedged == name or wedged not in routed:
+                    continue
+                for wedge in entries:
+                    since = refreshed["at"] - wedge["start"]
+                    if ttl + WEDGE_SLACK_S < since < wedge["seconds"]:
+                        outcome.violations.add(
+                            f"(e) {name} still routed to {wedged} {since:.1f}s into its "
+                            f"{wedge['seconds']:.1f}s wedge (TTL {ttl}s)"
+                        )
 
     def _check_overlay_logs(self, since: float, outcome: Outcome) -> None:
         for name in self.mesh.names:

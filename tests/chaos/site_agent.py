@@ -8,6 +8,9 @@ directory of their own (``--chaos-dir``):
   aligned to the epoch, as the operator labels them), and acknowledged by a line in
   ``spends.jsonl`` before the request file goes. A request whose id is already acknowledged
   (a crash between the two) is not counted twice.
+- **Wedges.** A request file ``wedge.json`` (``{"seconds": S}``) blocks the agent's event
+  loop for S seconds, logged in ``wedges.jsonl`` first: the agent writes nothing, while its
+  SWIM thread goes on answering probes and relaying (a wedged agent, not a stopped one).
 - **Views.** ``view.json`` (rewritten atomically every 0.2 s) holds what the engine holds:
   members, the provider records of every site, budget totals and slots, the current
   overlay's candidates, and (``refreshed``) the members and overlay as the latest refresh
@@ -145,6 +148,24 @@ class Hooks:
         path.unlink(missing_ok=True)
         runtime.wake()
 
+    # -- wedges ---------------------------------------------------------------------------
+
+    async def wedge_loop(self) -> None:
+        request = self.directory / "wedge.json"
+        while True:
+            await asyncio.sleep(INBOX_INTERVAL_S)
+            try:
+                seconds = float(json.loads(request.read_text())["seconds"])
+            except (OSError, ValueError, KeyError):
+                continue
+            request.unlink(missing_ok=True)
+            started = time.time()
+            _append_line(
+                self.directory / "wedges.jsonl",
+                {"pid": os.getpid(), "start": started, "seconds": seconds},
+            )
+            time.sleep(seconds)  # blocks the event loop: nothing is refreshed or written
+
     # -- views ----------------------------------------------------------------------------
 
     def overlay_written(self, network: str, overlay: GatewayOverlay, path: Path) -> None:
@@ -277,7 +298,10 @@ async def serve(agent: Agent, directory: Path) -> None:
     beside it."""
     hooks = Hooks(agent, directory)
     agent.overlay_listeners.append(hooks.overlay_written)
-    tasks = [asyncio.create_task(hooks.spend_loop()), asyncio.create_task(hooks.view_loop())]
+    tasks = [
+        asyncio.create_task(loop())
+        for loop in (hooks.spend_loop, hooks.view_loop, hooks.wedge_loop)
+    ]
     try:
         await agent.run()
     finally:
