@@ -1,8 +1,9 @@
 """A mesh of ``grid agent`` processes, one per network namespace, for the chaos suite.
 
 Each site has, inside its namespace: a provider process (``provider.py``) serving
-``/health`` and ``/metrics`` for its providers, and its agent (``site_agent.py``: ``grid
-agent`` with the spend inbox and view files), which binds SWIM, its egress TLS listener
+``/health`` and ``/metrics`` for its providers, an egress gateway process (``gateway.py``:
+the agent's TLS egress listener on its own, which peers probe), and its agent
+(``site_agent.py``: ``grid agent`` with the spend inbox and view files), which binds SWIM
 and its health checks to the site's address. Everything the test learns comes from the
 files the agents write: ``view.json``, ``overlays.jsonl``, ``spends.jsonl`` and the overlay
 file itself.
@@ -154,6 +155,7 @@ class Site:
     address: str
     agent: subprocess.Popen[bytes] | None = None
     provider: subprocess.Popen[bytes] | None = None
+    gateway: subprocess.Popen[bytes] | None = None
     paused: bool = False
     lives: int = 0
     exits: list[str] = field(default_factory=list)
@@ -412,17 +414,34 @@ class ChaosMesh:
             )
 
     def start(self, timeout: float = 60.0) -> None:
-        """Start every provider process, then every agent."""
+        """Start every provider and gateway process, then every agent."""
         for site in self.sites.values():
             self.start_provider(site)
+            self.start_gateway(site)
         for site in self.sites.values():
-            wait_until(
-                f"{site.name}'s provider process ready",
-                lambda site=site: (site.directory / "ready.json").exists(),  # type: ignore[misc]
-                timeout,
-            )
+            for ready in ("ready.json", "gateway-ready.json"):
+                wait_until(
+                    f"{site.name}'s {ready.removesuffix('.json')} process",
+                    lambda path=site.directory / ready: path.exists(),  # type: ignore[misc]
+                    timeout,
+                )
         for site in self.sites.values():
             self.start_agent(site.name)
+
+    def start_gateway(self, site: Site) -> None:
+        ready = site.directory / "gateway-ready.json"
+        ready.unlink(missing_ok=True)
+        command = [
+            sys.executable,
+            str(HERE / "gateway.py"),
+            "--listen",
+            f"{site.address}:{EGRESS_PORT}",
+            "--tls-dir",
+            str(site.tls_dir),
+            "--ready",
+            str(ready),
+        ]
+        site.gateway = self._spawn(site, command, site.directory / "gateway.log")
 
     def start_provider(self, site: Site) -> None:
         (site.directory / "ready.json").unlink(missing_ok=True)
@@ -458,8 +477,6 @@ class ChaosMesh:
             str(self.key_file),
             "--tls-dir",
             str(site.tls_dir),
-            "--egress-listen",
-            f"{site.address}:{EGRESS_PORT}",
             "--probe-interval",
             str(settings.agent_probe_interval_s),
             "--reload-interval",
@@ -509,8 +526,8 @@ class ChaosMesh:
             raise
 
     def check_processes(self) -> list[str]:
-        """Agents or provider processes that exited on their own since the last call
-        (described with their log tail); the agents are restarted."""
+        """Agents, provider or gateway processes that exited on their own since the last
+        call (an agent described with its log tail); each is started again."""
         problems = []
         for site in self.sites.values():
             if site.agent is not None and site.agent.poll() is not None:
@@ -527,15 +544,18 @@ class ChaosMesh:
                     f"{site.name}'s provider process exited ({site.provider.returncode})"
                 )
                 self.start_provider(site)
+            if site.gateway is not None and site.gateway.poll() is not None:
+                problems.append(f"{site.name}'s gateway process exited ({site.gateway.returncode})")
+                self.start_gateway(site)
         return problems
 
     def stop(self) -> None:
         """Kill every process of the mesh (the namespaces go with the lab)."""
         for site in self.sites.values():
-            for process in (site.agent, site.provider):
+            for process in (site.agent, site.provider, site.gateway):
                 if process is not None and process.poll() is None:
                     process.kill()
-            for process in (site.agent, site.provider):
+            for process in (site.agent, site.provider, site.gateway):
                 if process is not None:
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         process.wait(timeout=30)
