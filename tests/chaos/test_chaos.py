@@ -23,6 +23,7 @@ import pytest
 
 from chaos.schedule import FAMILIES, figures
 from chaos.soak import Bench, bench, soak
+from grid.membership import SwimConfig
 
 pytestmark = pytest.mark.slow
 
@@ -84,8 +85,6 @@ def test_soak(
             print(line, flush=True)
 
     outcomes = soak(tmp_path, minutes, seed=int(seed) if seed else None, report=report)
-    from grid.membership import SwimConfig
-
     bound = SwimConfig(0.5, 1.5).detection_bound(4)
     report(figures(outcomes, bound))
     failed = [o for o in outcomes if not o.ok]
