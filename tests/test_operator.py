@@ -320,8 +320,12 @@ async def test_a_malformed_network_gets_a_clear_condition_and_a_bad_edit_keeps_t
         assert await overlay_names(cluster) == ["llama"]
 
         await cluster.patch(GRID_NETWORKS, NETWORK, {"spec": {"swim": {"suspicionTimeout": "2s"}}})
-        await wait_phase(cluster, GRID_NETWORKS, NETWORK, "Active")
-        assert (await status_of(cluster, GRID_NETWORKS, NETWORK))["observedGeneration"] == 3
+
+        async def fixed() -> bool:
+            status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+            return status["phase"] == "Active" and status["observedGeneration"] == 3
+
+        await eventually(fixed, what="Active at generation 3")
 
 
 async def test_missing_secrets_and_a_key_of_the_wrong_length_are_reported_until_fixed(
