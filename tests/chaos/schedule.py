@@ -36,6 +36,7 @@ import itertools
 import random
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -553,7 +554,7 @@ def figures(outcomes: list[Outcome], bound: float) -> str:
         f"SWIM detection bound (N=4, P=0.5 s, S=1.5 s): {bound:.2f}s",
         f"{'family':<11} {'runs':>4} {'failed':>6} {'heal->view p50':>15} {'p99':>7} "
         f"{'max':>7} {'p99/bound':>9} {'records lost':>12} {'spend lost':>10} "
-        f"{'(d) routes':>10} {'unreplicated':>12}",
+        f"{'(d)/(e) routes':>14} {'unreplicated':>12}",
     ]
     groups = {family: [o for o in outcomes if o.schedule.family == family] for family in FAMILIES}
     groups["all"] = outcomes
@@ -567,9 +568,16 @@ def figures(outcomes: list[Outcome], bound: float) -> str:
             f"{p50:>14.2f}s {p99:>6.2f}s {max(times, default=float('nan')):>6.2f}s "
             f"{p99 / bound:>9.2f} {sum(o.records_lost for o in chosen):>12} "
             f"{sum(o.spend_lost for o in chosen):>10} "
-            f"{sum(len(o.violations) for o in chosen):>10} "
+            f"{sum(len(o.violations) for o in chosen):>14} "
             f"{sum(o.unreplicated for o in chosen):>12}"
         )
     if outcomes:
-        lines.append(f"mean schedule length: {statistics.mean(o.seconds for o in outcomes):.1f}s")
+        faults = Counter(
+            f"{f.kind} {'long' if f.long else 'short'}" for o in outcomes for f in o.schedule.faults
+        )
+        lines.append("faults: " + ", ".join(f"{k} {n}" for k, n in sorted(faults.items())))
+        lines.append(
+            f"spends {sum(o.spends for o in outcomes)}, edits {sum(o.edits for o in outcomes)}, "
+            f"mean schedule length {statistics.mean(o.seconds for o in outcomes):.1f}s"
+        )
     return "\n".join(lines)
