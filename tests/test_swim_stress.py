@@ -197,7 +197,7 @@ def _threads(pid: int) -> list[str]:
     return described
 
 
-def _start(site: str, reader: str, key: bytes, capacity: int, delay: float) -> NodeRun:
+def _start(site: str, reader: str, key: bytes, knobs: dict[str, Any]) -> NodeRun:
     issued = site_certificate(site)
     process = subprocess.Popen(
         [sys.executable, "-c", NODE],
@@ -213,13 +213,10 @@ def _start(site: str, reader: str, key: bytes, capacity: int, delay: float) -> N
         "certificate": issued.certificate_pem,
         "private_key": issued.private_key_pem().decode(),
         "ca": swim.test_ca().certificate_pem,
-        "capacity": capacity,
         "reader": reader,
-        "reader_delay": delay,
-        "publishes": 300,
-        "payload": 600,
         "stats": list(STATS),
         **FAST,
+        **knobs,
     }
     process.stdin.write(json.dumps(setup) + "\n")
     process.stdin.flush()
@@ -316,11 +313,26 @@ class PairOutcome:
         return not self.problems
 
 
-def run_pair(reader: str, *, capacity: int = 32, delay: float = 0.02) -> PairOutcome:
+def run_pair(
+    reader: str,
+    *,
+    capacity: int = 32,
+    delay: float = 0.02,
+    publishes: int = 300,
+    payload: int = 600,
+    push_pull: float = FAST["push_pull"],
+) -> PairOutcome:
     """Two nodes, the burst, then :data:`WATCH_S` seconds of watching both."""
     key = os.urandom(32)
     suffix = os.urandom(3).hex()
-    runs = [_start(f"stress-{n}-{suffix}", reader, key, capacity, delay) for n in ("a", "b")]
+    knobs = {
+        "capacity": capacity,
+        "reader_delay": delay,
+        "publishes": publishes,
+        "payload": payload,
+        "push_pull": push_pull,
+    }
+    runs = [_start(f"stress-{n}-{suffix}", reader, key, knobs) for n in ("a", "b")]
     readers = [threading.Thread(target=r.read, daemon=True) for r in runs]
     readers += [threading.Thread(target=r.read_errors, daemon=True) for r in runs]
     for thread in readers:
@@ -379,14 +391,24 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--reader", choices=["thread", "async", "both"], default="both")
     parser.add_argument("--capacity", type=int, default=32)
-    parser.add_argument("--delay", type=float, default=0.02)
+    parser.add_argument("--delay", type=float, default=0.02, help="seconds per event read")
+    parser.add_argument("--publishes", type=int, default=300)
+    parser.add_argument("--payload", type=int, default=600, help="bytes per burst item")
+    parser.add_argument("--push-pull", type=float, default=FAST["push_pull"])
     args = parser.parse_args()
     readers = ["thread", "async"] if args.reader == "both" else [args.reader]
     failures = 0
     for index in range(args.runs):
         reader = readers[index % len(readers)]
         started = time.monotonic()
-        outcome = run_pair(reader, capacity=args.capacity, delay=args.delay)
+        outcome = run_pair(
+            reader,
+            capacity=args.capacity,
+            delay=args.delay,
+            publishes=args.publishes,
+            payload=args.payload,
+            push_pull=args.push_pull,
+        )
         verdict = "ok" if outcome.ok else "STALLED"
         print(
             f"run {index + 1} ({reader}): {verdict} in {time.monotonic() - started:.1f}s",
