@@ -22,7 +22,7 @@ from grid import _native
 from grid.errors import PrivateKeyMaterial
 from grid.membership import Event, ItemEvent, MemberEvent, SwimConfig, SwimNode
 from support import swim
-from support.attacker import Mallory
+from support.attacker import Mallory, wait_until
 from support.swim import credentials, site_certificate
 from support.wire import encode_item
 
@@ -31,13 +31,7 @@ FAST = SwimConfig(probe_interval=0.3, suspicion_timeout=1.0, push_pull_interval=
 
 def wait_for(what: str, predicate: Callable[[], bool], timeout: float) -> float:
     """Polls until ``predicate`` holds; returns the seconds it took."""
-    start = time.monotonic()
-    while not predicate():
-        elapsed = time.monotonic() - start
-        if elapsed > timeout:
-            raise AssertionError(f"{what}: not within {timeout:.1f}s")
-        time.sleep(0.01)
-    return time.monotonic() - start
+    return wait_until(predicate, timeout, what)
 
 
 def state_of(viewer: SwimNode, address: str) -> tuple[str, int] | None:
