@@ -15,9 +15,18 @@ from grid.render.digest import content_digest
 from grid.render.validate import ExpectedScope, RejectReason, VerdictKind, validate_overlay
 
 REPO = Path(__file__).resolve().parent.parent
-VENDORED = REPO / "tests" / "fixtures" / "overlay-contract-v1"
-SHARED = REPO.parent / "shared" / "fixtures" / "overlay-contract-v1"
-MANIFEST = json.loads((VENDORED / "manifest.json").read_text())["fixtures"]
+FIXTURES = REPO / "tests" / "fixtures"
+SHARED_ROOT = REPO.parent / "shared"
+SUITES = ("overlay-contract-v1", "overlay-contract-v1-credentials")
+"""The gateway's acceptance suite: the twelve first fixtures, and the three it gained with
+the apikey credential strategy (each directory with its own manifest)."""
+VENDORED = FIXTURES / SUITES[0]
+MANIFESTS = {
+    suite: json.loads((FIXTURES / suite / "manifest.json").read_text())["fixtures"]
+    for suite in SUITES
+}
+MANIFEST = MANIFESTS[SUITES[0]]
+CASES = sorted((suite, name) for suite, manifest in MANIFESTS.items() for name in manifest)
 
 
 def expected_verdict(entry: dict[str, str]) -> str:
@@ -28,33 +37,46 @@ def expected_verdict(entry: dict[str, str]) -> str:
     return entry["expected"]
 
 
-@pytest.mark.parametrize("name", sorted(MANIFEST))
-def test_every_fixture_verdict_and_revision(name: str) -> None:
-    verdict = validate_overlay((VENDORED / name).read_bytes())
-    assert str(verdict) == expected_verdict(MANIFEST[name])
-    if "content_digest" in MANIFEST[name]:
-        assert verdict.revision == MANIFEST[name]["content_digest"]
+def test_the_suites_hold_fifteen_fixtures() -> None:
+    assert len(CASES) == 15
 
 
-@pytest.mark.parametrize("name", sorted(MANIFEST))
+@pytest.mark.parametrize(("suite", "name"), CASES)
+def test_every_fixture_verdict_and_revision(suite: str, name: str) -> None:
+    entry = MANIFESTS[suite][name]
+    verdict = validate_overlay((FIXTURES / suite / name).read_bytes())
+    assert str(verdict) == expected_verdict(entry)
+    if "content_digest" in entry:
+        assert verdict.revision == entry["content_digest"]
+
+
+@pytest.mark.parametrize(("suite", "name"), CASES)
 def test_grid_overlay_verify_reproduces_every_fixture(
-    name: str, capsys: pytest.CaptureFixture[str]
+    suite: str, name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = main(["overlay", "verify", str(VENDORED / name)])
+    entry = MANIFESTS[suite][name]
+    code = main(["overlay", "verify", str(FIXTURES / suite / name)])
     out = capsys.readouterr().out
-    assert out == expected_verdict(MANIFEST[name]) + "\n"
-    assert code == (1 if MANIFEST[name]["expected"] == "reject" else 0)
+    assert out == expected_verdict(entry) + "\n"
+    assert code == (1 if entry["expected"] == "reject" else 0)
 
 
-def test_the_manifest_covers_every_vendored_fixture() -> None:
-    files = {path.name for path in VENDORED.glob("*.json")} - {"manifest.json"}
-    assert files == set(MANIFEST)
+@pytest.mark.parametrize("suite", SUITES)
+def test_the_manifest_covers_every_vendored_fixture(suite: str) -> None:
+    files = {path.name for path in (FIXTURES / suite).glob("*.json")} - {"manifest.json"}
+    assert files == set(MANIFESTS[suite])
 
 
-@pytest.mark.skipif(not SHARED.is_dir(), reason="the shared fixtures are not beside the repo")
-def test_the_vendored_fixtures_match_the_shared_ones() -> None:
-    shared = {path.name: path.read_bytes() for path in SHARED.iterdir() if path.is_file()}
-    vendored = {path.name: path.read_bytes() for path in VENDORED.iterdir() if path.is_file()}
+@pytest.mark.skipif(not SHARED_ROOT.is_dir(), reason="the shared tree is not beside the repo")
+@pytest.mark.parametrize("suite", SUITES)
+def test_the_vendored_fixtures_match_the_shared_ones(suite: str) -> None:
+    # With ../shared present, a suite missing there or differing by one byte fails.
+    shared_suite = SHARED_ROOT / "fixtures" / suite
+    assert shared_suite.is_dir(), f"{shared_suite} is missing"
+    shared = {path.name: path.read_bytes() for path in shared_suite.iterdir() if path.is_file()}
+    vendored = {
+        path.name: path.read_bytes() for path in (FIXTURES / suite).iterdir() if path.is_file()
+    }
     assert vendored == shared
 
 
@@ -251,7 +273,6 @@ def test_scope_fields_are_required() -> None:
         ("overlay.candidates.0.score_breakdown", {"locality": "high"}),
         ("overlay.candidates.0.score_breakdown", {"charm": 1}),
         ("overlay.candidates.0.rank", -1),
-        ("overlay.candidates.0.credential.strategy", "api_key"),
         ("overlay.candidates.0.credential.token", "sk-live"),
         ("overlay.candidates.0.credential.secretRef.value", "sk-live"),
         ("overlay.candidates.0.credential.secretRef.key", "-"),
@@ -277,6 +298,131 @@ def test_provenance_and_candidate_rules(path: str, value: Any) -> None:
 )
 def test_what_the_rules_allow_is_accepted(path: str, value: Any) -> None:
     assert verdict_of(edited(path, value)).startswith("accept ")
+
+
+# --- credentials (rule 6, last) -------------------------------------------------------------
+
+SECRET_REF = {"name": "anthropic-key", "namespace": "grid-system", "key": "api-key"}
+
+
+def with_credentials(*credentials: object) -> dict[str, Any]:
+    """The valid document with candidate i's credential set to ``credentials[i]``, sealed."""
+    document = copy.deepcopy(BASE)
+    for index, credential in enumerate(credentials):
+        document["overlay"]["candidates"][index]["credential"] = credential
+    return sealed(document)
+
+
+def apikey(**extra: Any) -> dict[str, Any]:
+    return {"strategy": "apikey", "secretRef": dict(SECRET_REF), "header": "x-api-key", **extra}
+
+
+def bearer(**extra: Any) -> dict[str, Any]:
+    return {"strategy": "bearer_token", "secretRef": dict(SECRET_REF), **extra}
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        bearer(),
+        apikey(),
+        apikey(header="X-Goog-Api-Key"),
+        apikey(header="api-key"),
+        apikey(header="!#$%&'*+-.^_`|~09azAZ"),
+        apikey(header="h" * 256),
+    ],
+)
+def test_bearer_token_and_apikey_credentials_are_accepted(credential: dict[str, Any]) -> None:
+    assert verdict_of(with_credentials(credential)).startswith("accept ")
+
+
+@pytest.mark.parametrize("strategy", ["oauth2", "api_key", "ApiKey", "BearerToken", "", " "])
+def test_any_other_strategy_is_unsupported(strategy: str) -> None:
+    for credential in (bearer(strategy=strategy), apikey(strategy=strategy)):
+        verdict = validate_overlay(json.dumps(with_credentials(credential)))
+        assert verdict.reason is RejectReason.UNSUPPORTED_CREDENTIAL_STRATEGY
+        assert str(verdict) == "reject unsupported_credential_strategy"
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        bearer(header="x-api-key"),
+        bearer(header="Authorization"),
+        {"strategy": "apikey", "secretRef": dict(SECRET_REF)},
+    ],
+)
+def test_a_header_goes_with_apikey_and_only_with_it(credential: dict[str, Any]) -> None:
+    verdict = validate_overlay(json.dumps(with_credentials(credential)))
+    assert verdict.reason is RejectReason.INVALID_CREDENTIAL_COMBINATION
+    assert str(verdict) == "reject invalid_credential_combination"
+
+
+@pytest.mark.parametrize(
+    "credential",
+    [
+        apikey(value="sk-ant-live"),
+        bearer(token="sk-live"),
+        apikey(strategy="oauth2", token="sk-live"),
+        apikey(header=""),
+        apikey(header="x api key"),
+        apikey(header="x-api-key:"),
+        apikey(header="x-api-key\r\nInjected: 1"),
+        apikey(header="clé"),
+        apikey(header="h" * 257),
+        apikey(header=None),
+        apikey(header=7),
+        apikey(header=["x-api-key"]),
+        bearer(header=None),
+        apikey(strategy=None),
+        apikey(strategy=5),
+        {"secretRef": dict(SECRET_REF), "header": "x-api-key"},
+        {"strategy": "apikey", "header": "x-api-key"},
+        apikey(secretRef={"name": "n", "namespace": "ns"}),
+        apikey(secretRef={**SECRET_REF, "value": "sk-live"}),
+        apikey(secretRef={**SECRET_REF, "key": ""}),
+        apikey(secretRef="anthropic-key"),
+        {"strategy": "oauth2", "secretRef": {**SECRET_REF, "name": " "}},
+        {"strategy": "bearer_token", "secretRef": dict(SECRET_REF), "header": "bad header"},
+        "anthropic-key",
+        None,
+    ],
+)
+def test_a_credential_of_the_wrong_shape_is_malformed(credential: object) -> None:
+    verdict = validate_overlay(json.dumps(with_credentials(credential)))
+    assert verdict.reason is RejectReason.MALFORMED_STRUCTURE
+
+
+def test_the_credential_codes_come_last_in_rule_6_whatever_the_candidate_order() -> None:
+    def verdict(*credentials: object) -> str:
+        return verdict_of(with_credentials(*credentials))
+
+    # Malformed anywhere beats the credential codes, before or after it.
+    assert verdict(bearer(strategy="oauth2"), apikey(token="t")) == "reject malformed_structure"
+    assert verdict(apikey(token="t"), bearer(strategy="oauth2")) == "reject malformed_structure"
+    # An unsupported strategy anywhere beats a wrong combination.
+    assert verdict(bearer(header="h"), bearer(strategy="oauth2")) == (
+        "reject unsupported_credential_strategy"
+    )
+    # A candidate that breaks another rule 6 check beats the credential codes.
+    document = with_credentials(bearer(strategy="oauth2"))
+    document["overlay"]["candidates"][1]["name"] = " "
+    assert verdict_of(sealed(document)) == "reject malformed_structure"
+    # Rule 5 comes before, rule 7 after.
+    document = with_credentials(bearer(header="h"))
+    document["scope"]["local_site"] = "elsewhere"
+    assert verdict_of(document) == "reject scope_mismatch"
+    document = with_credentials(bearer(header="h"))
+    document["overlay"]["candidates"][1]["padding"] = "x" * (2 * 1024 * 1024)
+    assert verdict_of(sealed(document)) == "reject invalid_credential_combination"
+
+
+def test_credential_details_never_quote_a_strategy() -> None:
+    token = "sk-ant-" + "q" * 40
+    verdict = validate_overlay(json.dumps(with_credentials(bearer(strategy=token))))
+    assert verdict.reason is RejectReason.UNSUPPORTED_CREDENTIAL_STRATEGY
+    assert token not in verdict.detail
+    assert "bearer_token" in verdict.detail and "apikey" in verdict.detail
 
 
 def test_candidates_must_be_distinct_routes() -> None:

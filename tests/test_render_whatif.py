@@ -181,7 +181,8 @@ def test_a_credential_the_gateway_cannot_inject_is_not_offered(tmp_path: Path) -
     plan = what_if(directory=directory)
     assert (
         "openai",
-        "auth strategy Sigv4 cannot be injected as a bearer token",
+        "auth strategy Sigv4 cannot be injected by the gateway "
+        "(it sends BearerToken and ApiKey credentials only)",
     ) in plan.not_offered
     assert not any(candidate.provider == "openai" for candidate in plan.candidates)
 

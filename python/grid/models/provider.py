@@ -5,7 +5,9 @@ load from Prometheus metrics."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
@@ -46,6 +48,45 @@ SECRET_STRATEGIES = frozenset(
 )
 """Strategies that need a credential from a Secret (the others use the mesh's mutual TLS or
 the workload's service account)."""
+
+HTTP_HEADER_NAME_PATTERN = r"^[-!#$%&'*+.^_`|~0-9A-Za-z]+$"
+"""An HTTP header field name: one or more token characters (RFC 9110, section 5.1)."""
+MAX_HEADER_NAME_LENGTH = 256
+_HTTP_HEADER_NAME = re.compile(HTTP_HEADER_NAME_PATTERN)
+GATEWAY_OWNED_HEADERS: Mapping[str, str] = MappingProxyType(
+    {
+        name.lower(): name
+        for name in (
+            "Host",
+            "Content-Length",
+            "Transfer-Encoding",
+            "Connection",
+            "Keep-Alive",
+            "Proxy-Connection",
+            "Proxy-Authenticate",
+            "Proxy-Authorization",
+            "TE",
+            "Trailer",
+            "Upgrade",
+        )
+    }
+)
+"""Headers the gateway (or the HTTP layer under it) sets itself: framing, the target host
+and the hop-by-hop headers (RFC 9110, section 7.6.1). An API key cannot go in one of them.
+Keyed by lower case (header names are case-insensitive), valued by the usual spelling."""
+
+DEFAULT_API_KEY_HEADERS: Mapping[ProviderKind, str | None] = MappingProxyType(
+    {
+        ProviderKind.ANTHROPIC: "x-api-key",
+        ProviderKind.VERTEX: "x-goog-api-key",
+        ProviderKind.SELF_HOSTED: "x-api-key",
+        ProviderKind.OPEN_AI: None,
+        ProviderKind.BEDROCK: None,
+    }
+)
+"""The header an ApiKey provider's key goes in when ``auth.header`` is left out, by
+``providerKind``. None: the kind takes its API keys as bearer tokens (``Authorization:
+Bearer <key>``), so the credential is sent as one."""
 
 
 def check_http_url(url: str) -> str:
@@ -123,12 +164,76 @@ class HealthCheck(GridModel):
         return self
 
 
+def check_api_key_header(name: str) -> str:
+    """``name`` if an API key may be sent in a request header of that name: a valid header
+    field name of at most 256 characters, neither Authorization (a key sent there is a bearer
+    token: strategy BearerToken) nor a header the gateway sets itself. Raises
+    :class:`ValueError` naming the rule, never the value."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_HEADER_NAME_LENGTH:
+        raise ValueError(f"must be an HTTP header name of 1 to {MAX_HEADER_NAME_LENGTH} characters")
+    if not _HTTP_HEADER_NAME.fullmatch(name):
+        raise ValueError(
+            "must be an HTTP header name: letters, digits and !#$%&'*+-.^_`|~ (no spaces or colons)"
+        )
+    lowered = name.lower()
+    if lowered == "authorization":
+        raise ValueError(
+            "must not be Authorization: a key sent there is a bearer token, use strategy "
+            "BearerToken (or leave header out)"
+        )
+    if lowered in GATEWAY_OWNED_HEADERS:
+        raise ValueError(
+            f"must not be {GATEWAY_OWNED_HEADERS[lowered]}: the gateway sets it itself "
+            "(Host, Content-Length, Transfer-Encoding and the hop-by-hop headers such as "
+            "Connection are the gateway's)"
+        )
+    return name
+
+
+HeaderName = Annotated[
+    str,
+    AfterValidator(check_api_key_header),
+    Field(
+        json_schema_extra={
+            "pattern": HTTP_HEADER_NAME_PATTERN,
+            "minLength": 1,
+            "maxLength": MAX_HEADER_NAME_LENGTH,
+        }
+    ),
+]
+
+
+def api_key_header(
+    provider_kind: ProviderKind, strategy: AuthStrategy, header: str | None = None
+) -> str | None:
+    """The request header the gateway puts a provider's API key in, or None when its
+    credential (if any) is sent as a bearer token.
+
+    Only strategy ApiKey uses a header: ``header`` when given, else the default of the
+    provider's kind (:data:`DEFAULT_API_KEY_HEADERS`: ``x-api-key`` for anthropic and
+    self_hosted, ``x-goog-api-key`` for vertex). open_ai and bedrock take API keys as
+    bearer tokens, so an ApiKey provider of those kinds without a header gets None.
+    """
+    if strategy != AuthStrategy.API_KEY:
+        return None
+    if header is not None:
+        return header
+    return DEFAULT_API_KEY_HEADERS[provider_kind]
+
+
 class ProviderAuth(GridModel):
     """How the gateway authenticates to the provider. Only a Secret *reference* is held;
     the gateway reads the mounted file."""
 
     strategy: AuthStrategy
     secret_ref: SecretKeyRef | None = None
+    header: HeaderName | None = Field(
+        None,
+        description="ApiKey only: the request header the key is sent in (e.g. x-api-key). "
+        "Default by providerKind: x-api-key for anthropic and self_hosted, x-goog-api-key "
+        "for vertex; open_ai and bedrock send the key as a bearer token. Never "
+        "Authorization, Host, Content-Length or a hop-by-hop header.",
+    )
 
     @model_validator(mode="after")
     def _secret_when_needed(self) -> Self:
@@ -136,6 +241,11 @@ class ProviderAuth(GridModel):
             raise ValueError(
                 f"strategy {self.strategy} needs secretRef (name, namespace, key of the "
                 "Secret holding the credential)"
+            )
+        if self.header is not None and self.strategy is not AuthStrategy.API_KEY:
+            raise ValueError(
+                f"header goes with strategy ApiKey only, not {self.strategy}: remove header, "
+                "or use strategy ApiKey to send the key in that header"
             )
         return self
 

@@ -12,13 +12,20 @@ from typing import Any
 from grid import __version__
 from grid.errors import EmptyOverlayError, OverlayRenderError, ScoringInputError
 from grid.render.digest import rendered_content_digest, stable_id
-from grid.scoring.inputs import check_name
+from grid.scoring.inputs import CredentialStrategy, SecretRef, check_name
 from grid.scoring.ranking import LeftOut, LeftOutReason, RankedCandidate, Ranking
 
 SCHEMA_VERSION = "1.0.0"
 PRODUCER = "grid"
 KIND_INFERENCE_MODEL = "inference_model"
-CREDENTIAL_STRATEGY = "bearer_token"
+BEARER_TOKEN_STRATEGY = CredentialStrategy.BEARER_TOKEN.value
+"""``credential.strategy`` of a bearer token: ``{strategy, secretRef}``."""
+API_KEY_STRATEGY = CredentialStrategy.API_KEY.value
+"""``credential.strategy`` of an API key sent in a header: ``{strategy, secretRef, header}``."""
+CREDENTIAL_STRATEGIES = frozenset({BEARER_TOKEN_STRATEGY, API_KEY_STRATEGY})
+CREDENTIAL_STRATEGY = BEARER_TOKEN_STRATEGY
+"""The bearer strategy under its name from when it was the only one. A credential's own
+``strategy`` (and ``header``) is what counts: see :func:`credential_document`."""
 MAX_CANDIDATES = 1024
 MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
 
@@ -116,6 +123,24 @@ def select_candidates(
     return kept, cut
 
 
+def credential_document(credential: SecretRef) -> dict[str, Any]:
+    """A candidate's ``credential`` as the contract spells it: ``{"strategy":
+    "bearer_token", "secretRef": {...}}``, or ``{"strategy": "apikey", "secretRef": {...},
+    "header": <header name>}``. A reference only: never the Secret's bytes."""
+    document: dict[str, Any] = {
+        # Plain str, not the enum: YAML writers refuse str subclasses.
+        "strategy": credential.strategy.value,
+        "secretRef": {
+            "name": credential.name,
+            "namespace": credential.namespace,
+            "key": credential.key,
+        },
+    }
+    if credential.strategy is CredentialStrategy.API_KEY:
+        document["header"] = credential.header
+    return document
+
+
 def candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
     """One candidate as the contract spells it."""
     candidate = entry.candidate
@@ -128,14 +153,7 @@ def candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
     }
     credential = candidate.credential
     if credential is not None:
-        document["credential"] = {
-            "strategy": CREDENTIAL_STRATEGY,
-            "secretRef": {
-                "name": credential.name,
-                "namespace": credential.namespace,
-                "key": credential.key,
-            },
-        }
+        document["credential"] = credential_document(credential)
     document["stable_id"] = stable_id(
         KIND_INFERENCE_MODEL, candidate.model, candidate.site, candidate.cluster
     )

@@ -4,6 +4,23 @@ Any document can be checked, whoever wrote it: the verdict is ``accept <revision
 ``accept_legacy`` (a bare ``{network, local_site, candidates}`` payload) or
 ``reject <reason>`` with the contract's reason codes. The contract names no code for its
 size rule; Grid reports ``too_large``.
+
+A candidate's ``credential`` (part of rule 6) is a Secret reference and how the gateway
+sends it: ``{"strategy": "bearer_token", "secretRef": {name, namespace, key}}``, or
+``{"strategy": "apikey", "secretRef": {...}, "header": <HTTP header name>}`` (token
+characters, 1..256). A field beyond those three, a missing ``strategy`` or ``secretRef``,
+a value of the wrong type, a ``secretRef`` that is not exactly name, namespace and key (each
+a non-blank string of at most 256 bytes) or a ``header`` that is not a header name is
+``malformed_structure`` (no room for token bytes); a ``strategy`` string other than the two
+is ``unsupported_credential_strategy``; ``bearer_token`` with a ``header`` or ``apikey``
+without one is ``invalid_credential_combination``.
+
+Where the credential rules sit in the contract's order: last in rule 6, after every other
+rule 6 check of every candidate, and in three passes over all candidates (structure, then
+strategy, then combination). So ``malformed_structure`` anywhere in the document wins over
+the credential codes, and ``unsupported_credential_strategy`` anywhere wins over
+``invalid_credential_combination``, whatever the candidates' order; rule 7 (size) comes
+after.
 """
 
 from __future__ import annotations
@@ -18,8 +35,15 @@ from typing import Any
 
 import rfc8785
 
+from grid.models.provider import HTTP_HEADER_NAME_PATTERN, MAX_HEADER_NAME_LENGTH
 from grid.render.digest import content_digest
-from grid.render.overlay import CREDENTIAL_STRATEGY, MAX_CANDIDATES, MAX_DOCUMENT_BYTES
+from grid.render.overlay import (
+    API_KEY_STRATEGY,
+    BEARER_TOKEN_STRATEGY,
+    CREDENTIAL_STRATEGIES,
+    MAX_CANDIDATES,
+    MAX_DOCUMENT_BYTES,
+)
 
 SUPPORTED_SCHEMA_VERSION = "1.0.0"
 ENVELOPE_FIELDS = ("schema_version", "revision", "content_digest", "scope", "provenance")
@@ -30,9 +54,12 @@ BREAKDOWN_FIELDS = frozenset(
     {"locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost", "total"}
 )
 SCOPE_FIELDS = ("network", "gateway", "namespace", "local_site")
+CREDENTIAL_FIELDS = frozenset({"strategy", "secretRef", "header"})
+SECRET_REF_FIELDS = frozenset({"name", "namespace", "key"})
 MAX_STRING_BYTES = 256
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEADER_NAME = re.compile(HTTP_HEADER_NAME_PATTERN)
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
 )
@@ -53,6 +80,8 @@ class RejectReason(StrEnum):
     DIGEST_MISMATCH = "digest_mismatch"
     REVISION_DIGEST_MISMATCH = "revision_digest_mismatch"
     SCOPE_MISMATCH = "scope_mismatch"
+    UNSUPPORTED_CREDENTIAL_STRATEGY = "unsupported_credential_strategy"
+    INVALID_CREDENTIAL_COMBINATION = "invalid_credential_combination"
     TOO_LARGE = "too_large"
 
 
@@ -347,6 +376,7 @@ def _check_candidates(candidates: list[Any]) -> None:
             raise _malformed(f"{where} repeats (kind, name, site, cluster) {route}")
         routes.add(route)
         _check_candidate_fields(candidate, where)
+    _check_credentials(candidates)
 
 
 def _check_candidate_fields(candidate: Mapping[str, Any], where: str) -> None:
@@ -371,20 +401,64 @@ def _check_candidate_fields(candidate: Mapping[str, Any], where: str) -> None:
         rank = candidate["rank"]
         if not isinstance(rank, int) or isinstance(rank, bool) or rank < 0:
             raise _malformed(f"{where}.rank is not an integer >= 0")
-    if "credential" in candidate:
-        _check_credential(candidate["credential"], f"{where}.credential")
 
 
-def _check_credential(credential: object, where: str) -> None:
-    if not isinstance(credential, dict) or set(credential) != {"strategy", "secretRef"}:
-        raise _malformed(f"{where} must hold exactly strategy and secretRef")
-    if credential["strategy"] != CREDENTIAL_STRATEGY:
-        raise _malformed(f"{where}.strategy is not {CREDENTIAL_STRATEGY}")
+def _check_credentials(candidates: list[Any]) -> None:
+    """The credential rules, last in rule 6: the structure of every credential, then every
+    strategy, then every strategy's fields (see the module's docstring)."""
+    credentials = [
+        (f"overlay.candidates[{index}].credential", candidate["credential"])
+        for index, candidate in enumerate(candidates)
+        if "credential" in candidate
+    ]
+    for where, credential in credentials:
+        _check_credential_structure(credential, where)
+    for where, credential in credentials:
+        if credential["strategy"] not in CREDENTIAL_STRATEGIES:
+            # The value is not quoted: a misplaced token could be sitting there.
+            raise _Rejected(
+                RejectReason.UNSUPPORTED_CREDENTIAL_STRATEGY,
+                f"{where}.strategy is not one of {', '.join(sorted(CREDENTIAL_STRATEGIES))}",
+            )
+    for where, credential in credentials:
+        if credential["strategy"] == BEARER_TOKEN_STRATEGY and "header" in credential:
+            raise _Rejected(
+                RejectReason.INVALID_CREDENTIAL_COMBINATION,
+                f"{where} has a header, which {BEARER_TOKEN_STRATEGY} does not take",
+            )
+        if credential["strategy"] == API_KEY_STRATEGY and "header" not in credential:
+            raise _Rejected(
+                RejectReason.INVALID_CREDENTIAL_COMBINATION,
+                f"{where} has no header, which {API_KEY_STRATEGY} needs",
+            )
+
+
+def _check_credential_structure(credential: object, where: str) -> None:
+    if not isinstance(credential, dict):
+        raise _malformed(f"{where} is not an object")
+    if not CREDENTIAL_FIELDS.issuperset(credential):
+        raise _malformed(f"{where} may hold only strategy, secretRef and header")
+    for name in ("strategy", "secretRef"):
+        if name not in credential:
+            raise _malformed(f"{where}.{name} is missing")
+    if not isinstance(credential["strategy"], str):
+        raise _malformed(f"{where}.strategy is not a string")
     secret_ref = credential["secretRef"]
-    if not isinstance(secret_ref, dict) or set(secret_ref) != {"name", "namespace", "key"}:
+    if not isinstance(secret_ref, dict) or set(secret_ref) != SECRET_REF_FIELDS:
         raise _malformed(f"{where}.secretRef must hold exactly name, namespace and key")
     for name in ("name", "namespace", "key"):
         _check_string(secret_ref[name], f"{where}.secretRef.{name}")
+    if "header" in credential:
+        header = credential["header"]
+        if (
+            not isinstance(header, str)
+            or len(header) > MAX_HEADER_NAME_LENGTH
+            or not _HEADER_NAME.fullmatch(header)
+        ):
+            raise _malformed(
+                f"{where}.header is not an HTTP header name (token characters, "
+                f"1 to {MAX_HEADER_NAME_LENGTH})"
+            )
 
 
 def _check_size(size: int) -> None:

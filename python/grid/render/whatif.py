@@ -24,7 +24,7 @@ from pydantic import AwareDatetime, Field, ValidationError
 from grid.errors import ConfigError, MetricsFileError, ScoringInputError
 from grid.models.common import AuthStrategy, GridModel
 from grid.models.network import GatewayRef, GridNetwork
-from grid.models.provider import InferenceProvider, InferenceProviderPhase
+from grid.models.provider import InferenceProvider, InferenceProviderPhase, api_key_header
 from grid.models.resources import LoadedResources
 from grid.models.selectors import select
 from grid.models.site import EgressTlsMode, GridSite
@@ -34,6 +34,7 @@ from grid.scoring.inputs import (
     UNKNOWN_GEOGRAPHY,
     CandidateInput,
     ConsumingSite,
+    CredentialStrategy,
     Geography,
     Metrics,
     SecretRef,
@@ -41,8 +42,11 @@ from grid.scoring.inputs import (
 )
 
 REMOTE_CLUSTER_PREFIX = "site-"
-BEARER_STRATEGIES = frozenset({AuthStrategy.BEARER_TOKEN, AuthStrategy.API_KEY})
-"""Strategies whose Secret holds a token the gateway can send as a bearer token."""
+INJECTED_STRATEGIES = frozenset({AuthStrategy.BEARER_TOKEN, AuthStrategy.API_KEY})
+"""Strategies whose Secret holds a key the gateway sends itself: BearerToken as a bearer
+token; ApiKey in the header :func:`~grid.models.provider.api_key_header` names (the
+provider's ``auth.header`` or its kind's default), or as a bearer token for the kinds that
+take API keys that way (open_ai, bedrock)."""
 NO_SECRET_STRATEGIES = frozenset({AuthStrategy.MTLS_ONLY, AuthStrategy.SERVICE_ACCOUNT})
 DEFAULT_GATEWAY_NAMESPACE = "default"
 
@@ -199,14 +203,20 @@ def _egress_of(site: GridSite) -> ClusterEndpoint | None:
 
 
 def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str | None]:
-    """The credential reference to project, or the reason the provider cannot be offered."""
+    """The credential reference to project (with how the gateway sends it), or the reason
+    the provider cannot be offered."""
     auth = provider.spec.auth
     if auth is None or auth.strategy in NO_SECRET_STRATEGIES:
         return None, None
-    if auth.strategy in BEARER_STRATEGIES and auth.secret_ref is not None:
+    if auth.strategy in INJECTED_STRATEGIES and auth.secret_ref is not None:
         ref = auth.secret_ref
-        return SecretRef(name=ref.name, namespace=ref.namespace, key=ref.key), None
-    return None, f"auth strategy {auth.strategy} cannot be injected as a bearer token"
+        header = api_key_header(provider.spec.provider_kind, auth.strategy, auth.header)
+        strategy = CredentialStrategy.BEARER_TOKEN if header is None else CredentialStrategy.API_KEY
+        return SecretRef(ref.name, ref.namespace, ref.key, strategy, header), None
+    return None, (
+        f"auth strategy {auth.strategy} cannot be injected by the gateway "
+        "(it sends BearerToken and ApiKey credentials only)"
+    )
 
 
 def _check_reports(metrics: MetricsReport, providers: list[InferenceProvider]) -> None:

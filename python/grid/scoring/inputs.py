@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from enum import StrEnum
 from types import MappingProxyType
 
 from grid.errors import ScoringInputError
 from grid.models.common import BackendKind
+from grid.models.provider import check_api_key_header
 from grid.models.selectors import LabelSelector
 
 MAX_NAME_BYTES = 256
@@ -45,19 +47,45 @@ class Geography:
 UNKNOWN_GEOGRAPHY = Geography()
 
 
+class CredentialStrategy(StrEnum):
+    """How the gateway sends a provider's credential; the values are the overlay
+    contract's ``credential.strategy``."""
+
+    BEARER_TOKEN = "bearer_token"
+    """``Authorization: Bearer <secret>``."""
+    API_KEY = "apikey"
+    """The secret as the value of the request header ``header`` names."""
+
+
 @dataclass(frozen=True, slots=True)
 class SecretRef:
-    """Where a provider's credential lives: a key of a Kubernetes Secret. Only the reference
-    travels; the token bytes stay in the Secret."""
+    """Where a provider's credential lives (a key of a Kubernetes Secret) and how the
+    gateway sends it: as a bearer token, or (``apikey``) in the request header ``header``,
+    which only ``apikey`` has. Only the reference travels; the token bytes stay in the
+    Secret."""
 
     name: str
     namespace: str
     key: str
+    strategy: CredentialStrategy = CredentialStrategy.BEARER_TOKEN
+    header: str | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, "secret reference name")
         check_name(self.namespace, "secret reference namespace")
         check_name(self.key, "secret reference key")
+        if not isinstance(self.strategy, CredentialStrategy):
+            raise ScoringInputError("credential strategy must be a CredentialStrategy")
+        if self.strategy is CredentialStrategy.BEARER_TOKEN:
+            if self.header is not None:
+                raise ScoringInputError("a bearer_token credential takes no header")
+            return
+        if self.header is None:
+            raise ScoringInputError("an apikey credential needs the header its key goes in")
+        try:
+            check_api_key_header(self.header)
+        except ValueError as error:
+            raise ScoringInputError(f"credential header {error}") from None
 
 
 @dataclass(frozen=True, slots=True)
