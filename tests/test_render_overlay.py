@@ -121,11 +121,14 @@ def test_the_rendered_document_follows_the_contract() -> None:
         "rank",
     ]
     assert [c["rank"] for c in overlay["candidates"]] == [0, 1, 2]
-    assert [c["name"] for c in overlay["candidates"]] == ["llama", "gpt-4o", "llama"]
+    # Self-hosted before external: the API at the consuming site comes after the cross-region
+    # self-hosted candidate.
+    assert [c["name"] for c in overlay["candidates"]] == ["llama", "llama", "gpt-4o"]
     assert first["stable_id"] == stable_id("inference_model", "llama", "east", "vllm")
     assert first["admission_state"] == "new_and_existing"
     assert first["selection_tier"] == "same_site"
-    assert overlay["candidates"][2]["selection_tier"] == "cross_region"
+    assert overlay["candidates"][1]["selection_tier"] == "cross_region"
+    assert overlay["candidates"][2]["selection_tier"] == "same_site"
     assert first["score_breakdown"]["total"] == pytest.approx(first["score"] * 13, abs=1e-5)
 
 

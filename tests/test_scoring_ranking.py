@@ -1,10 +1,13 @@
-"""Tiers, access policies, staleness, exclusion and the gateway's order, including
-property tests that the order is total, deterministic and independent of input order."""
+"""Tiers, backend groups, access policies, staleness, exclusion and the gateway's order,
+including property tests that the order is total, deterministic and independent of input
+order."""
 
 from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -22,9 +25,17 @@ from grid.models.common import (
 )
 from grid.models.selectors import LabelSelector
 from grid.scoring import explain
-from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography, Metrics
-from grid.scoring.ranking import LeftOutReason, Ranking, order_key, rank_candidates
-from grid.scoring.tiers import locality_tier
+from grid.scoring.explain import why_above
+from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography, Metrics, TokenCost
+from grid.scoring.ranking import (
+    LeftOutReason,
+    OrderPart,
+    Ranking,
+    decided_by,
+    order_key,
+    rank_candidates,
+)
+from grid.scoring.tiers import BackendGroup, backend_group, locality_tier
 
 NOW = datetime(2026, 7, 29, 12, 0, tzinfo=UTC)
 EAST = Geography("us-east", "us-east-1a")
@@ -92,6 +103,20 @@ def test_capacity_tied_to_no_site_comes_after_every_site() -> None:
         "far", site="west", geography=Geography("us-west"), backend_kind=BackendKind.REMOTE
     )
     assert providers(rank(api, far)) == ["far", "api"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "group"),
+    [
+        (BackendKind.LOCAL, BackendGroup.SELF_HOSTED),
+        (BackendKind.REMOTE, BackendGroup.SELF_HOSTED),
+        (BackendKind.CLOUD_MANAGED, BackendGroup.EXTERNAL),
+        (BackendKind.API_PROVIDER, BackendGroup.EXTERNAL),
+    ],
+)
+def test_backend_group(kind: BackendKind, group: BackendGroup) -> None:
+    assert backend_group(candidate(backend_kind=kind)) is group
+    assert rank(candidate(backend_kind=kind)).candidates[0].group is group
 
 
 # --- access policy --------------------------------------------------------------------------
@@ -212,6 +237,156 @@ def test_tier_comes_before_score() -> None:
     assert ranking.candidates[0].score < ranking.candidates[1].score
 
 
+EAST_2 = Geography("us-east", "us-east-1b")
+"""Another zone of the consumer's region: a same-region site."""
+
+
+def gpt_4o_at_the_consuming_site() -> CandidateInput:
+    """A third-party API placed at the consuming site (so ``same_site``), loaded and slow."""
+    return candidate(
+        "openai",
+        "gpt-4o",
+        cluster="openai",
+        backend_kind=BackendKind.API_PROVIDER,
+        metrics=Metrics(queue_depth=43, p99_latency_ms=4000),
+        cost=TokenCost(Decimal("2.5"), Decimal("10")),
+    )
+
+
+def own_model_in_the_region() -> CandidateInput:
+    """The consumer's own capacity at a same-region site, idle and free."""
+    return candidate(
+        "vllm-east-2",
+        "llama-70b",
+        site="east-2",
+        cluster="site-east-2",
+        geography=EAST_2,
+        backend_kind=BackendKind.REMOTE,
+        metrics=Metrics(
+            queue_depth=4, kv_cache_utilization=0.3, prefix_cache_hit_ratio=0.6, p99_latency_ms=900
+        ),
+        cost=TokenCost(Decimal(0), Decimal(0)),
+    )
+
+
+def test_self_hosted_capacity_in_the_region_ranks_before_an_api_at_the_site() -> None:
+    """The case of issue 13: ordered by tier first, the paid fallback took the traffic."""
+    api, own = gpt_4o_at_the_consuming_site(), own_model_in_the_region()
+    ranking = rank(api, own)
+    assert providers(ranking) == ["vllm-east-2", "openai"]
+    first, second = ranking.candidates
+    assert (first.group, first.tier) == (BackendGroup.SELF_HOSTED, LocalityTier.SAME_REGION)
+    assert (second.group, second.tier) == (BackendGroup.EXTERNAL, LocalityTier.SAME_SITE)
+    assert round(first.score, 2) == 0.79
+    assert round(second.score, 2) == 0.41
+    assert decided_by(first, second) is OrderPart.GROUP
+    assert why_above(first, second) == (
+        OrderPart.GROUP,
+        "self_hosted (remote) before external (api_provider)",
+    )
+
+
+def test_the_group_decides_whatever_the_scores() -> None:
+    """Even an idle, free API at the consuming site ranks after busy self-hosted capacity in
+    another region of unknown geography."""
+    api = candidate(
+        "api",
+        backend_kind=BackendKind.API_PROVIDER,
+        metrics=Metrics(queue_depth=0, kv_cache_utilization=0, prefix_cache_hit_ratio=1),
+        cost=TokenCost(Decimal(0), Decimal(0)),
+    )
+    own = candidate(
+        "own",
+        site="nowhere",
+        geography=Geography(None, None),
+        backend_kind=BackendKind.REMOTE,
+        metrics=Metrics(queue_depth=50, p99_latency_ms=9000),
+    )
+    ranking = rank(api, own)
+    assert providers(ranking) == ["own", "api"]
+    assert ranking.candidates[0].tier is LocalityTier.UNKNOWN
+    assert ranking.candidates[0].score < ranking.candidates[1].score
+
+
+def test_inside_the_external_group_tier_then_score_order_as_before() -> None:
+    cloud_in_region = candidate(
+        "cloud-region",
+        site="east-2",
+        geography=EAST_2,
+        backend_kind=BackendKind.CLOUD_MANAGED,
+        metrics=Metrics(queue_depth=0),
+    )
+    api_at_site = candidate(
+        "api-site", backend_kind=BackendKind.API_PROVIDER, metrics=Metrics(queue_depth=40)
+    )
+    cloud_at_site = candidate(
+        "cloud-site", backend_kind=BackendKind.CLOUD_MANAGED, metrics=Metrics(queue_depth=40)
+    )
+    api_nowhere = candidate("api-unbound", backend_kind=BackendKind.API_PROVIDER, site_bound=False)
+    ranking = rank(api_nowhere, cloud_in_region, api_at_site, cloud_at_site)
+    # Same site first, cloud_managed above api_provider there only by score (its locality
+    # signal is 0.2 against 0.1); then the same region, whatever its higher score; then
+    # capacity tied to no site.
+    assert providers(ranking) == ["cloud-site", "api-site", "cloud-region", "api-unbound"]
+    parts = [decided_by(upper, lower) for upper, lower in pairwise(ranking.candidates)]
+    assert parts == [OrderPart.SCORE, OrderPart.TIER, OrderPart.TIER]
+    assert ranking.candidates[1].score < ranking.candidates[2].score
+    assert {entry.group for entry in ranking.candidates} == {BackendGroup.EXTERNAL}
+
+
+def test_inside_the_self_hosted_group_tier_orders_local_and_remote() -> None:
+    busy_local = candidate("local-site", metrics=Metrics(queue_depth=50))
+    idle_remote_zone = candidate(
+        "remote-zone",
+        site="east-3",
+        backend_kind=BackendKind.REMOTE,
+        metrics=Metrics(queue_depth=0),
+    )
+    local_far = candidate(
+        "local-far",
+        site="west",
+        geography=Geography("us-west"),
+        metrics=Metrics(queue_depth=0),
+    )
+    remote_region = candidate(
+        "remote-region",
+        site="east-2",
+        geography=EAST_2,
+        backend_kind=BackendKind.REMOTE,
+        metrics=Metrics(queue_depth=40),
+    )
+    ranking = rank(local_far, remote_region, idle_remote_zone, busy_local)
+    assert providers(ranking) == ["local-site", "remote-zone", "remote-region", "local-far"]
+    assert [entry.tier for entry in ranking.candidates] == [
+        LocalityTier.SAME_SITE,
+        LocalityTier.SAME_ZONE,
+        LocalityTier.SAME_REGION,
+        LocalityTier.CROSS_REGION,
+    ]
+    assert ranking.candidates[0].score < ranking.candidates[1].score
+    assert {entry.group for entry in ranking.candidates} == {BackendGroup.SELF_HOSTED}
+
+
+def test_admission_still_comes_before_the_group() -> None:
+    busy_own = candidate("own", metrics=Metrics(queue_depth=63))
+    api = candidate("api", backend_kind=BackendKind.API_PROVIDER, site_bound=False)
+    ranking = rank(busy_own, api)
+    assert providers(ranking) == ["api", "own"]
+    upper, lower = ranking.candidates
+    assert (upper.admission, upper.group) == (
+        AdmissionState.NEW_AND_EXISTING,
+        BackendGroup.EXTERNAL,
+    )
+    assert (lower.admission, lower.group) == (
+        AdmissionState.EXISTING_ONLY,
+        BackendGroup.SELF_HOSTED,
+    )
+    assert why_above(upper, lower) == (
+        OrderPart.ADMISSION,
+        "new_and_existing before existing_only",
+    )
+
+
 def test_score_descends_within_a_tier() -> None:
     ranking = rank(
         candidate("slow", metrics=Metrics(p99_latency_ms=9000)),
@@ -238,6 +413,29 @@ def test_names_break_the_remaining_ties() -> None:
         candidate("c", model="w", cluster="c3"),
     )
     assert providers(ranking) == ["c", "b", "a"]
+
+
+def test_why_above_names_what_decided() -> None:
+    ranking = rank(
+        candidate("never", model="a"),
+        candidate("degraded", model="a", degraded=True, updated_at=NOW),
+        candidate("older", model="a", updated_at=NOW - timedelta(seconds=20)),
+        candidate("newer", model="a", updated_at=NOW - timedelta(seconds=10)),
+        candidate("twin", model="b", updated_at=NOW - timedelta(seconds=10)),
+        candidate("slow", model="c", metrics=Metrics(p99_latency_ms=9000)),
+    )
+    assert providers(ranking) == ["newer", "twin", "older", "never", "degraded", "slow"]
+    entries = ranking.candidates
+    reasons = [why_above(upper, lower) for upper, lower in pairwise(entries)]
+    assert reasons == [
+        (OrderPart.TIE_BREAK, "model a before b"),
+        (OrderPart.UPDATED, "updated more recently"),
+        (OrderPart.UPDATED, "updated before never updated"),
+        (OrderPart.FRESHNESS, "fresh before not fresh"),
+        (OrderPart.SCORE, f"{entries[4].score:.4f} before {entries[5].score:.4f}"),
+    ]
+    with pytest.raises(ValueError, match="same place"):
+        decided_by(entries[0], entries[0])
 
 
 def test_a_route_taken_by_a_better_candidate_is_left_out() -> None:
@@ -323,9 +521,42 @@ def test_explain_lists_contributions_and_reasons() -> None:
     assert "kept" in text
     assert "new_and_existing" in text
     assert "same_site" in text
+    assert "self_hosted" in text
     assert "unhealthy" in text
     assert "not_offered" in text
     assert f"{ranking.candidates[0].breakdown.total:.4f}" in text
+
+
+def test_explain_shows_each_group_and_when_the_group_decided() -> None:
+    text = explain(rank(gpt_4o_at_the_consuming_site(), own_model_in_the_region()))
+    rows = text.splitlines()
+    header = next(line for line in rows if line.startswith("RANK"))
+    assert header.split()[5:8] == ["ADMISSION", "GROUP", "TIER"]
+    assert rows[rows.index(header) + 1].split()[1:8] == [
+        "llama-70b",
+        "vllm-east-2",
+        "east-2",
+        "site-east-2",
+        "new_and_existing",
+        "self_hosted",
+        "same_region",
+    ]
+    assert rows[rows.index(header) + 2].split()[6:8] == ["external", "same_site"]
+    assert "why each candidate is above the next:" in rows
+    assert rows[-1].split() == [
+        "0",
+        "1",
+        "group",
+        "self_hosted",
+        "(remote)",
+        "before",
+        "external",
+        "(api_provider)",
+    ]
+
+
+def test_explain_of_one_candidate_has_no_order_table() -> None:
+    assert "why each candidate" not in explain(rank(candidate()))
 
 
 # --- properties ---------------------------------------------------------------------------
@@ -355,6 +586,7 @@ def candidate_sets(draw: st.DrawFn) -> list[CandidateInput]:
                 cluster=draw(st.sampled_from(["c1", "c2", f"own-{index}"])),
                 backend_kind=draw(st.sampled_from(list(BackendKind))),
                 geography=geography,
+                site_bound=draw(st.booleans()),
                 metrics=Metrics(
                     queue_depth=draw(st.none() | st.sampled_from([0.0, 10.0, 60.0])),
                     kv_cache_utilization=draw(optional_ratio),
@@ -401,3 +633,7 @@ def test_order_is_total_and_independent_of_input_order(
     assert kept | dropped == {entry.key for entry in candidates}
     routes = [entry.candidate.route for entry in ranking.candidates]
     assert len(set(routes)) == len(routes)
+    for upper, lower in pairwise(ranking.candidates):
+        if upper.admission is lower.admission:  # self-hosted before external
+            assert (upper.group, lower.group) != (BackendGroup.EXTERNAL, BackendGroup.SELF_HOSTED)
+        assert decided_by(upper, lower) is why_above(upper, lower)[0]

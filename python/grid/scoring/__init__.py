@@ -22,16 +22,19 @@ from grid.scoring.inputs import (
 from grid.scoring.ranking import (
     LeftOut,
     LeftOutReason,
+    OrderPart,
     RankedCandidate,
     Ranking,
+    decided_by,
     order_key,
     rank_candidates,
 )
 from grid.scoring.signals import ScoreBreakdown, SignalValues, signal_values
-from grid.scoring.tiers import locality_tier
+from grid.scoring.tiers import BackendGroup, backend_group, locality_tier
 
 __all__ = [
     "AdmissionMemory",
+    "BackendGroup",
     "CandidateInput",
     "ConsumingSite",
     "Geography",
@@ -39,6 +42,7 @@ __all__ = [
     "LeftOutReason",
     "LoadObservation",
     "Metrics",
+    "OrderPart",
     "RankedCandidate",
     "Ranking",
     "ScoreBreakdown",
@@ -46,6 +50,8 @@ __all__ = [
     "SignalValues",
     "TokenCost",
     "admission_state",
+    "backend_group",
+    "decided_by",
     "explain",
     "locality_tier",
     "order_key",

@@ -1,9 +1,16 @@
 """From candidates to the ordered list the gateway walks, and the reasons for what is not
 in it.
 
-Order: admission state, then locality tier, then score (descending), then freshness, then
-(model, site, cluster, provider), so the order is total and every site that holds the same
-state computes the same list, whatever order the candidates arrive in.
+Order: admission state, then backend group (every self-hosted candidate, ``local`` or
+``remote``, before every external one, ``cloud_managed`` or ``api_provider``), then locality
+tier, then score (descending), then freshness, then (model, site, cluster, provider), so the
+order is total and every site that holds the same state computes the same list, whatever
+order the candidates arrive in.
+
+The group comes before the tier because of the spec's preference ladder: use capacity you
+own and that is near before falling out to third-party APIs. A third-party API placed at the
+consuming site is ``same_site``; ordered by tier first, it would take the traffic from the
+consumer's own capacity at a neighbouring site of the region whatever their scores.
 """
 
 from __future__ import annotations
@@ -18,7 +25,13 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from grid.errors import ScoringInputError
-from grid.models.common import AdmissionState, LocalityTier, ScoringConfig, ScoringWeights
+from grid.models.common import (
+    AdmissionState,
+    BackendKind,
+    LocalityTier,
+    ScoringConfig,
+    ScoringWeights,
+)
 from grid.models.selectors import selector_matches
 from grid.scoring.admission import (
     AdmissionMemory,
@@ -35,13 +48,20 @@ from grid.scoring.signals import (
     score_breakdown,
     signal_reader,
 )
-from grid.scoring.tiers import TIER_ORDER, locality_tier
+from grid.scoring.tiers import (
+    BACKEND_GROUP,
+    GROUP_ORDER,
+    TIER_ORDER,
+    BackendGroup,
+    locality_tier,
+)
 
 CandidateKey = tuple[str, str, str]
 """(provider, model, site)."""
-_Groups = dict[AdmissionState, dict[LocalityTier, list["RankedCandidate"]]]
-"""Ranked candidates by admission state and locality tier, the first two parts of the
-order."""
+_Tiers = dict[LocalityTier, list["RankedCandidate"]]
+_Groups = dict[AdmissionState, dict[BackendGroup, _Tiers]]
+"""Ranked candidates by admission state, backend group and locality tier, the first three
+parts of the order."""
 
 ADMISSION_ORDER: tuple[AdmissionState, ...] = (
     AdmissionState.NEW_AND_EXISTING,
@@ -50,9 +70,31 @@ ADMISSION_ORDER: tuple[AdmissionState, ...] = (
 )
 
 _ADMISSION_RANK = {state: position for position, state in enumerate(ADMISSION_ORDER)}
+_GROUP_RANK = {group: position for position, group in enumerate(GROUP_ORDER)}
+_KIND_GROUP_RANK = {kind: _GROUP_RANK[group] for kind, group in BACKEND_GROUP.items()}
 _TIER_RANK = {tier: position for position, tier in enumerate(TIER_ORDER)}
 _CANDIDATE_KEY = attrgetter("candidate.key")
 _SCORE = attrgetter("score")
+
+
+class OrderPart(StrEnum):
+    """A part of the gateway's order, in the order they are compared (see
+    :func:`order_key`)."""
+
+    ADMISSION = "admission"
+    GROUP = "group"
+    """Self-hosted before external."""
+    TIER = "tier"
+    SCORE = "score"
+    FRESHNESS = "freshness"
+    """Fresh before not fresh."""
+    UPDATED = "updated"
+    """Most recently updated first, never-updated last."""
+    TIE_BREAK = "tie_break"
+    """(model, site, cluster, provider)."""
+
+
+_ORDER_PARTS = tuple(OrderPart)
 
 
 class LeftOutReason(StrEnum):
@@ -100,6 +142,11 @@ class RankedCandidate(NamedTuple):
     weights: ScoringWeights
 
     @property
+    def group(self) -> BackendGroup:
+        """Self-hosted or external, from the candidate's backend kind."""
+        return BACKEND_GROUP[self.candidate.backend_kind]
+
+    @property
     def breakdown(self) -> ScoreBreakdown:
         """The weighted contribution of each signal (computed on demand: only the rendered
         candidates need it)."""
@@ -124,14 +171,16 @@ class Ranking:
 
 def order_key(
     ranked: RankedCandidate,
-) -> tuple[int, int, float, bool, float, tuple[str, str, str, str]]:
-    """The sort key of the gateway's order (smaller first): admission, tier, score
-    (descending), fresh before not fresh, most recently updated first (never-updated last),
-    then (model, site, cluster, provider)."""
+) -> tuple[int, int, int, float, bool, float, tuple[str, str, str, str]]:
+    """The sort key of the gateway's order (smaller first): admission, backend group
+    (self-hosted before external), tier, score (descending), fresh before not fresh, most
+    recently updated first (never-updated last), then (model, site, cluster, provider).
+    One element per :class:`OrderPart`, in that order."""
     candidate = ranked.candidate
     updated_seconds = candidate.updated_seconds
     return (
         _ADMISSION_RANK[ranked.admission],
+        _KIND_GROUP_RANK[candidate.backend_kind],
         _TIER_RANK[ranked.tier],
         -ranked.score,
         not ranked.fresh,
@@ -140,25 +189,44 @@ def order_key(
     )
 
 
-def _in_gateway_order(by_group: _Groups) -> list[RankedCandidate]:
-    """The candidates of every (admission, tier) group, sorted by :func:`order_key`.
+def decided_by(above: RankedCandidate, below: RankedCandidate) -> OrderPart:
+    """The first part of :func:`order_key` on which ``above`` and ``below`` differ: what
+    puts one before the other. Distinct candidates always differ somewhere (the tie-break
+    holds the provider, model and site); the same candidate twice is a ``ValueError``."""
+    for part, mine, theirs in zip(_ORDER_PARTS, order_key(above), order_key(below), strict=True):
+        if mine != theirs:
+            return part
+    raise ValueError("the two candidates have the same place in the order")
 
-    The same order as one sort by that key, for less: the groups are taken in order, each
+
+def _empty_groups() -> _Groups:
+    return {
+        admission: {group: {tier: [] for tier in TIER_ORDER} for group in GROUP_ORDER}
+        for admission in ADMISSION_ORDER
+    }
+
+
+def _in_gateway_order(by_group: _Groups) -> list[RankedCandidate]:
+    """The candidates of every (admission, group, tier) bucket, sorted by :func:`order_key`.
+
+    The same order as one sort by that key, for less: the buckets are taken in order, each
     is sorted by score alone (a sort of plain floats) and only a run of equal scores is
     sorted by the full key.
     """
     ordered: list[RankedCandidate] = []
     for admission in ADMISSION_ORDER:
-        for tier in TIER_ORDER:
-            group = by_group[admission][tier]
-            group.sort(key=_SCORE, reverse=True)
-            start, size = 0, len(group)
-            for end in range(1, size + 1):
-                if end == size or group[end].score != group[start].score:
-                    if end - start > 1:
-                        group[start:end] = sorted(group[start:end], key=order_key)
-                    start = end
-            ordered += group
+        for group in GROUP_ORDER:
+            tiers = by_group[admission][group]
+            for tier in TIER_ORDER:
+                bucket = tiers[tier]
+                bucket.sort(key=_SCORE, reverse=True)
+                start, size = 0, len(bucket)
+                for end in range(1, size + 1):
+                    if end == size or bucket[end].score != bucket[start].score:
+                        if end - start > 1:
+                            bucket[start:end] = sorted(bucket[start:end], key=order_key)
+                        start = end
+                ordered += bucket
     return ordered
 
 
@@ -198,8 +266,12 @@ def rank_candidates(
     consumer_labels = consumer.labels
     now_seconds = now.timestamp()
     seen: set[CandidateKey] = set()
-    by_group: _Groups = {
-        admission: {tier: [] for tier in TIER_ORDER} for admission in ADMISSION_ORDER
+    by_group = _empty_groups()
+    # The same tier buckets reached by backend kind, so filing a candidate costs no lookup
+    # of its group: both kinds of a group share that group's buckets.
+    by_kind: dict[AdmissionState, dict[BackendKind, _Tiers]] = {
+        admission: {kind: groups[group] for kind, group in BACKEND_GROUP.items()}
+        for admission, groups in by_group.items()
     }
     left_out: list[LeftOut] = []
 
@@ -284,7 +356,7 @@ def rank_candidates(
         entry = tuple.__new__(
             RankedCandidate, (candidate, signals, score, admission, tier, fresh, weights)
         )
-        by_group[admission][tier].append(entry)
+        by_kind[admission][candidate.backend_kind][tier].append(entry)
 
     routes: dict[tuple[str, str, str], RankedCandidate] = {}
     kept: list[RankedCandidate] = []

@@ -1,9 +1,45 @@
-"""Locality tiers: how near a candidate's site is to the consuming site."""
+"""Backend groups and locality tiers: whose capacity a candidate is, and how near its site is
+to the consuming site."""
 
 from __future__ import annotations
 
-from grid.models.common import LocalityTier
+from enum import StrEnum
+from types import MappingProxyType
+
+from grid.models.common import BackendKind, LocalityTier
 from grid.scoring.inputs import CandidateInput, ConsumingSite
+
+
+class BackendGroup(StrEnum):
+    """Whose capacity a candidate is: the first cut of the spec's preference ladder ("use
+    capacity you own and that is near before falling out to third-party APIs")."""
+
+    SELF_HOSTED = "self_hosted"
+    """``local`` or ``remote``: capacity the grid runs itself."""
+    EXTERNAL = "external"
+    """``cloud_managed`` or ``api_provider``: capacity bought from someone else."""
+
+
+GROUP_ORDER: tuple[BackendGroup, ...] = (BackendGroup.SELF_HOSTED, BackendGroup.EXTERNAL)
+"""Self-hosted first: within one admission state, every self-hosted candidate ranks before
+every external one, whatever their tiers and scores."""
+
+BACKEND_GROUP = MappingProxyType(
+    {
+        BackendKind.LOCAL: BackendGroup.SELF_HOSTED,
+        BackendKind.REMOTE: BackendGroup.SELF_HOSTED,
+        BackendKind.CLOUD_MANAGED: BackendGroup.EXTERNAL,
+        BackendKind.API_PROVIDER: BackendGroup.EXTERNAL,
+    }
+)
+"""The group of every backend kind."""
+
+
+def backend_group(candidate: CandidateInput) -> BackendGroup:
+    """Self-hosted for ``local`` and ``remote`` capacity, external for ``cloud_managed`` and
+    ``api_provider``."""
+    return BACKEND_GROUP[candidate.backend_kind]
+
 
 TIER_ORDER: tuple[LocalityTier, ...] = (
     LocalityTier.SAME_SITE,
@@ -18,10 +54,13 @@ TIER_ORDER: tuple[LocalityTier, ...] = (
 def locality_tier(candidate: CandidateInput, consumer: ConsumingSite) -> LocalityTier:
     """How near ``candidate`` is to ``consumer``.
 
-    Capacity tied to no site is Unknown, so it comes after every site of the mesh: the
-    fallback the spec's preference ladder asks for. Otherwise regions decide first: known
-    and different is CrossRegion, unknown on either side is Unknown. Within a region, equal
-    known zones are SameZone, anything else SameRegion.
+    Capacity tied to no site is Unknown, so it comes after every site of the mesh within its
+    :class:`BackendGroup` (the group is compared before the tier: a third-party API placed
+    at the consuming site is SameSite and still ranks after self-hosted capacity of the same
+    admission state anywhere).
+    Otherwise regions decide first: known and different is CrossRegion, unknown on either
+    side is Unknown. Within a region, equal known zones are SameZone, anything else
+    SameRegion.
     """
     if not candidate.site_bound:
         return LocalityTier.UNKNOWN
