@@ -114,8 +114,10 @@ site_metadata = st.builds(
 )
 gateways = st.builds(
     GatewayRecord,
-    st.builds("{}.example:{}".format, dns_names, st.integers(1, 65535)),
+    st.builds("{}.example:{}".format, dns_names, st.integers(1, 65535))
+    | st.builds("192.0.2.{}:{}".format, st.integers(1, 254), st.integers(1, 65535)),
     st.sampled_from(["mtls", "tls", "none"]),
+    st.none() | st.builds("{}.example".format, dns_names),
 )
 
 
@@ -285,6 +287,7 @@ def test_no_record_field_can_hold_a_token() -> None:
         lambda: GatewayRecord("[::zz]:443", "mtls"),
         lambda: GatewayRecord("bad host:443", "mtls"),
         lambda: GatewayRecord("gw.example:443", "m tls"),
+        lambda: GatewayRecord("192.0.2.1:443", "mtls", "not a name"),
         lambda: SiteMetadata(region="eu west"),
         lambda: SiteMetadata(labels={"tier": 1}),  # type: ignore[dict-item]
         lambda: TokenCost(-1, 0),
@@ -541,3 +544,15 @@ def test_random_corruption_is_refused_or_decodes_to_a_valid_item(data: st.DataOb
     # It still decoded: then it is a valid state whose one encoding is exactly these bytes.
     assert isinstance(decoded, ProviderState)
     assert encode_provider("site-a", decoded).payload == bytes(corrupted)
+
+
+def test_a_gateway_server_name_travels_only_when_set() -> None:
+    named = GatewayRecord("192.0.2.7:8443", "mutual_tls", "gw.example")
+    assert named.to_wire() == {
+        "address": "192.0.2.7:8443",
+        "tls": "mutual_tls",
+        "sni": "gw.example",
+    }
+    assert GatewayRecord.from_wire(named.to_wire(), "gateway") == named
+    plain = GatewayRecord("gw.example:8443", "mutual_tls")
+    assert plain.to_wire() == {"address": "gw.example:8443", "tls": "mutual_tls"}

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ssl
 import time
+from datetime import UTC, datetime
+from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -16,6 +20,7 @@ from grid.observe import (
     HealthStatus,
     check_health,
 )
+from grid.trust import CertificateAuthority
 from support.servers import Mode, PlainTcpServer, ProviderEndpoint, closed_port
 
 
@@ -202,3 +207,40 @@ def test_thresholds_decide_the_state(
             assert not history[-1]
             assert index > 0
             assert statuses[index - 1].state in {HealthState.HEALTHY, HealthState.DEGRADED}
+
+
+# --- TLS to an address the certificate does not name ----------------------------------
+
+
+async def test_a_server_name_verifies_a_certificate_that_does_not_name_the_address(
+    tmp_path: Path,
+) -> None:
+    # The provider is reached at 127.0.0.1 but its certificate names only
+    # provider.example: serverName is what verification checks against.
+    now = datetime.now(UTC)
+    ca = CertificateAuthority.generate("Health CA", now=now)
+    issued = ca.issue("provider.example", now=now, ip_addresses=())
+    files = issued.write(tmp_path, "provider")
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(files.certificate, files.private_key)
+    client_tls = ssl.create_default_context(cadata=ca.certificate_pem)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=server_tls)
+    await site.start()
+    try:
+        port = runner.addresses[0][1]
+        url = f"https://127.0.0.1:{port}/healthz"
+        named = await check_health(url, tls=client_tls, server_name="provider.example")
+        assert named.healthy, named.reason
+        unnamed = await check_health(url, tls=client_tls)
+        assert not unnamed.healthy
+        assert unnamed.reason == "the server's TLS certificate was not accepted"
+    finally:
+        await runner.cleanup()

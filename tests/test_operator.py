@@ -194,7 +194,11 @@ async def test_updates_and_deletions_reach_configmaps_statuses_and_the_mesh(
         # The gateway asks for the whole gateway configuration; a second gateway, after the
         # filter rename, gets the overlay under its own key.
         gateways = [
-            {"name": "edge", "namespace": GATEWAY_NAMESPACE, "consumerConfig": {"enabled": True}},
+            {
+                "name": "edge",
+                "namespace": GATEWAY_NAMESPACE,
+                "consumerConfig": {"enabled": True},
+            },
             {
                 "name": "next",
                 "namespace": GATEWAY_NAMESPACE,
@@ -204,12 +208,26 @@ async def test_updates_and_deletions_reach_configmaps_statuses_and_the_mesh(
             },
         ]
         await cluster.patch(GRID_NETWORKS, NETWORK, {"spec": {"gatewayRefs": gateways}})
+
+        # The providers listen on 127.0.0.1, which the gateway refuses unless told: Grid
+        # says so in status rather than write a configuration the gateway would refuse.
+        async def edge_refusal() -> str:
+            status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+            edge = [g for g in status.get("gateways") or [] if g["name"] == "edge"]
+            return edge[0]["message"] if edge else ""
+
+        refusal = await eventually(edge_refusal, what="the refused gateway configuration")
+        assert "allowPrivateEndpoints" in refusal
+        assert not await configmap_exists(cluster, "edge-praxis")
+        gateways[0]["consumerConfig"]["allowPrivateEndpoints"] = True
+        await cluster.patch(GRID_NETWORKS, NETWORK, {"spec": {"gatewayRefs": gateways}})
         praxis = await eventually(
             lambda: read_configmap(cluster, "edge-praxis"), what="the gateway configuration"
         )
         config = yaml.safe_load(praxis.data["praxis.yaml"])
         assert config["admin"] == {"address": "127.0.0.1:9901"}
         assert config["listeners"][0]["address"] == "0.0.0.0:8080"
+        assert config["insecure_options"] == {"allow_private_endpoints": True}
         nxt = await eventually(
             lambda: read_configmap(cluster, "next-grid-config"), what="the second gateway"
         )

@@ -95,7 +95,11 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
         "caSecretRef": {"name": CA_SECRET, "namespace": NAMESPACE, "key": "ca.crt"},
         "siteCertSecretRef": {"name": SITE_TLS_SECRET, "namespace": NAMESPACE},
     }
-    gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE, "consumerConfig": {"enabled": True}}
+    gateway = {
+        "name": "edge",
+        "namespace": GATEWAY_NAMESPACE,
+        "consumerConfig": {"enabled": True, "allowPrivateEndpoints": True},
+    }
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
         async with egress, operator_for(cluster, None) as running:

@@ -10,11 +10,29 @@ import yaml
 
 from grid.errors import OverlayRenderError
 from grid.models.common import BackendKind, ScoringConfig
-from grid.models.network import ConsumerConfig
+from grid.models.network import ConsumerConfig, ConsumerMode, SessionAffinity
 from grid.models.site import EgressTlsMode
-from grid.render.consumer import ClusterEndpoint, consumer_config, consumer_config_yaml
-from grid.render.overlay import OverlayScope, OverlaySource, RenderedOverlay, render_overlay
-from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography, SecretRef
+from grid.render.consumer import (
+    ClusterEndpoint,
+    GatewayPlan,
+    consumer_config,
+    consumer_config_yaml,
+)
+from grid.render.overlay import (
+    OverlayScope,
+    OverlaySource,
+    RenderedOverlay,
+    credential_document,
+    render_overlay,
+)
+from grid.scoring.inputs import (
+    CandidateInput,
+    ConsumingSite,
+    CredentialStrategy,
+    Geography,
+    Metrics,
+    SecretRef,
+)
 from grid.scoring.ranking import rank_candidates
 
 NOW = datetime(2026, 7, 29, tzinfo=UTC)
@@ -71,13 +89,38 @@ def mesh_overlay() -> RenderedOverlay:
     )
 
 
+SCOPE = OverlayScope("mesh", "gw", "grid-system", "east")
+INLINE = ConsumerConfig(mode=ConsumerMode.INLINE)
+KEY = "routing-overlay.json"
+
+
+def plan(endpoints: dict[str, ClusterEndpoint] | None = None, *refs: SecretRef) -> GatewayPlan:
+    credentials = refs or (OPENAI_KEY, SecretRef("openai-batch-key", "grid-system", "token"))
+    return GatewayPlan(
+        SCOPE,
+        ENDPOINTS if endpoints is None else endpoints,
+        tuple(credential_document(ref) for ref in credentials),
+    )
+
+
+def render(settings: ConsumerConfig, **kwargs: Any) -> dict[str, Any]:
+    kwargs.setdefault("overlay_key", KEY)
+    target = kwargs.pop("plan", None) or plan()
+    return consumer_config(target, settings, **kwargs)
+
+
 def filters(config: dict[str, Any]) -> list[dict[str, Any]]:
     (chain,) = config["filter_chains"]
     return chain["filters"]
 
 
+def by_filter(config: dict[str, Any], name: str) -> dict[str, Any]:
+    (entry,) = [entry for entry in filters(config) if entry["filter"] == name]
+    return entry
+
+
 def test_the_configuration_has_one_listener_one_chain_and_the_admin_listener() -> None:
-    config = consumer_config(mesh_overlay(), ENDPOINTS, ConsumerConfig(listener_port=8081))
+    config = render(ConsumerConfig(listener_port=8081))
     assert config["listeners"] == [
         {"name": "grid", "address": "0.0.0.0:8081", "filter_chains": ["grid"]}
     ]
@@ -86,6 +129,7 @@ def test_the_configuration_has_one_listener_one_chain_and_the_admin_listener() -
         "json_body_field",
         "grid_route",
         "grid_credential_inject",
+        "credential_injection",
         "load_balancer",
     ]
     assert filters(config)[0] == {
@@ -93,13 +137,47 @@ def test_the_configuration_has_one_listener_one_chain_and_the_admin_listener() -
         "field": "model",
         "header": "X-Model",
     }
+    assert "insecure_options" not in config
 
 
-def test_the_routing_filter_carries_the_overlay_candidates_with_the_static_fields_only() -> None:
+def test_overlay_mode_reads_the_published_overlay_with_its_scope_and_reloads_it() -> None:
+    settings = ConsumerConfig(overlay_mount_path="/mnt/overlay/", reload_debounce_ms=250)
+    route = filters(render(settings))[1]
+    assert route == {
+        "filter": "grid_route",
+        "overlay_file": "/mnt/overlay/routing-overlay.json",
+        "expected_overlay_scope": {
+            "network": "mesh",
+            "gateway": "gw",
+            "namespace": "grid-system",
+            "local_site": "east",
+        },
+        "reload": {"enabled": True, "debounce_ms": 250},
+        "model_header": "X-Model",
+        "session_affinity": {"enabled": True, "ttl_secs": 3600, "header": "X-Session-Id"},
+    }
+
+
+def test_overlay_mode_does_not_depend_on_the_ranking() -> None:
+    assert render(ConsumerConfig()) == render(ConsumerConfig(), overlay=mesh_overlay())
+
+
+def test_session_affinity_follows_the_settings() -> None:
+    cookie = SessionAffinity(header=None, cookie="grid_session", ttl_seconds=60)
+    route = filters(render(ConsumerConfig(session_affinity=cookie)))[1]
+    assert route["session_affinity"] == {"enabled": True, "ttl_secs": 60, "cookie": "grid_session"}
+    off = filters(render(ConsumerConfig(session_affinity=None)))[1]
+    assert "session_affinity" not in off
+    with pytest.raises(ValueError, match="needs a header or a cookie"):
+        SessionAffinity(header=None)
+
+
+def test_inline_mode_embeds_the_candidates_with_the_static_fields_only() -> None:
     rendered = mesh_overlay()
-    route = filters(consumer_config(rendered, ENDPOINTS, ConsumerConfig()))[1]
+    route = filters(render(INLINE, overlay=rendered))[1]
     assert route["local_site"] == "east"
     assert route["model_header"] == "X-Model"
+    assert "overlay_file" not in route and "session_affinity" not in route
     overlay_candidates = rendered.document["overlay"]["candidates"]
     assert [c["name"] for c in route["candidates"]] == [c["name"] for c in overlay_candidates]
     for entry in route["candidates"]:
@@ -107,10 +185,38 @@ def test_the_routing_filter_carries_the_overlay_candidates_with_the_static_field
         assert {"kind", "name", "site", "cluster", "fresh"} <= set(entry)
 
 
+def test_inline_mode_leaves_out_candidates_closed_to_new_requests() -> None:
+    busy = candidate("vllm", "llama", metrics=Metrics(queue_depth=10_000))
+    rendered = overlay(busy, candidate("openai", "llama", backend_kind=BackendKind.API_PROVIDER))
+    states = {
+        c["cluster"]: c["admission_state"] for c in rendered.document["overlay"]["candidates"]
+    }
+    assert states == {"vllm": "existing_only", "openai": "new_and_existing"}
+    route = filters(render(INLINE, overlay=rendered))[1]
+    assert [c["cluster"] for c in route["candidates"]] == ["openai"]
+
+
+def test_inline_mode_with_no_candidate_open_to_new_requests_is_refused() -> None:
+    rendered = overlay(candidate("vllm", "llama", metrics=Metrics(queue_depth=10_000)))
+    with pytest.raises(OverlayRenderError, match="no candidate is open to new requests"):
+        render(INLINE, overlay=rendered)
+
+
 def test_one_credential_entry_per_distinct_secret_with_its_mounted_path() -> None:
     settings = ConsumerConfig(credential_mount_base="/run/secrets/grid-credentials/")
-    inject = filters(consumer_config(mesh_overlay(), ENDPOINTS, settings))[2]
-    assert inject["credentials"] == [
+    anthropic = SecretRef(
+        "anthropic-key", "grid-system", "api-key", CredentialStrategy.API_KEY, "x-api-key"
+    )
+    config = render(settings, plan=plan(None, OPENAI_KEY, anthropic, OPENAI_KEY))
+    assert by_filter(config, "grid_credential_inject")["credentials"] == [
+        {
+            "name": "anthropic-key",
+            "namespace": "grid-system",
+            "key": "api-key",
+            "strategy": "apikey",
+            "header": "x-api-key",
+            "file": "/run/secrets/grid-credentials/anthropic-key/api-key",
+        },
         {
             "name": "openai-api-key",
             "namespace": "grid-system",
@@ -118,28 +224,30 @@ def test_one_credential_entry_per_distinct_secret_with_its_mounted_path() -> Non
             "strategy": "bearer_token",
             "file": "/run/secrets/grid-credentials/openai-api-key/token",
         },
-        {
-            "name": "openai-batch-key",
-            "namespace": "grid-system",
-            "key": "token",
-            "strategy": "bearer_token",
-            "file": "/run/secrets/grid-credentials/openai-batch-key/token",
-        },
     ]
 
 
+def test_one_secret_used_with_two_strategies_is_refused() -> None:
+    as_key = SecretRef(
+        "openai-api-key", "grid-system", "token", CredentialStrategy.API_KEY, "api-key"
+    )
+    with pytest.raises(OverlayRenderError, match="two different injection strategies"):
+        render(ConsumerConfig(), plan=plan(None, OPENAI_KEY, as_key))
+
+
 def test_no_credential_filter_without_credentials() -> None:
-    config = consumer_config(overlay(candidate("vllm", "llama")), ENDPOINTS, ConsumerConfig())
+    config = render(ConsumerConfig(), plan=GatewayPlan(SCOPE, {"vllm": ENDPOINTS["vllm"]}))
     assert [entry["filter"] for entry in filters(config)] == [
         "json_body_field",
         "grid_route",
+        "credential_injection",
         "load_balancer",
     ]
 
 
-def test_one_cluster_per_distinct_candidate_cluster_with_its_tls() -> None:
+def test_every_declared_cluster_with_its_tls() -> None:
     settings = ConsumerConfig(tls_mount_path="/etc/grid/tls")
-    balancer = filters(consumer_config(mesh_overlay(), ENDPOINTS, settings))[-1]
+    balancer = filters(render(settings))[-1]
     assert balancer["filter"] == "load_balancer"
     assert balancer["clusters"] == [
         {
@@ -164,10 +272,82 @@ def test_one_cluster_per_distinct_candidate_cluster_with_its_tls() -> None:
     ]
 
 
+def test_every_cluster_gets_its_endpoint_authority_as_host() -> None:
+    hosts = by_filter(render(ConsumerConfig()), "credential_injection")["clusters"]
+    assert hosts == [
+        {"name": "openai", "header": "host", "value": "api.openai.com"},
+        {"name": "site-west", "header": "host", "value": "gw.west.example:8443"},
+        {"name": "vllm", "header": "host", "value": "vllm.inference.svc:8000"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "authority"),
+    [
+        (ClusterEndpoint("api.example.com:443", EgressTlsMode.TLS), "api.example.com"),
+        (ClusterEndpoint("api.example.com:8443", EgressTlsMode.TLS), "api.example.com:8443"),
+        (ClusterEndpoint("vllm:80", EgressTlsMode.PLAINTEXT), "vllm"),
+        (ClusterEndpoint("[fd00::1]:8000", EgressTlsMode.PLAINTEXT), "[fd00::1]:8000"),
+        (
+            ClusterEndpoint("192.0.2.1:443", EgressTlsMode.MUTUAL_TLS, server_name="gw.example"),
+            "gw.example",
+        ),
+    ],
+)
+def test_the_authority_is_what_an_http_client_sends(
+    endpoint: ClusterEndpoint, authority: str
+) -> None:
+    assert endpoint.authority == authority
+
+
+@pytest.mark.parametrize("path", ["", "/", "/v1", "/v1/"])
+def test_endpoint_paths_the_gateway_reaches_as_written(path: str) -> None:
+    endpoint = ClusterEndpoint("api.example.com:443", EgressTlsMode.TLS, path=path)
+    assert endpoint.problem() is None
+
+
+@pytest.mark.parametrize("path", ["/prefix/v1", "/openai", "/v2"])
+def test_an_endpoint_path_the_gateway_cannot_express_is_refused(path: str) -> None:
+    endpoint = ClusterEndpoint("api.example.com:443", EgressTlsMode.TLS, path=path)
+    with pytest.raises(OverlayRenderError, match=f"cluster 'odd': endpoint path '{path}'"):
+        render(ConsumerConfig(), plan=GatewayPlan(SCOPE, {"odd": endpoint}))
+
+
+@pytest.mark.parametrize("mode", [EgressTlsMode.TLS, EgressTlsMode.MUTUAL_TLS])
+def test_tls_to_an_ip_address_without_a_server_name_is_refused(mode: EgressTlsMode) -> None:
+    endpoint = ClusterEndpoint("192.0.2.1:8443", mode)
+    with pytest.raises(OverlayRenderError, match="needs a server name"):
+        render(ConsumerConfig(), plan=GatewayPlan(SCOPE, {"ip": endpoint}))
+    named = ClusterEndpoint("192.0.2.1:8443", mode, server_name="gw.example")
+    config = render(ConsumerConfig(), plan=GatewayPlan(SCOPE, {"ip": named}))
+    assert filters(config)[-1]["clusters"][0]["tls"]["sni"] == "gw.example"
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1:8000",
+        "[::1]:8000",
+        "169.254.169.254:80",
+        "localhost:8000",
+        "vllm.inference.svc.cluster.local:8000",
+        "metadata.google.internal:80",
+    ],
+)
+def test_endpoints_the_gateway_deems_private_need_the_opt_in(address: str) -> None:
+    target = GatewayPlan(SCOPE, {"private": ClusterEndpoint(address, EgressTlsMode.PLAINTEXT)})
+    with pytest.raises(OverlayRenderError, match="allowPrivateEndpoints"):
+        render(ConsumerConfig(), plan=target)
+    config = render(ConsumerConfig(allow_private_endpoints=True), plan=target)
+    assert config["insecure_options"] == {"allow_private_endpoints": True}
+
+
+def test_the_opt_in_is_only_written_when_needed() -> None:
+    assert "insecure_options" not in render(ConsumerConfig(allow_private_endpoints=True))
+
+
 def test_filter_names_and_model_header_are_configurable() -> None:
-    config = consumer_config(
-        mesh_overlay(),
-        ENDPOINTS,
+    config = render(
         ConsumerConfig(model_header="X-AI-Model"),
         route_filter="intelligent_route",
         credential_filter="credential_inject",
@@ -180,23 +360,20 @@ def test_filter_names_and_model_header_are_configurable() -> None:
 
 def test_the_yaml_is_the_configuration() -> None:
     rendered = mesh_overlay()
-    text = consumer_config_yaml(rendered, ENDPOINTS, ConsumerConfig())
-    assert yaml.safe_load(text) == consumer_config(rendered, ENDPOINTS, ConsumerConfig())
+    text = consumer_config_yaml(plan(), INLINE, overlay_key=KEY, overlay=rendered)
+    assert yaml.safe_load(text) == render(INLINE, overlay=rendered)
 
 
-def test_a_cluster_without_an_endpoint_is_refused() -> None:
+def test_an_inline_candidate_cluster_without_an_endpoint_is_refused() -> None:
     endpoints = {name: value for name, value in ENDPOINTS.items() if name != "site-west"}
     with pytest.raises(OverlayRenderError, match="'site-west' has no endpoint"):
-        consumer_config(mesh_overlay(), endpoints, ConsumerConfig())
+        render(INLINE, overlay=mesh_overlay(), plan=plan(endpoints))
 
 
 @pytest.mark.parametrize(("name", "key"), [("..", "token"), ("a/b", "token"), ("ok", "..")])
 def test_secret_references_that_would_leave_the_mount_are_refused(name: str, key: str) -> None:
-    rendered = overlay(
-        candidate("openai", "gpt-4o", credential=SecretRef(name, "grid-system", key))
-    )
     with pytest.raises(OverlayRenderError, match="cannot be a file name"):
-        consumer_config(rendered, {"openai": ENDPOINTS["openai"]}, ConsumerConfig())
+        render(ConsumerConfig(), plan=plan(None, SecretRef(name, "grid-system", key)))
 
 
 def test_sni_defaults_to_the_endpoint_host() -> None:

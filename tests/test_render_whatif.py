@@ -78,7 +78,7 @@ def test_local_candidates_use_their_own_endpoint_and_remote_ones_the_site_egress
     )
     assert plan.endpoints["site-gamma"].tls_mode is EgressTlsMode.MUTUAL_TLS
     assert plan.endpoints["openai"] == ClusterEndpoint(
-        "api.openai.com:443", EgressTlsMode.TLS, "api.openai.com"
+        "api.openai.com:443", EgressTlsMode.TLS, "api.openai.com", path="/v1"
     )
 
 
@@ -257,10 +257,49 @@ def test_render_prints_the_gateway_configuration(capsys: pytest.CaptureFixture[s
     assert code == 0
     config = yaml.safe_load(out)
     names = [entry["filter"] for entry in config["filter_chains"][0]["filters"]]
-    assert names == ["json_body_field", "intelligent_route", "credential_inject", "load_balancer"]
+    assert names == [
+        "json_body_field",
+        "intelligent_route",
+        "credential_inject",
+        "credential_injection",
+        "load_balancer",
+    ]
     assert config["listeners"][0]["address"] == "0.0.0.0:8081"
+    route = config["filter_chains"][0]["filters"][1]
+    assert route["overlay_file"] == "/etc/grid/overlay/routing-overlay.json"
+    assert route["expected_overlay_scope"]["local_site"] == "alpha"
     inject = config["filter_chains"][0]["filters"][2]
     assert inject["credentials"][0]["file"] == "/run/secrets/grid-credentials/openai-api-key/token"
+    clusters = {c["name"] for c in config["filter_chains"][0]["filters"][-1]["clusters"]}
+    assert {"site-beta", "site-gamma"} <= clusters, "every other site's egress is declared"
+
+
+def test_render_refuses_a_gateway_configuration_that_cannot_reach_an_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mesh = tmp_path / "mesh"
+    shutil.copytree(GOLDEN / "mesh", mesh)
+    providers = mesh / "providers.yaml"
+    providers.write_text(
+        providers.read_text().replace(
+            "endpoint: http://vllm.alpha.svc:8000", "endpoint: http://vllm.alpha.svc:8000/llm/v1"
+        )
+    )
+    code, out, err = run(
+        capsys,
+        "render",
+        "--resources",
+        str(mesh),
+        "--site",
+        "alpha",
+        "--gateway",
+        "next-gateway",
+        "--now",
+        "2026-07-29T12:00:00Z",
+        "--consumer-config",
+    )
+    assert code == 2 and out == ""
+    assert "gateway cluster 'vllm-alpha': endpoint path '/llm/v1' cannot be expressed" in err
 
 
 def test_explain_lists_candidates_and_reasons(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -34,13 +36,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+"""What a shell reports for a command whose reader went away (``grid render | head``)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
-    return int(args.handler(args))
+    try:
+        code = int(args.handler(args))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader stopped reading: that ends the command quietly, as it ends any Unix
+        # filter. Point stdout at /dev/null so the interpreter's own final flush cannot
+        # raise again on the way out.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
 
 
 if __name__ == "__main__":

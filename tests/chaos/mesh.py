@@ -321,6 +321,7 @@ class ChaosMesh:
                     "egress": {
                         "address": f"{other.address}:{EGRESS_PORT}",
                         "tlsMode": "mutual_tls",
+                        "serverName": other.name,
                     },
                     "region": other.plan.region,
                     "zone": other.plan.zone,

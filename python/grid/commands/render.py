@@ -171,9 +171,10 @@ def render_command(args: argparse.Namespace) -> int:
     gateway = what_if.gateway
     try:
         text = consumer_config_yaml(
-            overlay,
-            what_if.endpoints,
+            what_if.plan,
             gateway.consumer_config or ConsumerConfig(),
+            overlay_key=gateway.config_map_key,
+            overlay=overlay,
             route_filter=gateway.route_filter_name,
             credential_filter=gateway.credential_filter_name,
         )

@@ -634,24 +634,33 @@ def _check_address(address: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class GatewayRecord:
-    """Where other sites reach this site's gateway: ``host:port`` and the TLS mode."""
+    """Where other sites reach this site's gateway: ``host:port``, the TLS mode and the TLS
+    server name when it is not the address's host."""
 
     address: str
     tls_mode: str
+    server_name: str | None = None
 
     def __post_init__(self) -> None:
         _check_address(self.address)
         _check_pattern(self.tls_mode, "gateway TLS mode", _TLS_MODE, 32)
+        if self.server_name is not None:
+            _check_pattern(self.server_name, "gateway server name", _DNS_SUBDOMAIN, 253)
 
     def to_wire(self) -> Json:
-        return {"address": self.address, "tls": self.tls_mode}
+        wire: dict[str, Json] = {"address": self.address, "tls": self.tls_mode}
+        if self.server_name is not None:
+            wire["sni"] = self.server_name
+        return wire
 
     @classmethod
     def from_wire(cls, value: object, where: str) -> GatewayRecord:
-        fields = read_object(value, where, ("address", "tls"))
+        fields = read_object(value, where, ("address", "tls"), ("sni",))
+        sni = fields.get("sni")
         return cls(
             read_str(fields["address"], f"{where}.address"),
             read_str(fields["tls"], f"{where}.tls"),
+            None if sni is None else read_str(sni, f"{where}.sni"),
         )
 
 

@@ -246,7 +246,12 @@ class LocalMesh:
             },
             "spec": {
                 "gridNetworkRef": self.settings.network,
-                "egress": {"address": runtime.egress_address, "tlsMode": "mutual_tls"},
+                # The egress listens on a loopback address; its certificate names the site.
+                "egress": {
+                    "address": runtime.egress_address,
+                    "tlsMode": "mutual_tls",
+                    "serverName": plan.name,
+                },
                 "region": plan.region,
                 "zone": plan.zone,
                 "trust": {"certFingerprint": pin},

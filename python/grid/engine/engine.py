@@ -79,8 +79,15 @@ from grid.models.site import EgressTlsMode, GridSite, GridSitePhase, GridSiteSta
 from grid.observe.scrape import ScrapeResult
 from grid.observe.signals import SignalMapping, Signals
 from grid.observe.tracker import HealthObservation, HealthPolicy, HealthState, HealthStatus
-from grid.render.consumer import ClusterEndpoint, consumer_config_yaml
-from grid.render.overlay import OverlayScope, OverlaySource, RenderedOverlay, render_overlay
+from grid.render.consumer import ClusterEndpoint, GatewayPlan, consumer_config_yaml
+from grid.render.overlay import (
+    OverlayScope,
+    OverlaySource,
+    RenderedOverlay,
+    credential_document,
+    render_overlay,
+)
+from grid.render.whatif import REMOTE_CLUSTER_PREFIX
 from grid.scoring.admission import AdmissionMemory
 from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography
 from grid.scoring.ranking import CandidateKey, Ranking, rank_candidates
@@ -524,7 +531,7 @@ class SiteEngine:
             mode = EgressTlsMode(learned.tls_mode)
         except ValueError:
             return None
-        return ClusterEndpoint(learned.address, mode)
+        return ClusterEndpoint(learned.address, mode, learned.server_name)
 
     # -- outputs: state -------------------------------------------------------------------
 
@@ -897,6 +904,13 @@ class SiteEngine:
             return
         candidates: list[CandidateInput] = list(what_if.candidates)
         endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
+        credentials = tuple(
+            {
+                c.credential: credential_document(c.credential)
+                for c in candidates
+                if c.credential is not None
+            }.values()
+        )
         not_offered = list(what_if.not_offered)
         for remote in self._remote_sites():
             offered, refused = remote_candidates(
@@ -935,11 +949,26 @@ class SiteEngine:
             default=None,
         )
         source = self._source()
+        declared = self._declared_clusters(endpoints)
         for gateway in gateways:
-            self._render_gateway(gateway, ranking, source, endpoints, now)
+            plan = GatewayPlan(self._scope(gateway), declared, credentials)
+            self._render_gateway(gateway, ranking, source, plan, now)
         live = {(g.namespace, g.name) for g in gateways}
         for key in set(self._overlays) - live:
             del self._overlays[key]
+
+    def _declared_clusters(
+        self, endpoints: Mapping[str, ClusterEndpoint]
+    ) -> Mapping[str, ClusterEndpoint]:
+        """Every cluster an overlay of this site's gateways can name: the local ones and
+        the egress of every known site, whatever its state today, so that a site coming back
+        (or a re-ranking) never names a cluster the gateway's configuration lacks."""
+        declared = dict(endpoints)
+        for name in sorted(self._sites):
+            egress = self._egress(name) if name != self._site else None
+            if egress is not None:
+                declared.setdefault(f"{REMOTE_CLUSTER_PREFIX}{name}", egress)
+        return MappingProxyType(declared)
 
     def _source(self) -> OverlaySource:
         metadata = self._network.metadata
@@ -962,7 +991,7 @@ class SiteEngine:
         gateway: GatewayRef,
         ranking: Ranking,
         source: OverlaySource,
-        endpoints: Mapping[str, ClusterEndpoint],
+        plan: GatewayPlan,
         now: datetime,
     ) -> None:
         key = (gateway.namespace, gateway.name)
@@ -973,9 +1002,10 @@ class SiteEngine:
             config = None
             if consumer is not None and consumer.enabled:
                 config = consumer_config_yaml(
-                    rendered,
-                    endpoints,
+                    plan,
                     consumer,
+                    overlay_key=gateway.config_map_key,
+                    overlay=rendered,
                     route_filter=gateway.route_filter_name,
                     credential_filter=gateway.credential_filter_name,
                 )

@@ -108,4 +108,4 @@ def gateway_record(site: GridSite | None) -> GatewayRecord | None:
     if site is None or site.spec.egress is None:
         return None
     egress = site.spec.egress
-    return GatewayRecord(egress.address, egress.tls_mode.value)
+    return GatewayRecord(egress.address, egress.tls_mode.value, egress.server_name)

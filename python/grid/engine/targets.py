@@ -30,6 +30,8 @@ class HealthTarget:
     interval_s: float
     timeout_s: float
     expected_status: int
+    server_name: str | None = None
+    """TLS server name when the URL's host is an IP address the certificate does not name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ def health_target(provider: InferenceProvider) -> HealthTarget | None:
         interval_s=check.interval.seconds,
         timeout_s=check.timeout.seconds,
         expected_status=check.expected_status,
+        server_name=provider.spec.server_name,
     )
 
 

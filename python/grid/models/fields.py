@@ -130,6 +130,15 @@ HOST_PORT_PATTERN = rf"^({_HOSTNAME}|\[[0-9A-Fa-f:.]+\]):{PORT_PATTERN}$"
 _HOST_PORT_HELP = "host:port, e.g. site.example.com:7946, 10.0.0.5:7946 or [fd00::5]:7946"
 
 
+def is_ip_address(host: str) -> bool:
+    """Whether ``host`` (IPv6 without brackets) is an IP literal rather than a DNS name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
 def split_host_port(address: str) -> tuple[str, int]:
     """Host (IPv6 without brackets) and port of a ``host:port`` address.
 

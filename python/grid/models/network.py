@@ -37,11 +37,74 @@ DEFAULT_SWIM_PORT = 7946
 _FILTER_NAME = r"^[a-z][a-z0-9_]*$"
 
 
+class ConsumerMode(StrEnum):
+    """How the rendered gateway configuration gets its candidates."""
+
+    OVERLAY = "overlay"
+    """The routing filter reads the published overlay (digest and scope checked, hot
+    reloaded): re-rankings never rebuild the gateway's pipeline."""
+    INLINE = "inline"
+    """The candidates are embedded; every re-ranking is a new configuration, and candidates
+    closed to new requests are left out (the static format has no admission state)."""
+
+
+class SessionAffinity(GridModel):
+    """The gateway's session affinity: a session keeps the backend it was first routed to
+    while that backend admits existing sessions (``existing_only`` included)."""
+
+    enabled: bool = True
+    header: str | None = Field(
+        "X-Session-Id",
+        pattern=r"^[A-Za-z0-9-]+$",
+        max_length=128,
+        description="Request header carrying the session key.",
+    )
+    cookie: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        max_length=128,
+        description="Cookie carrying the session key (the header wins when both are sent).",
+    )
+    ttl_seconds: int = Field(
+        3600, ge=1, le=86400, description="How long a session stays bound to its backend."
+    )
+
+    @model_validator(mode="after")
+    def _has_a_key(self) -> Self:
+        if self.enabled and self.header is None and self.cookie is None:
+            raise ValueError("session affinity needs a header or a cookie to read the key from")
+        return self
+
+
 class ConsumerConfig(GridModel):
     """Have Grid render a complete gateway configuration (listener, filter chain with the
     routing and credential filters, load balancer, admin listener) next to the overlay."""
 
     enabled: bool = False
+    mode: ConsumerMode = Field(
+        ConsumerMode.OVERLAY,
+        description="overlay: the gateway reads the published overlay and reloads it; "
+        "inline: the candidates are embedded in the configuration.",
+    )
+    overlay_mount_path: str = Field(
+        "/etc/grid/overlay",
+        pattern=r"^/[^\s]*$",
+        max_length=1024,
+        description="Directory where the overlay ConfigMap is mounted in the gateway "
+        "(a whole-volume mount: subPath mounts never see updates).",
+    )
+    reload_debounce_ms: int = Field(
+        500, ge=0, le=60000, description="How long the gateway waits for writes to settle."
+    )
+    session_affinity: SessionAffinity | None = Field(
+        default_factory=SessionAffinity,
+        description="Session affinity of the routing filter (overlay mode).",
+    )
+    allow_private_endpoints: bool = Field(
+        False,
+        description="Let the gateway reach endpoints it deems sensitive (loopback, "
+        "link-local, localhost, *.local such as *.svc.cluster.local, *.internal).",
+    )
     listener_port: int = Field(8080, ge=1, le=65535, description="Public listener port.")
     admin_address: HostPort = Field(
         "127.0.0.1:9901", description="Address of the gateway's admin listener."

@@ -21,6 +21,7 @@ from grid.models.fields import (
     Duration,
     Price,
     Token,
+    is_ip_address,
     list_map,
     split_host_port,
     unique_by,
@@ -364,6 +365,11 @@ class InferenceProviderSpec(GridModel):
         min_length=1, max_length=256
     )
     endpoint: HttpUrl
+    server_name: DnsSubdomain | None = Field(
+        None,
+        description="TLS server name (SNI) and Host for the endpoint; default its host. "
+        "Required for an https endpoint whose host is an IP address.",
+    )
     cluster: Token | None = Field(
         None, description="Upstream cluster name in the gateway; default the provider name."
     )
@@ -377,6 +383,18 @@ class InferenceProviderSpec(GridModel):
         None, description="Sites allowed to consume the provider; all sites when unset."
     )
     metrics_config: MetricsConfig | None = None
+
+    @model_validator(mode="after")
+    def _server_name_for_ip_tls(self) -> Self:
+        parts = urlsplit(self.endpoint)
+        https = parts.scheme == "https"
+        if https and self.server_name is None and is_ip_address(parts.hostname or ""):
+            raise ValueError(
+                f"endpoint {self.endpoint!r} is an https URL with an IP address: set "
+                "serverName, the DNS name its certificate carries (gateways send only "
+                "DNS names as SNI)"
+            )
+        return self
 
 
 class InferenceProviderPhase(StrEnum):

@@ -17,7 +17,9 @@ from grid.models.fields import (
     Fingerprint,
     HostPort,
     Topology,
+    is_ip_address,
     normalize_fingerprint,
+    split_host_port,
 )
 from grid.models.meta import API_VERSION, ObjectMeta
 
@@ -45,8 +47,22 @@ class Egress(GridModel):
     address: HostPort = Field(description="host:port of the site's egress gateway.")
     tls_mode: EgressTlsMode = EgressTlsMode.MUTUAL_TLS
     server_name: DnsSubdomain | None = Field(
-        None, description="TLS server name (SNI); default the host of address."
+        None,
+        description="TLS server name (SNI) and Host; default the host of address. Required "
+        "when address is an IP address and tlsMode is not plaintext.",
     )
+
+    @model_validator(mode="after")
+    def _server_name_for_ip_tls(self) -> Self:
+        if self.tls_mode is EgressTlsMode.PLAINTEXT or self.server_name is not None:
+            return self
+        host, _ = split_host_port(self.address)
+        if is_ip_address(host):
+            raise ValueError(
+                f"address {self.address!r} is an IP address: TLS needs serverName, the DNS name "
+                "the egress certificate carries (gateways send only DNS names as SNI)"
+            )
+        return self
 
 
 class TrustPin(StrEnum):

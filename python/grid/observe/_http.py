@@ -54,6 +54,7 @@ async def fetch(
     headers: Mapping[str, str] | None = None,
     session: aiohttp.ClientSession | None = None,
     tls: ssl.SSLContext | bool = True,
+    server_name: str | None = None,
 ) -> HttpReply:
     """GET ``url`` within ``timeout`` seconds, reading at most ``max_body_bytes`` of body
     (0: the body is not read). Redirects are not followed: a 3xx is reported as it is.
@@ -72,6 +73,7 @@ async def fetch(
                 max_body_bytes=max_body_bytes,
                 headers=headers,
                 tls=tls,
+                server_name=server_name,
                 started=started,
             )
     except TimeoutError:
@@ -88,9 +90,12 @@ async def _get(
     max_body_bytes: int,
     headers: Mapping[str, str] | None,
     tls: ssl.SSLContext | bool,
+    server_name: str | None,
     started: float,
 ) -> HttpReply:
-    async with session.get(url, headers=headers, allow_redirects=False, ssl=tls) as response:
+    async with session.get(
+        url, headers=headers, allow_redirects=False, ssl=tls, server_hostname=server_name
+    ) as response:
         body = bytearray()
         while max_body_bytes > 0:
             chunk = await response.content.read(min(_READ_CHUNK, max_body_bytes + 1 - len(body)))

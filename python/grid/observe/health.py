@@ -21,15 +21,23 @@ async def check_health(
     headers: Mapping[str, str] | None = None,
     session: aiohttp.ClientSession | None = None,
     tls: ssl.SSLContext | bool = True,
+    server_name: str | None = None,
 ) -> HealthObservation:
     """GET ``url`` and call it healthy when the status is ``expected_status``.
 
     The body is not read. Redirects are not followed. Unreachable hosts, timeouts, bad
     URLs and malformed replies give an unhealthy observation with a reason; nothing
-    raises. Pass ``session`` to reuse connections across checks.
+    raises. Pass ``session`` to reuse connections across checks. ``server_name`` is the
+    TLS server name to send and verify when it is not the URL's host.
     """
     reply = await fetch(
-        url, timeout=timeout, max_body_bytes=0, headers=headers, session=session, tls=tls
+        url,
+        timeout=timeout,
+        max_body_bytes=0,
+        headers=headers,
+        session=session,
+        tls=tls,
+        server_name=server_name,
     )
     if reply.error is not None:
         return HealthObservation(False, reply.status, reply.latency_s, reply.error)

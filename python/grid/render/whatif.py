@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 from types import MappingProxyType
@@ -23,13 +23,14 @@ from pydantic import AwareDatetime, Field, ValidationError
 
 from grid.errors import ConfigError, MetricsFileError, ScoringInputError
 from grid.models.common import AuthStrategy, GridModel
+from grid.models.fields import is_ip_address
 from grid.models.network import GatewayRef, GridNetwork
 from grid.models.provider import InferenceProvider, InferenceProviderPhase, api_key_header
 from grid.models.resources import LoadedResources
 from grid.models.selectors import select
 from grid.models.site import EgressTlsMode, GridSite
-from grid.render.consumer import ClusterEndpoint
-from grid.render.overlay import OverlayScope, OverlaySource
+from grid.render.consumer import ClusterEndpoint, GatewayPlan
+from grid.render.overlay import OverlayScope, OverlaySource, credential_document
 from grid.scoring.inputs import (
     UNKNOWN_GEOGRAPHY,
     CandidateInput,
@@ -125,6 +126,20 @@ class WhatIf:
     """(provider, reason) for providers that yield no candidate."""
     notes: tuple[str, ...] = ()
     """Warnings worth showing (an unknown consuming site, a gateway not in the network)."""
+    declared: Mapping[str, ClusterEndpoint] = field(default_factory=lambda: MappingProxyType({}))
+    """Clusters beyond ``endpoints`` the gateway's configuration declares: the egress of
+    every other site, candidates or not."""
+
+    @property
+    def plan(self) -> GatewayPlan:
+        """What the gateway's configuration must declare."""
+        clusters = {**self.declared, **self.endpoints}
+        credentials = {
+            c.credential: credential_document(c.credential)
+            for c in self.candidates
+            if c.credential is not None
+        }
+        return GatewayPlan(self.scope, MappingProxyType(clusters), tuple(credentials.values()))
 
     @property
     def scope(self) -> OverlayScope:
@@ -183,13 +198,17 @@ def _pick_gateway(
         raise ConfigError(f"gateway {name!r}: {reason}") from None
 
 
-def _endpoint_of(url: str) -> ClusterEndpoint:
-    parts = urlsplit(url)
+def endpoint_of(provider: InferenceProvider) -> ClusterEndpoint:
+    """The gateway cluster endpoint of ``provider``'s own URL."""
+    parts = urlsplit(provider.spec.endpoint)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     tls_mode = EgressTlsMode.TLS if parts.scheme == "https" else EgressTlsMode.PLAINTEXT
-    return ClusterEndpoint(address=address, tls_mode=tls_mode, server_name=host)
+    server_name = provider.spec.server_name or (None if is_ip_address(host) else host)
+    return ClusterEndpoint(
+        address=address, tls_mode=tls_mode, server_name=server_name, path=parts.path
+    )
 
 
 def _egress_of(site: GridSite) -> ClusterEndpoint | None:
@@ -289,7 +308,7 @@ def build_what_if(
                     not_offered.append((name, refusal))
                     continue
                 cluster, secret = provider.cluster, credential
-                endpoint = _endpoint_of(provider.spec.endpoint)
+                endpoint = endpoint_of(provider)
             else:
                 egress = None if placement is None else _egress_of(placement)
                 if egress is None:
@@ -307,6 +326,11 @@ def build_what_if(
                 credential=secret,
                 metrics=metrics,
             )
+    declared = {
+        f"{REMOTE_CLUSTER_PREFIX}{entry.metadata.name}": egress
+        for entry in sites
+        if entry.metadata.name != consumer.name and (egress := _egress_of(entry)) is not None
+    }
     return WhatIf(
         network=network,
         gateway=gateway_ref,
@@ -315,6 +339,7 @@ def build_what_if(
         endpoints=MappingProxyType(endpoints),
         not_offered=tuple(not_offered),
         notes=tuple(notes),
+        declared=MappingProxyType(declared),
     )
 
 

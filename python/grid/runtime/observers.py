@@ -82,6 +82,7 @@ class Observers:
                     timeout=health.timeout_s,
                     expected_status=health.expected_status,
                     session=self._session,
+                    server_name=health.server_name,
                 )
                 loop = self._repeat(health.interval_s, check, SiteEngine.observe_health, name)
                 tasks.append(self._tasks.spawn(loop, f"health of {name}"))
