@@ -13,10 +13,12 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -42,6 +44,7 @@ pytestmark = pytest.mark.praxis
 OVERLAY_KEY = "routing-overlay.json"
 TOKEN = "sk-test-openai-0123456789"
 NOW = datetime(2026, 9, 1, tzinfo=UTC)
+NOBODY = 65534
 
 
 def _free_port() -> int:
@@ -121,6 +124,7 @@ spec:
       credentialFilterName: credential_inject
       consumerConfig:
         enabled: true
+        mode: {mode}
         listenerPort: {listener}
         adminAddress: "127.0.0.1:{admin}"
         overlayMountPath: {root}/overlay
@@ -184,7 +188,7 @@ spec:
 class Deployment:
     """The files a gateway pod would see, and the gateway process reading them."""
 
-    def __init__(self, root: Path, binary: str) -> None:
+    def __init__(self, root: Path, binary: str, mode: str = "overlay") -> None:
         self.root = root
         self.binary = binary
         self.listener = _free_port()
@@ -198,7 +202,7 @@ class Deployment:
         (tls_dir / "ca.crt").write_text(ca.certificate_pem)
         client = ca.issue("east", now=now, dns_names=("east.mesh.test",), ip_addresses=())
         (tls_dir / "tls.crt").write_text(client.certificate_pem)
-        (tls_dir / "tls.key").write_bytes(client.private_key_pem)
+        (tls_dir / "tls.key").write_bytes(client.private_key_pem())
         secret = root / "credentials" / "openai-key"
         secret.mkdir(parents=True)
         (secret / "token").write_text(TOKEN + "\n")
@@ -213,6 +217,7 @@ class Deployment:
         (mesh / "mesh.yaml").write_text(
             MESH.format(
                 key=OVERLAY_KEY,
+                mode=mode,
                 listener=self.listener,
                 admin=self.admin,
                 root=root,
@@ -252,7 +257,15 @@ class Deployment:
         overlay = render_overlay(ranking, what_if.scope, what_if.source, at)
         settings = what_if.gateway.consumer_config
         assert settings is not None
-        config = consumer_config_yaml(what_if.plan, settings, overlay_key=OVERLAY_KEY)
+        gateway = what_if.gateway
+        config = consumer_config_yaml(
+            what_if.plan,
+            settings,
+            overlay_key=OVERLAY_KEY,
+            overlay=overlay,
+            route_filter=gateway.route_filter_name,
+            credential_filter=gateway.credential_filter_name,
+        )
         return config, overlay
 
     def publish(self, text: str) -> None:
@@ -267,17 +280,27 @@ class Deployment:
         config_file = self.root / "praxis.yaml"
         config_file.write_text(config)
         env = {**os.environ, "SSL_CERT_FILE": str(self.ca_file)}
+        user: dict[str, int] = {}
+        if os.geteuid() == 0:
+            user = {"user": NOBODY, "group": NOBODY}
+            for path in [self.root, *self.root.rglob("*")]:
+                os.chown(path, NOBODY, NOBODY)
         checked = subprocess.run(
             [self.binary, "-t", "-c", str(config_file)],
             check=False,
             env=env,
             capture_output=True,
             timeout=60,
+            **user,
         )
         assert checked.returncode == 0, checked.stderr.decode()[-4000:]
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [self.binary, "-c", str(config_file)], env=env, stdout=log, stderr=subprocess.STDOUT
+                [self.binary, "-c", str(config_file)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                **user,
             )
 
     def stop(self) -> None:
@@ -327,10 +350,24 @@ def praxis_binary() -> str:
     return binary
 
 
+@pytest.fixture
+def pod_dir(tmp_path: Path) -> Iterator[Path]:
+    """Where the gateway's files live. The gateway refuses to run as root, so under root it
+    runs as ``nobody`` from a directory that user can read (pytest's own is root-only)."""
+    if os.geteuid() != 0:
+        yield tmp_path
+        return
+    root = Path(tempfile.mkdtemp(prefix="grid-praxis-"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def test_the_gateway_routes_as_grid_ranked_through_every_change(
-    tmp_path: Path, praxis_binary: str
+    pod_dir: Path, praxis_binary: str
 ) -> None:
-    gateway = Deployment(tmp_path, praxis_binary)
+    gateway = Deployment(pod_dir, praxis_binary)
     config, overlay = gateway.render({}, NOW)
     first_order = [
         c["cluster"] for c in overlay.document["overlay"]["candidates"] if c["name"] == "llama"
@@ -409,3 +446,24 @@ def _check_routing(gateway: Deployment, config: str) -> None:
     gateway.publish(down.text)
     wait_for(lambda: gateway.backend("llama", session="s-1") != "llama-east", 30, "failover")
     yaml.safe_load(config)
+
+
+def test_inline_mode_never_sends_a_new_request_to_an_existing_only_backend(
+    pod_dir: Path, praxis_binary: str
+) -> None:
+    gateway = Deployment(pod_dir, praxis_binary, mode="inline")
+    config, overlay = gateway.render({"llama-east": {"queue_depth": 10_000}}, NOW)
+    states = {
+        c["cluster"]: c["admission_state"]
+        for c in overlay.document["overlay"]["candidates"]
+        if c["name"] == "llama"
+    }
+    assert states["llama-east"] == "existing_only"
+    with serving([gateway.east, gateway.central, gateway.openai]):
+        gateway.start(config)
+        try:
+            wait_for(lambda: gateway.backend("llama") is not None, 60, "the gateway serves")
+            for attempt in range(20):
+                assert gateway.backend("llama", session=f"s-{attempt}") not in (None, "llama-east")
+        finally:
+            gateway.stop()
