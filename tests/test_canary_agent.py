@@ -19,6 +19,7 @@ import aiohttp
 
 from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
 from grid.demo.mesh import free_port
+from support.canary import Canaries
 
 SECRET = ("grid", "llama-token", "token")
 
@@ -146,13 +147,14 @@ async def test_the_token_appears_nowhere_after_a_full_run(tmp_path: Path) -> Non
     finally:
         await mesh.stop()
 
-    needle = marker.encode()
-    assert needle not in stdout and needle not in stderr
+    canaries = Canaries([marker.encode()])
+    canaries.assert_absent(stdout, "stdout")
+    canaries.assert_absent(stderr, "stderr")
     for text in responses:
-        assert marker not in text
+        canaries.assert_absent(text, "an HTTP response")
     scanned = 0
     for path in (tmp_path / "mesh").rglob("*"):
         if path.is_file():
             scanned += 1
-            assert needle not in path.read_bytes(), path
+            canaries.assert_absent(path.read_bytes(), str(path))
     assert scanned > 10

@@ -18,6 +18,7 @@ from grid.trust import (
     parse_address,
     probe_site,
 )
+from support.canary import Canaries, pem_body
 from support.pki import Pki, make_pki
 
 NOW = datetime.now(UTC)
@@ -30,16 +31,17 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"), ("site-a",))
 
 
-def secrets_of(pki: Pki) -> list[str]:
-    """The token, and every base64 line of every private key in the PKI."""
+def canaries_of(pki: Pki) -> Canaries:
+    """The token and every private key of the PKI; the certificates are public."""
     keys = [pki.ca.private_key_pem(), pki["site-a"].issued.private_key_pem()]
-    lines = [line for key in keys for line in key.decode().splitlines() if "-----" not in line]
-    return [TOKEN, *lines]
+    return Canaries(
+        [TOKEN.encode(), *(pem_body(key) for key in keys)],
+        public=[pki.ca_pem, pki["site-a"].certificate_pem],
+    )
 
 
 def assert_clean(text: str, pki: Pki) -> None:
-    for secret in secrets_of(pki):
-        assert secret not in text
+    canaries_of(pki).assert_absent(text, "an error or a repr")
 
 
 def raised_text(action) -> str:
