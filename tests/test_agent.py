@@ -219,9 +219,20 @@ async def test_an_unchanged_revision_is_not_written_again(lab: Lab, provider: De
     await agent.start()
     try:
         await eventually("overlay written", lambda: lab.overlay_names() == ["llama"])
-        await asyncio.sleep(1.2)  # the health check passes, so freshness settles
+        status_file = lab.state / "status" / "InferenceProvider" / "llama-a.json"
+
+        def health_checks_passed() -> int:
+            if not status_file.exists():
+                return 0
+            status = json.loads(status_file.read_text())["status"]
+            return int((status.get("lastHealthCheck") or {}).get("consecutiveSuccesses", 0))
+
+        # A second passed health check comes after the pass that settled freshness; two more
+        # checks (a second apart) span several refreshes, none of which may rewrite it.
+        await eventually("two health checks passed", lambda: health_checks_passed() >= 2)
+        settled = health_checks_passed()
         before = lab.overlay.stat()
-        await asyncio.sleep(1.5)  # several refreshes and another health check
+        await eventually("two more health checks", lambda: health_checks_passed() >= settled + 2)
         after = lab.overlay.stat()
         assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
         assert agent.networks[NETWORK].overlay_writes[GATEWAY] >= 1

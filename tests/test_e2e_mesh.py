@@ -234,8 +234,14 @@ async def test_a_site_with_the_wrong_key_never_appears(mesh: LocalMesh) -> None:
     await mesh.wait_for(
         "a and b converge", lambda: all(sites_in(mesh, s) == peers for s in peers), 20
     )
-    await asyncio.sleep(2.5)  # five probe intervals, and site-c keeps trying to join
     network = mesh.settings.network
+
+    def refused() -> int:
+        nodes = [mesh.sites[s].agent.networks[network].node for s in peers]  # type: ignore[union-attr]
+        return sum(node.stats()["dropped_auth_failed"] for node in nodes if node is not None)
+
+    # site-c keeps trying to join: wait until it has been refused again and again.
+    await mesh.wait_for("site-c refused repeatedly", lambda: refused() >= 10, 20)
     for site in peers:
         agent = mesh.sites[site].agent
         assert agent is not None

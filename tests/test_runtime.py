@@ -183,12 +183,23 @@ async def test_observations_follow_the_engines_targets_and_reach_it() -> None:
             await eventually("the engine woken", lambda: len(woken) >= 2)
             # Following again with the same targets starts nothing new.
             observers.follow(engine)
-            engine.set_resources(network(), SITES, [])
-            observers.follow(engine)
-            await asyncio.sleep(0.1)  # a request in flight when the loops stopped
-            seen = len(served.requests)
-            await asyncio.sleep(1.2)  # past the 1s interval of both loops
-            assert len(served.requests) == seen, "the loops of a removed provider stopped"
+            # The provider is replaced by another with the same 1 s loops, whose requests
+            # show time passing: once it has had two rounds, the removed provider's loops
+            # would have run again had they not stopped.
+            async with ProviderEndpoint() as control:
+                replacement = dict(base, metadata={"name": "control"})
+                replacement["spec"] = dict(base["spec"], endpoint=control.base_url)
+                replacement["spec"]["metricsConfig"] = dict(
+                    base["spec"]["metricsConfig"], port=int(control.base_url.rpartition(":")[2])
+                )
+                engine.set_resources(
+                    network(), SITES, [InferenceProvider.model_validate(replacement)]
+                )
+                observers.follow(engine)
+                await eventually("the control's first round", lambda: len(control.requests) >= 2)
+                seen = len(served.requests)
+                await eventually("two more rounds", lambda: len(control.requests) >= 6)
+                assert len(served.requests) == seen, "the loops of a removed provider stopped"
         finally:
             await observers.stop()
 

@@ -204,7 +204,8 @@ async def test_a_silent_peer_times_out_within_the_budget() -> None:
         elapsed = time.perf_counter() - started
     assert probe.reachable and probe.fingerprint is None
     assert "TLS handshake timed out after 0.3s" in (probe.error or "")
-    assert elapsed < 1.0
+    # Well under any OS connect or read timeout, with room for a loaded machine.
+    assert elapsed < 3.0
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,9 @@ from .emulator import GridKubernetesEmulator
 
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT = 5.0
+DEFAULT_TIMEOUT = 30.0
+"""Generous: a passing wait returns as soon as its condition holds, and a loaded two-core
+machine can take many seconds to get there."""
 DEFAULT_INTERVAL = 0.05
 
 
