@@ -10,11 +10,16 @@ from pathlib import Path
 from typing import Any
 
 from grid.agent import Agent, AgentOptions, NameConflictError, PerNetwork, parse_key_files
+from grid.agent.startup import check_startup
 from grid.errors import ConfigError, GridError
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
 EXIT_NAME_CONFLICT = 3
+PREFIX = "grid agent: "
+"""What the one line on standard error starts with when the agent exits for an error."""
+
+_log = logging.getLogger("grid.agent")
 
 
 def register(subparsers: Any) -> None:
@@ -25,8 +30,11 @@ def register(subparsers: Any) -> None:
         description="Join each GridNetwork in --resources over SWIM, observe this site's "
         "providers, probe every site's egress, and write each gateway's overlay and each "
         "resource's status under --state-dir. Stops gracefully (leaving the mesh) on SIGINT "
-        "or SIGTERM. Exit status: 0 stopped, 2 unusable options, resources or TLS files, 3 "
-        "another live node, started earlier, holds this site's name.",
+        "or SIGTERM. Before starting, it checks what cannot work (the resources, --site, the "
+        "addresses and ports, the key files, the TLS files, the state directory) and exits "
+        "with one line naming the first problem. Exit status: 0 stopped, 2 unusable "
+        "options, resources, key or TLS files, or a port that cannot be bound, 3 another "
+        "live node, started earlier, holds this site's name.",
     )
     parser.add_argument(
         "--resources",
@@ -68,8 +76,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="[NETWORK=]FILE",
-        help="SWIM key: 32 raw bytes, or base64 keys one per line (first seals); "
-        "edit the file to rotate",
+        help="SWIM key (required: SWIM is always encrypted): 32 raw bytes, or base64 keys "
+        "one per line (first seals); edit the file to rotate",
     )
     parser.add_argument(
         "--tls-dir",
@@ -131,19 +139,30 @@ def options_from(args: argparse.Namespace) -> AgentOptions:
 
 
 def agent_command(args: argparse.Namespace) -> int:
-    """Run the agent until SIGINT or SIGTERM."""
+    """Check the options (:func:`~grid.agent.startup.check_startup`), then run the agent
+    until SIGINT or SIGTERM."""
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
     try:
-        agent = Agent(options_from(args))
+        options = options_from(args)
+        report = check_startup(options)
+    except ConfigError as error:
+        return _exit(EXIT_CONFIG, error)
+    for warning in report.warnings:
+        _log.warning("%s", warning)
+    try:
+        agent = Agent(options)
         asyncio.run(agent.run())
     except NameConflictError as error:
-        print(f"grid agent: {error}", file=sys.stderr)
-        return EXIT_NAME_CONFLICT
+        return _exit(EXIT_NAME_CONFLICT, error)
     except (ConfigError, GridError) as error:
-        print(f"grid agent: {error}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _exit(EXIT_CONFIG, error)
     return EXIT_OK
+
+
+def _exit(code: int, error: Exception) -> int:
+    print(f"{PREFIX}{error}", file=sys.stderr)
+    return code

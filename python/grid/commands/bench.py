@@ -18,6 +18,7 @@ from grid.simbench.profiles import PROFILES, NetworkModel
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
 from grid.simbench.runner import SCENARIOS, Plan, SpeedProbeError, run_plan
+from grid.suggest import unknown_name
 
 EXIT_OK = 0
 EXIT_TARGET_MISSED = 1
@@ -151,6 +152,9 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     """The plan the options describe; ConfigError says what is wrong with them."""
     names = tuple(part.strip() for part in args.scenario.split(",") if part.strip())
     scenarios = SCENARIOS if names in ((), ("all",)) else names
+    profiles = tuple(part.strip() for part in args.profiles.split(",") if part.strip())
+    _check_names(scenarios, SCENARIOS, "scenario")
+    _check_names(profiles, PROFILES, "profile")
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {args.threads}")
     if not (args.delay > 0 and args.jitter >= 0):
@@ -171,13 +175,19 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             network=NetworkModel(delay=args.delay / 1000, jitter=args.jitter / 1000),
             threads=args.threads,
             shared_from=args.shared_from,
-            profiles=tuple(part.strip() for part in args.profiles.split(",") if part.strip()),
+            profiles=profiles,
             losses=losses,
             slow_node=args.slow_node,
             accuracy_minutes=args.accuracy_minutes,
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
+
+
+def _check_names(given: tuple[str, ...], known: tuple[str, ...], what: str) -> None:
+    for name in given:
+        if name not in known:
+            raise ConfigError(unknown_name(f"unknown {what} {name!r}", name, known, f"{what}s"))
 
 
 def convergence_command(args: argparse.Namespace) -> int:

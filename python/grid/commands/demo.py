@@ -10,10 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from grid.demo import run_demo
+from grid.demo.run import DemoOutputError, prepare_output
 from grid.errors import GridError
 
 EXIT_OK = 0
 EXIT_FAILED = 1
+EXIT_USAGE = 2
 
 
 def register(subparsers: Any) -> None:
@@ -25,10 +27,13 @@ def register(subparsers: Any) -> None:
         "certificates and real provider endpoints; shows each site's ranked candidates as "
         "the mesh converges, as one provider's load rises and as one site crashes; writes "
         "and verifies each site's grid-config.json. Exit status: 0 every step and overlay "
-        "passed, 1 otherwise.",
+        "passed, 1 otherwise, 2 --out cannot be written.",
     )
     parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="output directory (default: a new temp dir)"
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="output directory, created if needed (default: a new temp dir)",
     )
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON instead of text"
@@ -45,7 +50,12 @@ def demo_command(args: argparse.Namespace) -> int:
             print(line, flush=True)
 
     try:
-        report = asyncio.run(run_demo(args.out, emit=emit, verbose=args.verbose))
+        out = prepare_output(args.out)
+    except DemoOutputError as error:
+        print(f"grid: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report = asyncio.run(run_demo(out, emit=emit, verbose=args.verbose))
     except (GridError, OSError) as error:
         print(f"grid demo: {error}", file=sys.stderr)
         return EXIT_FAILED

@@ -20,7 +20,13 @@ from grid.models.network import ConsumerConfig
 from grid.models.resources import load_resources_from_dir
 from grid.render.consumer import consumer_config_yaml
 from grid.render.overlay import render_overlay, select_candidates
-from grid.render.whatif import MetricsReport, WhatIf, build_what_if, parse_metrics_report
+from grid.render.whatif import (
+    MetricsReport,
+    WhatIf,
+    build_what_if,
+    check_target,
+    parse_metrics_report,
+)
 from grid.scoring.explain import explain
 from grid.scoring.ranking import Ranking, rank_candidates
 
@@ -35,7 +41,8 @@ def register(subparsers: Any) -> None:
         "render",
         help="print the overlay a site's gateway would receive (what-if, no network)",
         description="Exit status: 0 rendered, 1 no candidate left (the gateway would keep "
-        "its previous overlay), 2 unreadable or invalid input.",
+        "its previous overlay), 2 unreadable or invalid input, a --site that is not a "
+        "GridSite (without --allow-unknown-site) or a --gateway the GridNetwork does not list.",
     )
     _add_inputs(render)
     render.add_argument(
@@ -47,7 +54,9 @@ def register(subparsers: Any) -> None:
     explain_parser = subparsers.add_parser(
         "explain",
         help="explain a site's candidate order and every provider left out (what-if)",
-        description="Exit status: 0 explained, 2 unreadable or invalid input.",
+        description="Exit status: 0 explained, 2 unreadable or invalid input, a --site "
+        "that is not a GridSite (without --allow-unknown-site) or a --gateway the "
+        "GridNetwork does not list.",
     )
     _add_inputs(explain_parser)
     explain_parser.set_defaults(handler=explain_command)
@@ -61,8 +70,20 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
         help="directory of GridNetwork, GridSite and InferenceProvider YAML",
     )
     parser.add_argument("--site", required=True, help="the consuming site (GridSite name)")
-    parser.add_argument("--gateway", required=True, metavar="NAME", help="the gateway's name")
-    parser.add_argument("--namespace", metavar="NS", help="the gateway's namespace")
+    parser.add_argument(
+        "--allow-unknown-site",
+        action="store_true",
+        help="render for a --site that is not a GridSite (yet): it counts as unknown, so "
+        "providers with an access policy are left out",
+    )
+    parser.add_argument(
+        "--gateway", required=True, metavar="NAME", help="the gateway's name (a gatewayRef)"
+    )
+    parser.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="the gateway's namespace (needed when it is listed in several)",
+    )
     parser.add_argument(
         "--metrics",
         metavar="FILE",
@@ -124,6 +145,13 @@ def _prepare(args: argparse.Namespace) -> _Prepared | int:
             for error in resources.errors:
                 print(f"grid: {error}", file=sys.stderr)
             return _fail(f"{len(resources.errors)} invalid resource(s) in {args.resources}")
+        check_target(
+            resources,
+            site=args.site,
+            gateway=args.gateway,
+            namespace=args.namespace,
+            allow_unknown_site=args.allow_unknown_site,
+        )
         what_if = build_what_if(
             resources,
             site=args.site,

@@ -9,6 +9,8 @@ are summarized.
 
 from __future__ import annotations
 
+import errno
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -25,6 +27,7 @@ from grid.demo.mesh import (
     SitePlan,
     quiet_agents,
 )
+from grid.errors import ConfigError
 from grid.membership import SwimConfig
 from grid.models.fields import parse_duration
 from grid.render.validate import ExpectedScope, validate_overlay
@@ -370,12 +373,41 @@ class Demo:
         emit(f"  {'result':<22}{'ok' if self.report.ok else 'FAILED'}")
 
 
+class DemoOutputError(ConfigError):
+    """The demo's output directory cannot be written (nothing was started)."""
+
+
+def prepare_output(out_dir: Path | None) -> Path:
+    """The demo's output directory, created if needed and checked writable (``None``: a
+    new temporary directory). Raises :class:`DemoOutputError` saying why it cannot be
+    used, before anything starts."""
+    if out_dir is None:
+        try:
+            return Path(tempfile.mkdtemp(prefix="grid-demo-"))
+        except OSError as error:
+            raise DemoOutputError(
+                f"cannot create a temporary directory for the demo output: {error.strerror}"
+                "; give --out DIR"
+            ) from None
+    try:
+        if out_dir.exists() and not out_dir.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir, prefix=".grid-demo-"):
+            pass
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise DemoOutputError(f"cannot write the demo output to {out_dir}: {reason}") from None
+    return out_dir
+
+
 async def run_demo(
     out_dir: Path | None, *, emit: Callable[[str], None], verbose: bool = False
 ) -> DemoReport:
-    """Run the demo into ``out_dir`` (default: a new temporary directory, kept)."""
+    """Run the demo into ``out_dir`` (default: a new temporary directory, kept). Raises
+    :class:`DemoOutputError` before anything starts when the directory cannot be written."""
+    directory = prepare_output(out_dir)
     quiet_agents(verbose)
-    directory = out_dir or Path(tempfile.mkdtemp(prefix="grid-demo-"))
     started = time.monotonic()
     report = await Demo(directory, emit).run()
     report.total_seconds = time.monotonic() - started

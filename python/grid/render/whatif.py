@@ -41,6 +41,7 @@ from grid.scoring.inputs import (
     SecretRef,
     TokenCost,
 )
+from grid.suggest import listing, unknown_name
 
 REMOTE_CLUSTER_PREFIX = "site-"
 INJECTED_STRATEGIES = frozenset({AuthStrategy.BEARER_TOKEN, AuthStrategy.API_KEY})
@@ -160,12 +161,41 @@ class WhatIf:
         )
 
 
+def check_target(
+    resources: LoadedResources,
+    *,
+    site: str,
+    gateway: str,
+    namespace: str | None = None,
+    allow_unknown_site: bool = False,
+) -> None:
+    """Refuse what a command line most likely got wrong, before anything is rendered: a
+    ``site`` that is not a GridSite (unless ``allow_unknown_site``: the what-if of a site
+    not created yet), a ``gateway`` its GridNetwork does not list, a ``namespace`` the
+    gateway is not listed in. Raises :class:`ConfigError` with one line naming what is
+    known and, for a typo, the closest names."""
+    sites_by_name = {entry.metadata.name: entry for entry in resources.sites}
+    own_site = sites_by_name.get(site)
+    if own_site is None and not allow_unknown_site:
+        problem = unknown_name(f"site {site!r} is not a GridSite", site, sites_by_name, "GridSites")
+        raise ConfigError(f"{problem}; --allow-unknown-site renders for a site not created yet")
+    network = _pick_network(resources, own_site, site)
+    _listed_gateway(network, gateway, namespace)
+
+
 def _pick_network(resources: LoadedResources, site: GridSite | None, site_name: str) -> GridNetwork:
     networks = {network.metadata.name: network for network in resources.networks}
     if site is not None:
         name = site.spec.grid_network_ref
         if name not in networks:
-            raise ConfigError(f"GridSite {site_name!r} belongs to GridNetwork {name!r}, not found")
+            raise ConfigError(
+                unknown_name(
+                    f"GridSite {site_name!r} belongs to GridNetwork {name!r}, not found",
+                    name,
+                    networks,
+                    "GridNetworks",
+                )
+            )
         return networks[name]
     if len(networks) == 1:
         return next(iter(networks.values()))
@@ -175,22 +205,59 @@ def _pick_network(resources: LoadedResources, site: GridSite | None, site_name: 
     )
 
 
+def _listed_gateway(network: GridNetwork, name: str, namespace: str | None) -> GatewayRef:
+    """The gatewayRef of ``network`` named ``name`` (in ``namespace`` when given). Raises
+    :class:`ConfigError` for a gateway listed in several namespaces with none given, in
+    other namespaces only, or not listed at all (with the closest names)."""
+    refs = network.spec.gateway_refs
+    named = [ref for ref in refs if ref.name == name]
+    matches = [ref for ref in named if namespace in (None, ref.namespace)]
+    if len(matches) > 1:
+        raise ConfigError(
+            f"gateway {name!r} is listed in several namespaces "
+            f"({listing(ref.namespace for ref in matches)}): give --namespace"
+        )
+    if matches:
+        return matches[0]
+    where = f"GridNetwork {network.metadata.name!r}"
+    if named:
+        spaces = sorted({ref.namespace for ref in named})
+        hint = (
+            f"give --namespace {spaces[0]}"
+            if len(spaces) == 1
+            else "give one of them as --namespace"
+        )
+        plural = "s" if len(spaces) > 1 else ""
+        raise ConfigError(
+            f"{where} lists gateway {name!r} in namespace{plural} {listing(spaces)}, "
+            f"not {namespace!r}: {hint}"
+        )
+    if not refs:
+        raise ConfigError(f"{where} lists no gateway: add {name!r} to its spec.gatewayRefs")
+    raise ConfigError(
+        unknown_name(
+            f"{where} lists no gateway {name!r}",
+            name,
+            (ref.name for ref in refs),
+            "gatewayRefs",
+            shown=(f"{ref.namespace}/{ref.name}" for ref in refs),
+        )
+    )
+
+
 def _pick_gateway(
     network: GridNetwork, name: str, namespace: str | None, notes: list[str]
 ) -> GatewayRef:
-    matches = [
-        ref
-        for ref in network.spec.gateway_refs
-        if ref.name == name and namespace in (None, ref.namespace)
-    ]
-    if len(matches) > 1:
-        raise ConfigError(f"gateway {name!r} is listed in several namespaces: give --namespace")
-    if matches:
-        return matches[0]
-    notes.append(
-        f"gateway {name!r} is not among GridNetwork {network.metadata.name!r}'s gatewayRefs; "
-        "rendering with default settings"
-    )
+    """The gatewayRef to render for; a gateway the network does not list (a what-if of
+    one not added yet) gets default settings and a note. :func:`check_target` refuses that
+    case instead."""
+    try:
+        return _listed_gateway(network, name, namespace)
+    except ConfigError as refused:
+        if any(ref.name == name for ref in network.spec.gateway_refs) and namespace is None:
+            raise  # listed in several namespaces: ambiguous, not missing
+        reason = str(refused)
+    notes.append(f"{reason}; rendering with default settings")
     try:
         return GatewayRef(name=name, namespace=namespace or DEFAULT_GATEWAY_NAMESPACE)
     except ValidationError as error:
