@@ -2,53 +2,178 @@
 finalizers, Events): read Secrets, write and delete ConfigMaps, patch the status of Grid's
 resources and create auto-discovered GridSites.
 
-An asyncio client on aiohttp, configured from a ``kubernetes.client.Configuration`` (which
-the official library fills in-cluster or from a kubeconfig, and refreshes the service
-account token of). Patches are JSON merge patches: the API serves them for custom resources
-and built-ins alike. Error messages name the operation and the object and never carry a
-response body, because a Secret's body holds its values.
+The client is ``kubernetes_asyncio``, the maintained asyncio port of the official client
+(same generated API, models and authentication): the operator lives on kopf's event loop,
+where the synchronous official client would need a thread for every call in flight. It is
+configured from the official client's ``Configuration`` (which kopf's login uses too, and
+whose in-cluster and kubeconfig loaders refresh a rotated service account token).
+
+Every call is bounded and retried (see :class:`RetryPolicy`): a per-attempt timeout, and
+after a 429 (its ``Retry-After`` honoured), a 5xx, a dropped connection or a timeout,
+another attempt after an exponential backoff with jitter, within a bounded number of
+attempts and a bounded total time. Every call here may be repeated safely: reads; JSON merge
+patches (applying one twice gives the same object); deletes (a retry answered 404 means the
+earlier attempt deleted it); creates with a fixed name (a retry answered 409 means the
+earlier attempt created it, which is read back). Any other 4xx is final. Grid's client
+never watches; kopf watches (and resumes from resourceVersion, relisting after 410 Gone).
+
+The client also knows whether the API server answers (:class:`Reachability`), which the
+operator's ``/healthz`` reports. Error messages name the operation and the object and never
+carry a response body, because a Secret's body holds its values.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import email.utils
 import json
-import ssl
-from collections.abc import Mapping
-from typing import Any, Final
-from urllib.parse import quote
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
 
 import aiohttp
 
 from grid.errors import KubernetesApiError
 from grid.models.meta import GROUP, VERSION
 
+_log = logging.getLogger("grid.operator")
+
 JsonObject = dict[str, Any]
+T = TypeVar("T")
 
 MERGE_PATCH: Final = "application/merge-patch+json"
-DEFAULT_TIMEOUT_S = 10.0
+USER_AGENT: Final = "grid-operator"
 GRID_PLURALS: Final = {
     "GridNetwork": "gridnetworks",
     "GridSite": "gridsites",
     "InferenceProvider": "inferenceproviders",
 }
+_RETRIED_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
+
+
+class _NoBodies(logging.Filter):
+    """Drops the generated client's ``response body: ...`` debug lines: a Secret's body
+    holds its values, and no log level may reveal them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("response body")
+
+
+def _silence_bodies() -> None:
+    rest = logging.getLogger("kubernetes_asyncio.client.rest")
+    if not any(isinstance(existing, _NoBodies) for existing in rest.filters):
+        rest.addFilter(_NoBodies())
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How one API call is bounded and retried.
+
+    Attempt ``n`` (from 1) that failed for a retryable reason is followed, after a wait, by
+    attempt ``n + 1``, at most ``attempts`` in all. The wait is drawn from
+    ``[c/2, c]`` where ``c = min(cap_s, base_s * 2**(n-1))`` (exponential, with jitter so
+    that many clients do not retry in step), and is at least the answer's ``Retry-After``.
+    A ``Retry-After`` longer than ``retry_after_cap_s``, or a wait that would end past
+    ``budget_s`` after the call began, ends the call at once with the error."""
+
+    attempts: int = 5
+    base_s: float = 0.2
+    cap_s: float = 5.0
+    timeout_s: float = 10.0
+    """One attempt's limit, from connecting to the last byte of the answer."""
+    budget_s: float = 30.0
+    """The whole call's limit: attempts and waits."""
+    retry_after_cap_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("attempts must be at least 1")
+        for name in ("base_s", "cap_s", "timeout_s", "budget_s", "retry_after_cap_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive")
+
+    def backoff(self, failed_attempt: int, rng: random.Random) -> float:
+        """The wait after attempt ``failed_attempt`` (from 1), before any Retry-After."""
+        ceiling = min(self.cap_s, self.base_s * 2 ** (failed_attempt - 1))
+        return rng.uniform(ceiling / 2, ceiling)
+
+
+@dataclass(slots=True)
+class Reachability:
+    """Whether the API server answers: when it last did, and since when it has not.
+
+    Any HTTP answer below 500 counts (a 404 or a 429 is the server answering); a refused
+    or dropped connection, a timeout or a 5xx does not."""
+
+    last_answer: float | None = None
+    """``time.monotonic()`` of the last answer."""
+    failing_since: float | None = None
+    """The first failure since the last answer (None while the last attempt was answered)."""
+    problem: str | None = None
+    """What the last failure was."""
+
+    def answered(self, moment: float) -> None:
+        self.last_answer = moment
+        self.failing_since = None
+        self.problem = None
+
+    def failed(self, moment: float, problem: str) -> None:
+        if self.failing_since is None:
+            self.failing_since = moment
+        self.problem = problem
+
+    def unreachable_for(self, moment: float) -> float | None:
+        """How long the API server has not answered (None when it last did)."""
+        return None if self.failing_since is None else max(0.0, moment - self.failing_since)
+
+
+@dataclass(slots=True)
+class _Attempts:
+    """What one call went through (for the error message and the counters)."""
+
+    count: int = 0
+    waits: list[float] = field(default_factory=list)
+
+
+class _Retryable(Exception):
+    """An attempt failed for a reason worth another attempt."""
+
+    def __init__(self, cause: str, status: int, reason: str, retry_after: float | None = None):
+        super().__init__(cause)
+        self.cause = cause
+        self.status = status
+        self.reason = reason
+        self.retry_after = retry_after
 
 
 class KubeApi:
-    """An authenticated HTTP client of one API server. ``await start()`` before use,
+    """An authenticated client of one API server. ``await start()`` before use,
     ``await close()`` after."""
 
     def __init__(
         self,
         configuration: Any,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        user_agent: str = "grid-operator",
+        retry: RetryPolicy | None = None,
+        user_agent: str = USER_AGENT,
+        rng: random.Random | None = None,
     ) -> None:
-        self._configuration = configuration
+        self._source = configuration
         self._server = str(configuration.host).rstrip("/")
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self.retry = retry or RetryPolicy()
         self._user_agent = user_agent
-        self._session: aiohttp.ClientSession | None = None
+        self._rng = rng or random.Random()  # jitter, not a secret
+        self._api: Any = None
+        self.reachability = Reachability()
+        self.retries: collections.Counter[str] = collections.Counter()
+        """Retries made so far, by cause (``429``, ``5xx``, ``timeout``, ``connection``)."""
+        self.recent_waits: collections.deque[float] = collections.deque(maxlen=64)
+        """The latest backoff waits, in seconds."""
 
     def __repr__(self) -> str:
         return f"KubeApi(server={self._server!r})"
@@ -58,24 +183,29 @@ class KubeApi:
         return self._server
 
     async def start(self) -> None:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=self._timeout,
-                connector=aiohttp.TCPConnector(ssl=_ssl_context(self._configuration)),
-            )
+        if self._api is None:
+            from kubernetes_asyncio import client
+
+            _silence_bodies()
+            api = client.ApiClient(asyncio_configuration(self._source))
+            api.user_agent = self._user_agent
+            self._api = api
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        if self._api is not None:
+            api, self._api = self._api, None
+            await api.close()
 
     # -- Secrets (read-only) --------------------------------------------------------------
 
     async def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The Secret's ``data`` (base64 text per key), or None when it does not exist. The
         caller decodes what it needs and drops the rest."""
+        core = self._core()
         found = await self._call(
-            "GET", f"/api/v1/namespaces/{_seg(namespace)}/secrets/{_seg(name)}", what="read"
+            "read",
+            f"secrets {namespace}/{name}",
+            lambda timeout: core.read_namespaced_secret(name, namespace, _request_timeout=timeout),
         )
         if found is None:
             return None
@@ -85,17 +215,39 @@ class KubeApi:
     # -- ConfigMaps -----------------------------------------------------------------------
 
     async def read_configmap(self, namespace: str, name: str) -> JsonObject | None:
-        return await self._call("GET", _configmap_path(namespace, name), what="read")
+        core = self._core()
+        return await self._call(
+            "read",
+            f"configmaps {namespace}/{name}",
+            lambda timeout: core.read_namespaced_config_map(
+                name, namespace, _request_timeout=timeout
+            ),
+        )
 
     async def create_configmap(self, namespace: str, body: JsonObject) -> JsonObject:
+        """Create; a 409 is an error, unless the call was retried (then the earlier attempt
+        created it, and the ConfigMap is read back)."""
+        core = self._core()
+        name = body["metadata"]["name"]
+        subject = f"configmap {namespace}/{name}"
         created = await self._call(
-            "POST", f"/api/v1/namespaces/{_seg(namespace)}/configmaps", body=body, what="create"
+            "create",
+            subject,
+            lambda timeout: core.create_namespaced_config_map(
+                namespace, body, _request_timeout=timeout
+            ),
+            on_retried_conflict=lambda: self.read_configmap(namespace, name),
         )
-        return _present(created, "create", f"configmap {namespace}/{body['metadata']['name']}")
+        return _present(created, "create", subject)
 
     async def patch_configmap(self, namespace: str, name: str, patch: JsonObject) -> JsonObject:
+        core = self._core()
         patched = await self._call(
-            "PATCH", _configmap_path(namespace, name), body=patch, what="patch"
+            "patch",
+            f"configmaps {namespace}/{name}",
+            lambda timeout: core.patch_namespaced_config_map(
+                name, namespace, patch, _content_type=MERGE_PATCH, _request_timeout=timeout
+            ),
         )
         return _present(patched, "patch", f"configmap {namespace}/{name}")
 
@@ -103,21 +255,30 @@ class KubeApi:
         self, namespace: str, name: str, *, resource_version: str | None = None
     ) -> bool:
         """Delete, only if it still is at ``resource_version`` when given; False when it
-        was already gone."""
+        was already gone (a retry that finds it gone counts as deleted)."""
+        core = self._core()
         options: JsonObject = {"kind": "DeleteOptions", "apiVersion": "v1"}
         if resource_version is not None:
             options["preconditions"] = {"resourceVersion": resource_version}
+        attempts = _Attempts()
         gone = await self._call(
-            "DELETE", _configmap_path(namespace, name), body=options, what="delete"
+            "delete",
+            f"configmaps {namespace}/{name}",
+            lambda timeout: core.delete_namespaced_config_map(
+                name, namespace, body=options, _request_timeout=timeout
+            ),
+            attempts=attempts,
         )
-        return gone is not None
+        return gone is not None or attempts.count > 1
 
     async def list_configmaps(self, namespace: str, label_selector: str) -> list[JsonObject]:
+        core = self._core()
         found = await self._call(
-            "GET",
-            f"/api/v1/namespaces/{_seg(namespace)}/configmaps",
-            params={"labelSelector": label_selector},
-            what="list",
+            "list",
+            f"configmaps in {namespace}",
+            lambda timeout: core.list_namespaced_config_map(
+                namespace, label_selector=label_selector, _request_timeout=timeout
+            ),
         )
         items = (found or {}).get("items") or []
         return [item for item in items if isinstance(item, dict)]
@@ -126,127 +287,277 @@ class KubeApi:
 
     async def patch_status(self, kind: str, name: str, patch: JsonObject) -> JsonObject | None:
         """Merge-patch the ``/status`` of a Grid resource; None when it no longer exists."""
-        path = f"/apis/{GROUP}/{VERSION}/{GRID_PLURALS[kind]}/{_seg(name)}/status"
-        return await self._call("PATCH", path, body={"status": patch}, what="patch status of")
+        custom = self._custom()
+        plural = GRID_PLURALS[kind]
+        return await self._call(
+            "patch status of",
+            f"{plural} {name}/status",
+            lambda timeout: custom.patch_cluster_custom_object_status(
+                GROUP,
+                VERSION,
+                plural,
+                name,
+                {"status": patch},
+                _content_type=MERGE_PATCH,
+                _request_timeout=timeout,
+            ),
+        )
 
     async def create_site(self, body: JsonObject) -> JsonObject | None:
-        """Create a GridSite; None when one of that name exists already."""
-        path = f"/apis/{GROUP}/{VERSION}/gridsites"
+        """Create a GridSite; None when one of that name existed already."""
+        custom = self._custom()
+        name = body["metadata"]["name"]
+
+        async def read_back() -> JsonObject | None:
+            return await self._call(
+                "read",
+                f"gridsites {name}",
+                lambda timeout: custom.get_cluster_custom_object(
+                    GROUP, VERSION, "gridsites", name, _request_timeout=timeout
+                ),
+            )
+
         try:
-            return await self._call("POST", path, body=body, what="create")
+            return await self._call(
+                "create",
+                f"gridsites {name}",
+                lambda timeout: custom.create_cluster_custom_object(
+                    GROUP, VERSION, "gridsites", body, _request_timeout=timeout
+                ),
+                on_retried_conflict=read_back,
+            )
         except KubernetesApiError as error:
             if error.status == 409:
                 return None
             raise
 
+    # -- the API server's health ----------------------------------------------------------
+
+    async def probe(self, timeout_s: float | None = None) -> bool:
+        """Ask the API server for its version, once (no retry): whether it answered. The
+        answer updates :attr:`reachability`, which is what the probe is for."""
+        from kubernetes_asyncio import client
+
+        if self._api is None:
+            return False
+        version = client.VersionApi(self._api)
+        limit = timeout_s or self.retry.timeout_s
+        try:
+            await self._attempt(lambda timeout: version.get_code(_request_timeout=timeout), limit)
+        except _Retryable:
+            return False
+        except KubernetesApiError:
+            return True  # answered (a 4xx is an answer)
+        return True
+
+    def answered_within(self, seconds: float) -> bool:
+        last = self.reachability.last_answer
+        return last is not None and time.monotonic() - last < seconds
+
     # -- the transport --------------------------------------------------------------------
+
+    def _core(self) -> Any:
+        from kubernetes_asyncio import client
+
+        return client.CoreV1Api(self._require())
+
+    def _custom(self) -> Any:
+        from kubernetes_asyncio import client
+
+        return client.CustomObjectsApi(self._require())
+
+    def _require(self) -> Any:
+        if self._api is None:
+            raise KubernetesApiError("the Kubernetes client is not started")
+        return self._api
 
     async def _call(
         self,
-        method: str,
-        path: str,
-        *,
         what: str,
-        body: JsonObject | None = None,
-        params: Mapping[str, str] | None = None,
+        subject: str,
+        operation: Callable[[aiohttp.ClientTimeout], Awaitable[Any]],
+        *,
+        on_retried_conflict: Callable[[], Awaitable[JsonObject | None]] | None = None,
+        attempts: _Attempts | None = None,
     ) -> JsonObject | None:
-        """The decoded answer, or None for 404. Raises :class:`KubernetesApiError`."""
-        if self._session is None:
-            raise KubernetesApiError(f"the Kubernetes client is not started ({what} {path})")
-        headers = self._headers(method)
-        data = None if body is None else json.dumps(body).encode()
-        subject = _subject(path)
-        try:
-            async with self._session.request(
-                method,
-                self._server + path,
-                data=data,
-                params=params,
-                headers=headers,
-            ) as response:
-                if response.status == 404:
-                    return None
-                if response.status >= 400:
-                    reason = await _reason(response)
+        """The decoded answer, or None for 404, after retries (see :class:`RetryPolicy`).
+        Raises :class:`KubernetesApiError`."""
+        policy = self.retry
+        tried = attempts if attempts is not None else _Attempts()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + policy.budget_s
+        while True:
+            tried.count += 1
+            remaining = deadline - loop.time()
+            try:
+                return await self._attempt(operation, min(policy.timeout_s, max(remaining, 0.01)))
+            except KubernetesApiError as error:
+                if error.status == 409 and tried.count > 1 and on_retried_conflict is not None:
+                    return await on_retried_conflict()
+                raise KubernetesApiError(
+                    f"cannot {what} {subject}: {error}", error.status
+                ) from None
+            except _Retryable as failure:
+                wait = policy.backoff(tried.count, self._rng)
+                retry_after = failure.retry_after
+                if retry_after is not None:
+                    wait = max(wait, retry_after)
+                give_up = (
+                    tried.count >= policy.attempts
+                    or (retry_after is not None and retry_after > policy.retry_after_cap_s)
+                    or loop.time() + wait >= deadline
+                )
+                if give_up:
                     raise KubernetesApiError(
-                        f"cannot {what} {subject}: {response.status} {reason}", response.status
-                    )
-                answer = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
+                        f"cannot {what} {subject}: {_failure_text(failure)} "
+                        f"({_tries(tried.count)})",
+                        failure.status,
+                    ) from None
+                self.retries[failure.cause] += 1
+                self.recent_waits.append(wait)
+                tried.waits.append(wait)
+                _log.debug(
+                    "%s %s: %s, attempt %d again in %.2fs",
+                    what,
+                    subject,
+                    _failure_text(failure),
+                    tried.count + 1,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+
+    async def _attempt(
+        self, operation: Callable[[aiohttp.ClientTimeout], Awaitable[Any]], timeout_s: float
+    ) -> JsonObject | None:
+        """One request: its answer as JSON, None for 404. Raises :class:`_Retryable` or
+        :class:`KubernetesApiError` (with the status and reason only)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        reachability = self.reachability
+        try:
+            answer = await operation(aiohttp.ClientTimeout(total=timeout_s))
+        except ApiException as error:
+            status = int(error.status or 0)
+            reason = _reason(error)
+            if status >= 500:
+                reachability.failed(time.monotonic(), f"{status} {reason}")
+            else:
+                reachability.answered(time.monotonic())
+            if status in _RETRIED_STATUSES:
+                cause = "429" if status == 429 else "5xx"
+                raise _Retryable(cause, status, reason, _retry_after(error)) from None
+            if status == 404:
+                return None
+            raise KubernetesApiError(f"{status} {reason}".rstrip(), status) from None
+        except aiohttp.ClientConnectorCertificateError as error:
+            # A certificate the configuration does not trust: another attempt would not help.
+            reachability.failed(time.monotonic(), "TLS handshake refused")
             raise KubernetesApiError(
-                f"cannot {what} {subject}: {type(error).__name__}: the API server did not answer"
+                f"{type(error).__name__}: the API server's TLS handshake failed "
+                "(check the cluster CA and the server name)"
             ) from None
-        return answer if isinstance(answer, dict) else {}
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            reachability.failed(time.monotonic(), f"no answer within {timeout_s:g}s")
+            raise _Retryable("timeout", 0, f"no answer within {timeout_s:g}s") from None
+        except (aiohttp.ClientError, ConnectionError) as error:
+            problem = f"{type(error).__name__}: the API server did not answer"
+            reachability.failed(time.monotonic(), problem)
+            raise _Retryable("connection", 0, problem) from None
+        except ValueError as error:  # an answer that is not JSON
+            reachability.answered(time.monotonic())
+            raise KubernetesApiError(f"unreadable answer ({type(error).__name__})") from None
+        reachability.answered(time.monotonic())
+        return self._plain(answer)
 
-    def _headers(self, method: str) -> dict[str, str]:
-        headers = {"Accept": "application/json", "User-Agent": self._user_agent}
-        if method == "PATCH":
-            headers["Content-Type"] = MERGE_PATCH
-        elif method in ("POST", "PUT", "DELETE"):
-            headers["Content-Type"] = "application/json"
-        # The official configuration refreshes a rotated service account token here.
-        for setting in self._configuration.auth_settings().values():
-            if setting.get("in") == "header" and setting.get("value"):
-                headers[setting["key"]] = setting["value"]
-        if getattr(self._configuration, "username", None):
-            basic = self._configuration.get_basic_auth_token()
-            if basic:
-                headers["Authorization"] = basic
-        return headers
-
-
-def _seg(value: str) -> str:
-    return quote(value, safe="")
-
-
-def _configmap_path(namespace: str, name: str) -> str:
-    return f"/api/v1/namespaces/{_seg(namespace)}/configmaps/{_seg(name)}"
+    def _plain(self, answer: Any) -> JsonObject:
+        """A model of the generated client (or the JSON of a custom resource) as the API
+        serves it: camelCase keys, unset fields left out."""
+        if isinstance(answer, dict):
+            return answer
+        plain = self._require().sanitize_for_serialization(answer)
+        return plain if isinstance(plain, dict) else {}
 
 
-def _subject(path: str) -> str:
-    """``configmaps grid-system/overlay`` or ``gridnetworks mesh/status``, from an API
-    path (never a query or a body)."""
-    parts = [part for part in path.split("/") if part]
-    rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
-    if rest[:1] == ["namespaces"] and len(rest) >= 3:
-        namespace, plural, *names = rest[1:]
-        return f"{plural} {namespace}/{'/'.join(names)}" if names else f"{plural} in {namespace}"
-    if not rest:
-        return path
-    plural, *names = rest
-    return f"{plural} {'/'.join(names)}" if names else plural
+def asyncio_configuration(source: Any) -> Any:
+    """A ``kubernetes_asyncio`` configuration with the server, credentials and TLS settings
+    of ``source`` (the official client's configuration, or one of ``kubernetes_asyncio``
+    already). A token refresh hook of ``source`` (in-cluster: the rotated service account
+    token) keeps running before each request."""
+    from kubernetes_asyncio import client
+
+    if isinstance(source, client.Configuration):
+        return source
+    target = client.Configuration(host=str(source.host).rstrip("/"))
+    _copy_credentials(source, target)
+    for name in ("username", "password", "ssl_ca_cert", "cert_file", "key_file", "proxy"):
+        setattr(target, name, getattr(source, name, None))
+    target.verify_ssl = bool(getattr(source, "verify_ssl", True))
+    target.tls_server_name = getattr(source, "tls_server_name", None)
+    hook = getattr(source, "refresh_api_key_hook", None)
+    if hook is not None:
+
+        def refresh(configuration: Any) -> None:
+            hook(source)
+            _copy_credentials(source, configuration)
+
+        target.refresh_api_key_hook = refresh
+    return target
 
 
-async def _reason(response: aiohttp.ClientResponse) -> str:
+def _copy_credentials(source: Any, target: Any) -> None:
+    target.api_key = dict(getattr(source, "api_key", None) or {})
+    target.api_key_prefix = dict(getattr(source, "api_key_prefix", None) or {})
+
+
+def _reason(error: Any) -> str:
     """The ``reason`` of a Kubernetes ``Status`` answer (a fixed word such as Forbidden or
     Conflict), never its message: the operation is named by the caller."""
+    body = error.body
     try:
-        document = await response.json(content_type=None)
-    except (aiohttp.ClientError, ValueError):
-        return response.reason or ""
+        document = json.loads(body) if isinstance(body, str | bytes) and body else None
+    except ValueError:
+        document = None
     reason = document.get("reason") if isinstance(document, dict) else None
-    return str(reason) if isinstance(reason, str) else (response.reason or "")
+    if isinstance(reason, str) and reason:
+        return reason
+    return str(error.reason or "")
+
+
+def _retry_after(error: Any) -> float | None:
+    """The answer's ``Retry-After`` in seconds (delta-seconds or an HTTP date)."""
+    headers = error.headers or {}
+    text = headers.get("Retry-After")
+    if not text:
+        return None
+    text = str(text).strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _failure_text(failure: _Retryable) -> str:
+    if failure.status:
+        text = f"{failure.status} {failure.reason}".rstrip()
+        if failure.retry_after is not None:
+            text += f" (Retry-After {failure.retry_after:g}s)"
+        return text
+    return failure.reason
+
+
+def _tries(count: int) -> str:
+    return "1 attempt" if count == 1 else f"{count} attempts"
 
 
 def _present(answer: JsonObject | None, what: str, subject: str) -> JsonObject:
     if answer is None:
         raise KubernetesApiError(f"cannot {what} {subject}: 404 NotFound", 404)
     return answer
-
-
-def _ssl_context(configuration: Any) -> ssl.SSLContext | bool:
-    """TLS as the configuration says: its CA, client certificate and verification flag."""
-    if not str(configuration.host).startswith("https://"):
-        return False
-    if not configuration.verify_ssl:
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE
-        return insecure
-    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
-    if configuration.cert_file and configuration.key_file:
-        context.load_cert_chain(configuration.cert_file, configuration.key_file)
-    return context
 
 
 def configuration_from_environment() -> Any:

@@ -24,6 +24,7 @@ from grid.operator.http import health_endpoint, metrics_endpoint
 from grid.operator.kube import KubeApi
 from grid.operator.metrics import OperatorMetrics
 from grid.operator.options import OperatorOptions
+from grid.operator.ports import SwimPorts, udp_bindable
 from grid.operator.runtime import NetworkRuntime, PostEvent, Shared, utc_now
 from grid.operator.status import dump_status, orphan_status
 from grid.operator.writes import StatusWriter, delete_managed_configmap
@@ -44,6 +45,7 @@ class Operator:
     def __init__(self, options: OperatorOptions, configuration: Any, post_event: PostEvent) -> None:
         self.options = options
         self.kube = KubeApi(configuration)
+        self.ports = SwimPorts(options.swim_port, udp_bindable(options.swim_bind_host))
         self.cache = ResourceCache()
         self.metrics = OperatorMetrics()
         self.runtimes: dict[str, NetworkRuntime] = {}
@@ -54,6 +56,7 @@ class Operator:
         self._health_endpoint: Endpoint | None = None
         self._orphans: StatusWriter | None = None
         self._orphans_task: asyncio.Task[None] | None = None
+        self._api_task: asyncio.Task[None] | None = None
         self._orphans_wake = asyncio.Event()
         self._started = False
         self.failure: str | None = None
@@ -71,7 +74,13 @@ class Operator:
         await self.kube.start()
         self._session = aiohttp.ClientSession()
         self._shared = Shared(
-            self.options, self.kube, self.cache, self.metrics, self._session, self._post_event
+            self.options,
+            self.kube,
+            self.cache,
+            self.metrics,
+            self._session,
+            self._post_event,
+            self.ports,
         )
         self._orphans = StatusWriter(self.kube, self.metrics, self.options.status_interval_s)
         self._orphans_wake = asyncio.Event()
@@ -92,6 +101,7 @@ class Operator:
             await self.stop()
             raise
         self._orphans_task = asyncio.create_task(self._orphan_loop(), name="grid-orphans")
+        self._api_task = asyncio.create_task(self._api_loop(), name="grid-api-probe")
         self._started = True
         _log.info(
             "operator started (namespace %s, metrics %s, health %s)",
@@ -105,11 +115,12 @@ class Operator:
         self._started = False
         runtimes, self.runtimes = list(self.runtimes.values()), {}
         await asyncio.gather(*(runtime.stop(leave=True) for runtime in runtimes))
-        if self._orphans_task is not None:
-            self._orphans_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._orphans_task
-            self._orphans_task = None
+        for task in (self._orphans_task, self._api_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._orphans_task = self._api_task = None
         for endpoint in (self._metrics_endpoint, self._health_endpoint):
             if endpoint is not None:
                 await endpoint.stop()
@@ -130,11 +141,19 @@ class Operator:
         return None if endpoint is None else endpoint.address
 
     def health(self) -> tuple[bool, str]:
-        """Healthy once started while every network's reconcile loop runs. A network that
-        cannot join its mesh (a missing Secret, say) is reported in its status, not here:
+        """Healthy once started while every network's reconcile loop runs and the API
+        server answers (it may be silent for ``api_unreachable_s``). A network that cannot
+        join its mesh (a missing Secret, say) is reported in its status, not here:
         restarting the pod would not fix it."""
         if not self._started:
             return False, "starting"
+        reachability = self.kube.reachability
+        silent = reachability.unreachable_for(time.monotonic())
+        if silent is not None and silent >= self.options.api_unreachable_s:
+            return False, (
+                f"the Kubernetes API server {self.kube.server} has not answered for "
+                f"{silent:.0f}s ({reachability.problem})"
+            )
         stuck = sorted(name for name, runtime in self.runtimes.items() if not runtime.alive)
         if stuck:
             return False, f"reconcile loop stopped for: {', '.join(stuck)}"
@@ -225,6 +244,17 @@ class Operator:
         if self._shared is None:
             raise RuntimeError("the operator is not started")
         return self._shared
+
+    # -- the API server -------------------------------------------------------------------
+
+    async def _api_loop(self) -> None:
+        """Ask the API server whether it answers whenever no other call found out lately
+        (what ``/healthz`` reports)."""
+        interval = self.options.api_probe_interval_s
+        while True:
+            if not self.kube.answered_within(interval):
+                await self.kube.probe()
+            await asyncio.sleep(interval)
 
     # -- resources no network serves ------------------------------------------------------
 

@@ -52,6 +52,11 @@ class OperatorOptions:
     join_grace_s: float = 5.0
     """How long a new SWIM node may wait for a seed's answer before the status says none
     came."""
+    api_probe_interval_s: float = 10.0
+    """How often the API server is asked for its version when no other call was answered
+    in that time (what ``/healthz`` knows of it)."""
+    api_unreachable_s: float = 60.0
+    """How long the API server may not answer before ``/healthz`` says unhealthy."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -60,6 +65,8 @@ class OperatorOptions:
             "secret_refresh_s",
             "probe_interval_s",
             "join_grace_s",
+            "api_probe_interval_s",
+            "api_unreachable_s",
         ):
             value = getattr(self, name)
             if not isinstance(value, int | float) or not value > 0:

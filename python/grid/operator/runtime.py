@@ -44,6 +44,7 @@ from grid.operator.credentials import CredentialChecks
 from grid.operator.kube import KubeApi
 from grid.operator.metrics import OperatorMetrics
 from grid.operator.options import OperatorOptions
+from grid.operator.ports import Assignment, SwimPorts, claims_of
 from grid.operator.secrets import TrustMaterial, load_trust_material
 from grid.operator.sites import auto_discovers, discovered_site_manifest, resolve_local_site
 from grid.operator.status import (
@@ -87,6 +88,7 @@ class Shared:
     metrics: OperatorMetrics
     session: aiohttp.ClientSession
     post_event: PostEvent
+    ports: SwimPorts
 
 
 class NetworkRuntime:
@@ -136,6 +138,7 @@ class NetworkRuntime:
         self._material_generation: int | None = None
         self._advertised_pem: str | None = None
         self._certificate_error: str | None = None
+        self._swim_port: Assignment | None = None
         self._network_status: GridNetworkStatus | None = None
         self._told_problems: dict[tuple[str, str], tuple[str, ...]] = {}
         self._untold_conflicts: list[Event] = []
@@ -200,6 +203,7 @@ class NetworkRuntime:
                 await self._main
         await self._observers.stop()
         await self.mesh.stop(leave=leave)
+        self._shared.ports.release(self.name)
         _log.info("network %s stopped (%s)", self.name, "left the mesh" if leave else "crashed")
 
     def wake(self) -> None:
@@ -253,10 +257,13 @@ class NetworkRuntime:
         if engine is None:
             return
         self._advertise_certificate(engine, now)
-        if self._material is None:
+        port = self._swim_port = shared.ports.assign(self.name, claims_of(shared.cache))
+        if port.port is None and self.mesh.node is not None:
+            await self.mesh.stop(leave=True)
+        if self._material is None or port.port is None:
             engine.set_membership_running(False)
         else:
-            plan = _swim_plan(network, shared.options)
+            plan = _swim_plan(network, shared.options, port.port)
             material = self._material
             await self.mesh.ensure(engine, plan, material.keyring, material.credentials)
         self._tell_conflicts(entry)
@@ -315,9 +322,15 @@ class NetworkRuntime:
                 + "; ".join(entry.problems)
             )
         # A name conflict is not a setting: MembershipReady and an Event report it.
+        port_error = self._swim_port.problem if self._swim_port is not None else None
         problems += [
             problem
-            for problem in (self._material_error, self._certificate_error, self.mesh.setup_error)
+            for problem in (
+                self._material_error,
+                self._certificate_error,
+                port_error,
+                self.mesh.setup_error,
+            )
             if problem
         ]
         return "; ".join(problems) or None
@@ -446,6 +459,7 @@ class NetworkRuntime:
                 joining=joining,
             ),
             budgets=budget_statuses(network.spec.budgets, engine.state, now),
+            swim_port=self._swim_port.describe() if self._swim_port is not None else "",
         )
 
     async def _write_network_status(
@@ -570,11 +584,8 @@ class NetworkRuntime:
                 self._notices.say(topic, f"created GridSite {peer} for a peer seen alive")
 
 
-def _swim_plan(network: GridNetwork, options: OperatorOptions) -> SwimPlan:
-    """The plan for ``network``: on its own port when ``spec.swim.port`` is set, else on
-    the operator's (``GRID_SWIM_PORT``)."""
-    swim = network.spec.swim
-    port = swim.port if "port" in swim.model_fields_set else options.swim_port
+def _swim_plan(network: GridNetwork, options: OperatorOptions, port: int) -> SwimPlan:
+    """The plan for ``network`` on ``port`` (see :mod:`grid.operator.ports`)."""
     return SwimPlan.of(
         network, options.swim_bind(port), options.swim_advertise(port), options.push_pull_factor
     )

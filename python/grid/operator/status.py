@@ -186,6 +186,8 @@ class NetworkReport:
     gateways: tuple[GatewayOutcome, ...] = ()
     seeds: SeedReport = field(default_factory=SeedReport)
     budgets: tuple[TenantBudgetStatus, ...] = ()
+    swim_port: str = ""
+    """The SWIM node's port and how it was chosen (``MembershipReady``'s message)."""
 
 
 def network_status(
@@ -213,6 +215,9 @@ def network_status(
             MEMBERSHIP_READY, False, "SiteNameConflict", report.name_conflict, generation
         )
         conditions = set_condition(conditions, conflict, now)
+    elif report.membership_running and report.swim_port:
+        running = _update(MEMBERSHIP_READY, True, "MembershipRunning", report.swim_port, generation)
+        conditions = set_condition(conditions, running, now)
     status = GridNetworkStatus(
         phase=outcome.phase,
         phase_transition_time=outcome.phase_transition_time,
