@@ -4,6 +4,13 @@ It reads the site's resources from a directory (reloading them when files change
 SWIM node and a site engine per GridNetwork, observes this site's providers, probes every
 site's egress, and writes each gateway's overlay and each resource's status under the state
 directory. ``/metrics``, ``/healthz`` and ``/status`` are served over HTTP when asked.
+
+The directory is scanned and read in a worker thread, never on the event loop, so that
+SWIM, the HTTP endpoints and signals are served while a large or hostile directory is
+read; the read stops at the limits of :mod:`grid.models.limits`, after
+``LOAD_TIME_LIMIT_S`` and when the agent stops, and a read that does not stop in time
+(a file system that does not answer) is abandoned: the thread is a daemon, which nothing
+waits for.
 """
 
 from __future__ import annotations
@@ -12,12 +19,16 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import secrets
 import signal
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import aiohttp
 
@@ -35,6 +46,7 @@ from grid.agent.probes import SiteTls
 from grid.engine import SiteEngine
 from grid.errors import AgentConfigError, ConfigError, GridError, ResourceError
 from grid.membership import SwimCredentials
+from grid.models.limits import LOAD_TIME_LIMIT_S, MAX_DIRECTORY_FILES
 from grid.models.network import GridNetwork, generate_grid_id
 from grid.models.resources import YAML_SUFFIXES, LoadedResources, load_resources_from_dir
 from grid.runtime.credentials import swim_credentials
@@ -43,6 +55,13 @@ from grid.trust.pem import check_public_cert_pem
 _log = logging.getLogger("grid.agent")
 
 Signature = tuple[tuple[str, int, int], ...]
+T = TypeVar("T")
+
+READ_GRACE_S = 5.0
+"""How much longer than ``LOAD_TIME_LIMIT_S`` a read may take before it is abandoned (it
+stops by itself at the limit unless a file system call does not return)."""
+MAX_LOGGED_PROBLEMS = 20
+"""Invalid resources logged one line each per read; the rest are counted."""
 
 
 class NameConflictError(GridError):
@@ -80,6 +99,9 @@ class Agent:
         self._http: StatusServer | None = None
         self._reload_task: asyncio.Task[None] | None = None
         self._tls_signature: Signature = ()
+        self._reader: threading.Thread | None = None
+        self._closing = threading.Event()
+        """Set when the agent stops: a read in the worker thread stops at its next check."""
         self._stop_requested = asyncio.Event()
         self._stopped = False
         self.conflict: str | None = None
@@ -92,9 +114,15 @@ class Agent:
         :class:`~grid.errors.AgentConfigError` (or another :class:`~grid.errors.ConfigError`)
         when the options or resources leave nothing to run."""
         options = self.options
-        resources = self._load(initial=True)
+        resources = await self._read(initial=True)
+        assert resources is not None
         if not resources.networks:
-            raise AgentConfigError(f"no GridNetwork in {options.resources}")
+            problems = (
+                f" ({_summary(self.report.errors, options.resources)})"
+                if self.report.errors
+                else ""
+            )
+            raise AgentConfigError(f"no GridNetwork in {options.resources}{problems}")
         self.site = options.site.default or _pick_site(
             resources, min(n.metadata.name for n in resources.networks), options
         )
@@ -150,6 +178,7 @@ class Agent:
         if self._stopped:
             return
         self._stopped = True
+        self._closing.set()
         self._stop_requested.set()
         if self._reload_task is not None:
             self._reload_task.cancel()
@@ -214,35 +243,100 @@ class Agent:
 
     # -- resources ------------------------------------------------------------------------
 
-    def _scan(self) -> Signature:
+    async def _read(self, *, initial: bool) -> LoadedResources | None:
+        """Read the resource directory in a worker thread, if it changed since the last
+        read (always when ``initial``), and set :attr:`report`. Returns None when nothing
+        changed or a read is still running, else what is to serve: what was read, or the
+        last good resources when it cannot be used. At start, a directory that cannot be
+        read raises :class:`~grid.errors.AgentConfigError`."""
+        if self._reader is not None and self._reader.is_alive():
+            return None  # an abandoned read has not stopped yet: no second one beside it
         root = self.options.resources
-        try:
-            entries = sorted(
-                (child.name, info.st_mtime_ns, info.st_size)
-                for child in root.iterdir()
-                if child.suffix in YAML_SUFFIXES and (info := child.stat())
-            )
-        except OSError:
-            return ()
-        return tuple(entries)
+        previous = None if initial else self._signature
+        started = time.monotonic()
 
-    def _load(self, *, initial: bool) -> LoadedResources:
-        self._signature = self._scan()
+        def interrupt() -> str | None:
+            if self._closing.is_set():
+                return "the agent is stopping"
+            if time.monotonic() - started > LOAD_TIME_LIMIT_S:
+                return f"reading the directory took more than {LOAD_TIME_LIMIT_S:g} s, the limit"
+            return None
+
+        def read() -> tuple[Signature, LoadedResources | ResourceError | None]:
+            signature = _scan(root)
+            if signature == previous:
+                return signature, None
+            try:
+                return signature, load_resources_from_dir(root, interrupt=interrupt)
+            except ConfigError as error:  # the directory itself cannot be read
+                return signature, ResourceError(str(error))
+            except Exception as error:  # a bug: reported (never the input), never fatal
+                reason = f"reading failed: {type(error).__name__}"
+                return signature, ResourceError(reason, file=str(root))
+
         try:
-            loaded = load_resources_from_dir(self.options.resources)
-        except ConfigError as error:
+            async with asyncio.timeout(LOAD_TIME_LIMIT_S + READ_GRACE_S):
+                signature, loaded = await self._in_worker(read)
+        except TimeoutError:
+            error = ResourceError(
+                f"reading did not finish within {LOAD_TIME_LIMIT_S + READ_GRACE_S:g} s and "
+                "was abandoned (a file system that does not answer?)",
+                file=str(root),
+            )
             if initial:
                 raise AgentConfigError(str(error)) from None
             _log.error("%s; the last good resources keep serving", error)
-            self.report = ResourceReport((), applied=False)
+            self.report = ResourceReport((error,), applied=False)
             return self._resources or LoadedResources()
-        for problem in loaded.errors:
+        if loaded is None:
+            return None
+        self._signature = signature
+        if isinstance(loaded, ResourceError):
+            if initial:
+                raise AgentConfigError(str(loaded))
+            _log.error("%s; the last good resources keep serving", loaded)
+            self.report = ResourceReport((loaded,), applied=False)
+            return self._resources or LoadedResources()
+        for problem in loaded.errors[:MAX_LOGGED_PROBLEMS]:
             _log.error("invalid resource: %s", problem)
+        if len(loaded.errors) > MAX_LOGGED_PROBLEMS:
+            _log.error(
+                "invalid resources: %d more not logged (see /status)",
+                len(loaded.errors) - MAX_LOGGED_PROBLEMS,
+            )
         if loaded.errors and not initial:
             self.report = ResourceReport(loaded.errors, applied=False)
             return self._resources or loaded
         self.report = ResourceReport(loaded.errors, applied=True)
         return loaded
+
+    def _in_worker(self, function: Callable[[], T]) -> asyncio.Future[T]:
+        """``function()`` run in a new daemon thread; its outcome is delivered to the
+        loop. Cancelling the future abandons the thread, which nothing waits for."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+
+        def settle(result: T | None, error: BaseException | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)  # type: ignore[arg-type]
+
+        def run() -> None:
+            result: T | None = None
+            error: BaseException | None = None
+            try:
+                result = function()
+            except BaseException as raised:  # delivered to the awaiting task
+                error = raised
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(settle, result, error)
+
+        self._reader = threading.Thread(target=run, name="grid-resources", daemon=True)
+        self._reader.start()
+        return future
 
     async def _reload_loop(self) -> None:
         while True:
@@ -251,9 +345,9 @@ class Agent:
                 runtime.reload_keys()
             if _files_signature(self.options.tls_dir) != self._tls_signature:
                 self._reload_tls()
-            if self._scan() == self._signature:
+            resources = await self._read(initial=False)
+            if resources is None:
                 continue
-            resources = self._load(initial=False)
             if not self.report.applied:
                 message = _summary(self.report.errors, self.options.resources)
                 for runtime in self.networks.values():
@@ -424,6 +518,26 @@ def _read_text(path: Path, what: str) -> str:
         return path.read_text(encoding="ascii")
     except (OSError, UnicodeDecodeError):
         raise AgentConfigError(f"cannot read {what} {path}") from None
+
+
+def _scan(root: Path) -> Signature:
+    """Name, modification time and size of the YAML files in ``root`` (of at most one more
+    than the limit: a directory over it is refused whatever else changes); empty when it
+    cannot be read."""
+    entries = []
+    try:
+        with os.scandir(root) as listing:
+            for entry in listing:
+                if Path(entry.name).suffix not in YAML_SUFFIXES:
+                    continue
+                with contextlib.suppress(OSError):
+                    info = entry.stat()
+                    entries.append((entry.name, info.st_mtime_ns, info.st_size))
+                if len(entries) > MAX_DIRECTORY_FILES:
+                    break
+    except OSError:
+        return ()
+    return tuple(sorted(entries))
 
 
 def _files_signature(directory: Path | None) -> Signature:

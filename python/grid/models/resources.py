@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
+import stat
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -17,8 +19,30 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
+from yaml.composer import Composer
+from yaml.constructor import ConstructorError, SafeConstructor
+from yaml.error import MarkedYAMLError
+from yaml.events import AliasEvent, Event
+from yaml.nodes import Node, ScalarNode
+from yaml.resolver import Resolver
 
 from grid.errors import ConfigError, InvalidResourceError, ResourceError
+from grid.models.limits import (
+    ALIASES_REFUSED,
+    ANCHORS_REFUSED,
+    MAX_DEPTH,
+    MAX_DIRECTORY_BYTES,
+    MAX_DIRECTORY_FILES,
+    MAX_DOCUMENTS,
+    MAX_FILE_BYTES,
+    MAX_NODES_PER_DIRECTORY,
+    MAX_NODES_PER_DOCUMENT,
+    depth_problem,
+    format_size,
+    nodes_problem,
+    size_problem,
+    structure_problem,
+)
 from grid.models.meta import API_VERSION, GROUP
 from grid.models.network import GridNetwork
 from grid.models.provider import InferenceProvider
@@ -32,13 +56,19 @@ RESOURCE_KINDS: dict[str, type[Resource]] = {
 }
 YAML_SUFFIXES = (".yaml", ".yml")
 
+Interrupt = Callable[[], str | None]
+"""Asked between documents and every few hundred YAML nodes while a directory is read:
+a reason (``the agent is stopping``) stops the read, None lets it go on."""
+
 
 def load_resource(document: object) -> Resource:
     """The Grid resource described by ``document`` (a decoded manifest).
 
     Validation is strict, as the API server's is: a number is not accepted for a string
-    nor a string for a number or boolean, and unknown fields are rejected. Raises
-    :class:`InvalidResourceError` listing every problem found.
+    nor a string for a number or boolean, and unknown fields are rejected. A document
+    beyond the limits of :mod:`grid.models.limits` (values, nesting, size) is refused
+    before it is validated. Raises :class:`InvalidResourceError` listing every problem
+    found.
     """
     if not isinstance(document, Mapping):
         raise InvalidResourceError(
@@ -46,6 +76,9 @@ def load_resource(document: object) -> Resource:
         )
     kind = document.get("kind")
     name = _name_of(document)
+    too_large = structure_problem(document)
+    if too_large is not None:
+        raise InvalidResourceError([ResourceError(too_large, kind=_str_or_none(kind), name=name)])
     if not isinstance(kind, str) or kind not in RESOURCE_KINDS:
         reason = (
             "required field is missing"
@@ -152,47 +185,230 @@ class _Collector:
         self.resources.append(resource)
 
 
-def load_resources_from_dir(directory: str | Path) -> LoadedResources:
+def load_resources_from_dir(
+    directory: str | Path, *, interrupt: Interrupt | None = None
+) -> LoadedResources:
     """Every Grid resource in the ``*.yaml``/``*.yml`` files directly inside ``directory``
     (multi-document files included, files in name order). Documents of other API groups
     are skipped; invalid documents are reported and do not stop the others from loading.
+
+    Hostile input is refused before it costs time or memory (see
+    :mod:`grid.models.limits`): YAML aliases and anchors, a file over ``MAX_FILE_BYTES``,
+    a document with more than ``MAX_NODES_PER_DOCUMENT`` values or nested deeper than
+    ``MAX_DEPTH``, and files that are not UTF-8 text or not regular files are reported as
+    errors of that file. A directory over ``MAX_DIRECTORY_FILES`` or
+    ``MAX_DIRECTORY_BYTES`` loads nothing; one over ``MAX_DOCUMENTS`` or
+    ``MAX_NODES_PER_DIRECTORY``, or one whose read ``interrupt`` stops, is read no further.
+    Either way the reason is the one error of the directory or of the file where reading
+    stopped.
 
     Raises :class:`ConfigError` only when ``directory`` itself cannot be read.
     """
     root = Path(directory)
     try:
-        files = sorted(
-            child for child in root.iterdir() if child.suffix in YAML_SUFFIXES and child.is_file()
-        )
+        files = _list_files(root)
     except OSError as error:
         raise ConfigError(f"cannot read resource directory {root}: {error.strerror}") from None
     collector = _Collector()
-    for path in files:
-        _load_file(path, collector)
+    refused = _directory_problem(files)
+    if refused is not None:
+        collector.errors.append(ResourceError(refused, file=str(root)))
+        files = []
+    budget = _Budget(interrupt)
+    for number, (path, size) in enumerate(files):
+        try:
+            _load_file(path, size, collector, budget)
+        except _Stopped as stopped:
+            rest = len(files) - number - 1
+            unread = f"; {rest} more file(s) not read" if rest else ""
+            collector.errors.append(
+                ResourceError(
+                    f"{stopped.reason}{unread}", file=str(path), document=stopped.document
+                )
+            )
+            break
     return LoadedResources(
         tuple(collector.resources), tuple(collector.errors), tuple(collector.skipped)
     )
 
 
-def _load_file(path: Path, collector: _Collector) -> None:
+def _list_files(root: Path) -> list[tuple[Path, int]]:
+    """The YAML files in ``root`` (regular files, symbolic links followed) with their
+    sizes, in name order; at most one more than ``MAX_DIRECTORY_FILES``."""
+    found: list[tuple[Path, int]] = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if Path(entry.name).suffix not in YAML_SUFFIXES:
+                continue
+            try:
+                if not entry.is_file():
+                    continue
+                size = entry.stat().st_size
+            except OSError:
+                size = 0  # gone or unreadable: reported when it is read
+            found.append((root / entry.name, size))
+            if len(found) > MAX_DIRECTORY_FILES:
+                break
+    return sorted(found)
+
+
+def _directory_problem(files: list[tuple[Path, int]]) -> str | None:
+    if len(files) > MAX_DIRECTORY_FILES:
+        return (
+            f"more than {MAX_DIRECTORY_FILES:,} YAML files, the limit for a resource "
+            "directory: nothing was loaded"
+        )
+    total = sum(size for _, size in files)
+    if total > MAX_DIRECTORY_BYTES:
+        return (
+            f"the YAML files add up to {format_size(total)}, more than the "
+            f"{format_size(MAX_DIRECTORY_BYTES)} limit for a resource directory: nothing "
+            "was loaded"
+        )
+    return None
+
+
+class _Stopped(Exception):
+    """The directory is read no further: a limit of the whole directory was reached, or
+    the caller's interrupt said stop."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.document: int | None = None
+
+
+_CHECK_EVERY = 256
+
+
+@dataclass
+class _Budget:
+    """What the rest of a directory read may still use."""
+
+    interrupt: Interrupt | None
+    bytes: int = MAX_DIRECTORY_BYTES
+    documents: int = MAX_DOCUMENTS
+    nodes: int = MAX_NODES_PER_DIRECTORY
+
+    def check(self) -> None:
+        if self.interrupt is not None:
+            reason = self.interrupt()
+            if reason is not None:
+                raise _Stopped(reason)
+
+    def spend_bytes(self, count: int) -> None:
+        self.bytes -= count
+        if self.bytes < 0:
+            raise _Stopped(
+                f"the YAML files add up to more than {format_size(MAX_DIRECTORY_BYTES)}, the "
+                "limit for a resource directory (a file grew while it was read)"
+            )
+
+    def spend_document(self) -> None:
+        self.documents -= 1
+        if self.documents < 0:
+            raise _Stopped(
+                f"more than {MAX_DOCUMENTS:,} YAML documents, the limit for a resource directory"
+            )
+        self.check()
+
+    def spend_node(self) -> None:
+        self.nodes -= 1
+        if self.nodes < 0:
+            raise _Stopped(
+                f"more than {MAX_NODES_PER_DIRECTORY:,} values in all, the limit for a "
+                "resource directory"
+            )
+        if self.nodes % _CHECK_EVERY == 0:
+            self.check()
+
+
+def _load_file(path: Path, size: int, collector: _Collector, budget: _Budget) -> None:
     file = str(path)
+    too_large = size_problem(size, MAX_FILE_BYTES)
+    if too_large is not None:
+        collector.errors.append(ResourceError(f"the file {too_large} per file", file=file))
+        return
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) else "file is not UTF-8 text"
+        data = _read_file(path)
+    except _Unreadable as error:
+        collector.errors.append(ResourceError(f"cannot read: {error}", file=file))
+        return
+    except OSError as error:
+        reason = (
+            "the file disappeared while the directory was read"
+            if isinstance(error, FileNotFoundError)
+            else error.strerror or type(error).__name__
+        )
+        collector.errors.append(ResourceError(f"cannot read: {reason}", file=file))
+        return
+    budget.spend_bytes(len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        reason = f"file is not UTF-8 text (invalid byte at offset {error.start})"
         collector.errors.append(ResourceError(f"cannot read: {reason}", file=file))
         return
     for index, (first_line, chunk) in enumerate(_split_documents(text)):
         try:
-            # _StrictLoader is a SafeLoader: no arbitrary Python objects are constructed.
-            document = yaml.load(chunk, Loader=_StrictLoader)  # noqa: S506
+            budget.spend_document()
+            document = _parse(chunk, budget)
+        except _Stopped as stopped:
+            stopped.document = index
+            raise
         except yaml.YAMLError as error:
             collector.errors.append(
-                ResourceError(_yaml_reason(error, first_line), file=file, document=index)
+                ResourceError(_yaml_reason(error, first_line, chunk), file=file, document=index)
             )
             continue
         if document is not None:
             collector.add(document, file, index)
+
+
+class _Unreadable(Exception):
+    """A resource file that is not one: a FIFO, a device, a file over the size limit."""
+
+
+def _open_file(path: Path) -> int:
+    """A descriptor of ``path``, opened without blocking (a FIFO put in a file's place
+    must not hang the read). Tests replace it to change the file under the reader."""
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+
+
+def _read_file(path: Path) -> bytes:
+    """The bytes of ``path``, read through one descriptor (a file renamed over it or
+    removed meanwhile does not mix two versions), at most ``MAX_FILE_BYTES`` of them."""
+    descriptor = _open_file(path)
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise _Unreadable("not a regular file")
+        chunks: list[bytes] = []
+        total = 0
+        while total <= MAX_FILE_BYTES:
+            chunk = os.read(descriptor, min(256 * 1024, MAX_FILE_BYTES + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > MAX_FILE_BYTES:
+            raise _Unreadable(
+                f"the file is larger than {format_size(MAX_FILE_BYTES)}, the limit per file"
+            )
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
+
+
+def _parse(chunk: str, budget: _Budget) -> object:
+    """One YAML document, composed within the limits and constructed."""
+    loader = _ResourceLoader(chunk, budget)
+    try:
+        return loader.get_single_data()
+    except (ValueError, TypeError, OverflowError):
+        # A conversion the constructor could not make (an integer of 5000 digits, ...).
+        raise yaml.YAMLError("a value cannot be converted") from None
+    finally:
+        loader.dispose()
 
 
 _DOCUMENT_START = re.compile(r"^---(?:[ \t].*)?$")
@@ -221,14 +437,47 @@ def _only_comments(lines: list[str]) -> bool:
     return all(not line.strip() or line.lstrip().startswith("#") for line in lines)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML that rejects duplicate keys (the last would silently win) and keeps
-    timestamps as strings, as the Kubernetes API does."""
+class _Refused(MarkedYAMLError):
+    """A document breaks a limit of :mod:`grid.models.limits`."""
 
-    yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
+    def __init__(self, problem: str, mark: Any) -> None:
+        super().__init__(problem=problem, problem_mark=mark)
+
+
+class _GuardedComposer(Composer):
+    """Composes nodes only within the limits: no alias or anchor, at most
+    ``MAX_NODES_PER_DOCUMENT`` nodes nested at most ``MAX_DEPTH`` deep. Each is checked
+    as its event arrives, before anything is expanded, built or validated, so a billion
+    laughs is refused at its first anchor, and a 600,000-label file at its 20,001st
+    value."""
+
+    _budget: _Budget
+    _nodes: int
+    _depth: int
+    peek_event: Callable[[], Event]  # the parser's
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        event = self.peek_event()
+        if isinstance(event, AliasEvent):
+            raise _Refused(ALIASES_REFUSED, event.start_mark)
+        if getattr(event, "anchor", None) is not None:
+            raise _Refused(ANCHORS_REFUSED, event.start_mark)
+        self._nodes += 1
+        if self._nodes > MAX_NODES_PER_DOCUMENT:
+            raise _Refused(nodes_problem(), event.start_mark)
+        if self._depth >= MAX_DEPTH:
+            raise _Refused(depth_problem(), event.start_mark)
+        self._budget.spend_node()
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+class _StrictConstructor(SafeConstructor):
+    """Safe YAML (no arbitrary Python objects) that rejects duplicate keys (the last would
+    silently win) and integers too long to convert."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[object] = set()
@@ -239,16 +488,83 @@ class _StrictLoader(yaml.SafeLoader):
             except TypeError:
                 continue  # the base class reports unhashable keys
             if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
+                raise ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:
+            raise ConstructorError(
+                None, None, "integer too long to convert", node.start_mark
+            ) from None
 
-def _yaml_reason(error: yaml.YAMLError, first_line: int) -> str:
+
+_StrictConstructor.add_constructor(
+    "tag:yaml.org,2002:int",
+    _StrictConstructor.construct_yaml_int,  # type: ignore[type-var]
+)
+
+
+class _StrictResolver(Resolver):
+    """Keeps timestamps as strings, as the Kubernetes API does."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in Resolver.yaml_implicit_resolvers.items()
+    }
+
+
+if yaml.__with_libyaml__:
+    from yaml._yaml import CParser as _Parser
+
+    class _ResourceLoader(_GuardedComposer, _Parser, _StrictConstructor, _StrictResolver):
+        """libyaml scans and parses (fast, in C); the composer above builds the nodes.
+        (``CSafeLoader`` composes in C too, where no check can be added.)"""
+
+        def __init__(self, stream: str, budget: _Budget) -> None:
+            _Parser.__init__(self, stream)
+            Composer.__init__(self)
+            _StrictConstructor.__init__(self)
+            _StrictResolver.__init__(self)
+            self._budget, self._nodes, self._depth = budget, 0, 0
+
+else:  # pragma: no cover - PyYAML without libyaml
+
+    class _ResourceLoader(  # type: ignore[no-redef]
+        yaml.reader.Reader,
+        yaml.scanner.Scanner,
+        yaml.parser.Parser,
+        _GuardedComposer,
+        _StrictConstructor,
+        _StrictResolver,
+    ):
+        """``yaml.SafeLoader``'s parts, with the composer above."""
+
+        def __init__(self, stream: str, budget: _Budget) -> None:
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+            Composer.__init__(self)
+            _StrictConstructor.__init__(self)
+            _StrictResolver.__init__(self)
+            self._budget, self._nodes, self._depth = budget, 0, 0
+
+        def dispose(self) -> None:
+            yaml.parser.Parser.dispose(self)
+
+
+def _yaml_reason(error: yaml.YAMLError, first_line: int, chunk: str) -> str:
     # Only the problem and its position: the snippet PyYAML can add may quote a secret.
-    problem = getattr(error, "problem", None) or "invalid YAML"
+    if isinstance(error, yaml.reader.ReaderError):
+        position = min(max(error.position, 0), len(chunk))
+        line = first_line + chunk.count("\n", 0, position) + 1
+        column = position - (chunk.rfind("\n", 0, position) + 1) + 1
+        return f"YAML error at line {line}, column {column}: {error.reason}"
+    problem = getattr(error, "problem", None) or (
+        str(error) if type(error) is yaml.YAMLError else "invalid YAML"
+    )
     mark = getattr(error, "problem_mark", None)
     if mark is None:
         return f"YAML error: {problem}"

@@ -28,6 +28,7 @@ from grid.errors import (
     TrustConfigError,
 )
 from grid.membership import SwimCredentials
+from grid.models.limits import size_problem
 from grid.models.meta import SecretKeyRef, SecretObjectRef
 from grid.models.network import TlsSettings
 from grid.models.phases import CredentialState
@@ -41,6 +42,7 @@ TLS_CERT_KEY = "tls.crt"
 TLS_PRIVATE_KEY_KEY = "tls.key"
 _PRIVATE_KEY_BEGIN = "-----BEGIN"
 _MAX_PEM_BYTES = 64 * 1024
+_MAX_KEYS_NAMED = 20
 
 
 class SecretSource(Protocol):
@@ -96,10 +98,18 @@ def _entry(
 ) -> bytes:
     encoded = data.get(key)
     if encoded is None:
-        present = ", ".join(sorted(data)) or "none"
+        names = sorted(str(name) for name in data)
+        present = ", ".join(names[:_MAX_KEYS_NAMED]) or "none"
+        if len(names) > _MAX_KEYS_NAMED:
+            present += f" and {len(names) - _MAX_KEYS_NAMED} more"
         raise SecretMaterialError(
             f"{_where(ref, field)} has no key {key} (keys present: {present})"
         )
+    if not isinstance(encoded, str | bytes):
+        raise SecretMaterialError(f"{_where(ref, field, key)} is not valid base64 data")
+    too_large = size_problem(len(encoded))
+    if too_large is not None:
+        raise SecretMaterialError(f"{_where(ref, field, key)} {too_large} (as base64)")
     try:
         return base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError, TypeError):

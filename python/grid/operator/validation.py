@@ -2,10 +2,11 @@
 
 A real API server rejects a manifest that breaks its CRD's schema; a server that does not
 validate (an older CRD, an emulator) lets it through. So the operator checks both layers
-itself: first the CRD's OpenAPI schema, as the API server would, then the models, which
-also check what a schema cannot express (``suspicionTimeout >= probeInterval``, a
-``secretRef`` required by the auth strategy, ...). The status, Grid's own output, is not
-part of the check. Pure.
+itself, once the manifest is within the limits of :mod:`grid.models.limits` (values,
+nesting, size: a runaway object is refused before anything walks it deeply): first the
+CRD's OpenAPI schema, as the API server would, then the models, which also check what a
+schema cannot express (``suspicionTimeout >= probeInterval``, a ``secretRef`` required by
+the auth strategy, ...). The status, Grid's own output, is not part of the check. Pure.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from grid.errors import InvalidResourceError
 from grid.models.crd import crd_for_kind
+from grid.models.limits import structure_problem
 from grid.models.resources import RESOURCE_KINDS, Resource, load_resource
 from grid.models.schema import validate_custom_resource
 
@@ -50,6 +52,9 @@ def check_manifest(manifest: Mapping[str, Any]) -> Checked:
     kind = desired.get("kind")
     if not isinstance(kind, str) or kind not in RESOURCE_KINDS:
         return Checked(None, (f"kind: must be one of {', '.join(RESOURCE_KINDS)}",))
+    too_large = structure_problem(desired)
+    if too_large is not None:
+        return Checked(None, (too_large,))
     violations = validate_custom_resource(desired, _crd(kind))
     if violations:
         return Checked(None, tuple(f"{violation} (CRD schema)" for violation in violations))
