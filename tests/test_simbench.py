@@ -16,7 +16,17 @@ from grid.simbench.plot import render_svg
 from grid.simbench.profiles import GRID, MEMBERLIST_LAN, epidemic_rounds, profile
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
-from grid.simbench.runner import Plan, SpeedProbeError, measure_speed, run_plan, targets
+from grid.simbench.runner import (
+    DEFAULT_SIZES,
+    QUICK_SIZES,
+    Plan,
+    SpeedProbeError,
+    Verdict,
+    measure_speed,
+    run_plan,
+    targets,
+    verdict,
+)
 from grid.simbench.scenarios import Context, failure_runs, form_cluster, join_runs
 from grid.simbench.speed import measure
 from grid.simbench.stats import (
@@ -115,11 +125,15 @@ def test_a_plan_reports_every_scenario_under_both_profiles(report: dict[str, Any
     partition = {row["profile"]: row for row in report["partition"]}
     assert partition[GRID]["split_complete"] == 1.0
     assert partition[GRID]["converged"] == 1.0
+    # The targets name sizes this plan does not run: each is unproven, not run.
     targets = report["targets"]
-    assert targets == []  # the targets name sizes this plan does not run
+    assert [target["met"] for target in targets] == [None] * 4
+    assert all(target["reason"].startswith("not run: no N=") for target in targets)
+    assert "(--quick)" in targets[0]["reason"]
     text = render(report)
     for heading in ("Join dissemination", "Failure detection", "Accuracy", "Partition"):
         assert heading in text
+    assert "MISSED" not in text
 
 
 def test_the_plot_is_an_svg_with_one_curve_per_row(report: dict[str, Any]) -> None:
@@ -211,10 +225,11 @@ def test_targets_need_enough_runs_to_be_met() -> None:
 
     few = targets({"join": [join(3, 1.0)]})
     assert few[0]["met"] is None
-    assert "too few runs" in few[0]["measured"]
+    assert few[0]["reason"].startswith("too few samples: 3 passing runs show 36.84%")
     assert targets({"join": [join(3000, 1.0)]})[0]["met"] is True
     assert targets({"join": [join(3, 2 / 3)]})[0]["met"] is False
-    assert "unproven" in render({"plan": _PLAN, "targets": few})
+    text = render({"plan": _PLAN, "targets": few})
+    assert "unproven" in text and "too few samples" in text
     # Fewer runs can meet it when their measured tail leaves a miss very unlikely.
     thin = targets({"join": [{**join(200, 1.0), "miss_bound": 1e-9}]})[0]
     assert thin["met"] is True
@@ -234,6 +249,71 @@ def test_the_tail_estimate_extrapolates_the_slowest_measured_decay() -> None:
     assert tail_miss_bound(curve, 100, 6.0) == pytest.approx(100 * 0.005 * 0.15**3)
     assert tail_miss_bound(curve, 100, 3.0) == 1.0
     assert tail_miss_bound([1.0, 1.0], 100, 6.0) is None
+
+
+def test_a_short_accuracy_run_is_unproven_not_missed() -> None:
+    def accuracy(false_downs: int, minutes: float) -> dict[str, Any]:
+        return {
+            "size": 100,
+            "profile": GRID,
+            "seed": 1,
+            "loss": 0.10,
+            "minutes": minutes,
+            "false_declarations": false_downs,
+        }
+
+    short = targets({"accuracy": [accuracy(0, 5.0)]})
+    assert [(t["met"], t["reason"]) for t in short] == [(None, "run too short: 5 of 30 minutes")]
+    assert targets({"accuracy": [accuracy(0, 30.0)]})[0]["met"] is True
+    # A false down in a short run is already a miss: no longer run can undo it.
+    assert targets({"accuracy": [accuracy(2, 5.0)]})[0]["met"] is False
+    text = render({"plan": _PLAN, "targets": short})
+    assert "unproven" in text and "run too short" in text and "MISSED" not in text
+
+
+def test_the_verdict_weighs_failures_then_length_then_samples() -> None:
+    assert verdict(failures=0, samples=1) == Verdict(True)
+    assert verdict(failures=1, samples=1) == Verdict(False)
+    assert verdict(failures=0, samples=0) == Verdict(None, "no samples")
+    # Run length: too short is unproven; any failure is MISSED however short the run.
+    assert verdict(failures=0, samples=1, minutes=5, required_minutes=30) == Verdict(
+        None, "run too short: 5 of 30 minutes"
+    )
+    assert verdict(failures=0, samples=1, minutes=None, required_minutes=30).met is None
+    assert verdict(failures=0, samples=1, minutes=30, required_minutes=30) == Verdict(True)
+    assert verdict(failures=3, samples=1, minutes=5, required_minutes=30) == Verdict(False)
+    # Pass rates: K passing runs show 0.05^(1/K) at 95 % confidence.
+    few = verdict(failures=0, samples=100, required_rate=0.999)
+    assert few.met is None
+    assert (
+        few.reason == "too few samples: 100 passing runs show 97.05% at 95% confidence, not 99.9%"
+    )
+    assert verdict(failures=0, samples=2994, required_rate=0.999).met is None
+    assert verdict(failures=0, samples=2995, required_rate=0.999).met is True
+    assert verdict(failures=1, samples=100, required_rate=0.999).met is False
+    # ... or fewer runs whose measured tail bounds the chance of a miss.
+    tail = verdict(failures=0, samples=100, required_rate=0.999, miss_bound=1e-4)
+    assert tail == Verdict(True)
+    assert verdict(failures=0, samples=100, required_rate=0.999, miss_bound=0.01).met is None
+    assert [v.label for v in (Verdict(True), Verdict(False), Verdict(None, "x"))] == [
+        "met",
+        "MISSED",
+        "unproven",
+    ]
+
+
+def test_quick_drops_the_largest_cluster_and_the_deep_runs_at_1000() -> None:
+    assert Plan().sizes == DEFAULT_SIZES == (100, 1000, 10_000)
+    quick = Plan(quick=True)
+    assert quick.sizes == QUICK_SIZES == (100, 1000)
+    assert quick.accuracy_duration == 300.0
+    assert quick.scenario_sizes("join") == [100, 1000]
+    assert quick.scenario_sizes("accuracy") == quick.scenario_sizes("partition") == [100]
+    assert quick.scenario_sizes("speed") == [1000]
+    assert Plan().scenario_sizes("accuracy") == [100, 1000]
+    assert Plan().scenario_sizes("speed") == [1000, 10_000]
+    assert Plan(quick=True, sizes=(1000,)).scenario_sizes("accuracy") == [1000]
+    assert Plan(quick=True, sizes=(20, 10_000)).sizes == (20, 10_000)  # given sizes stand
 
 
 _PLAN = {

@@ -247,6 +247,18 @@ def _speed(rows: Sequence[Row]) -> str:
 
 
 def _targets(rows: Sequence[Row]) -> str:
+    """met, MISSED (a run broke the target) or unproven (with why: run too short, too few
+    samples, not run)."""
     verdicts = {True: "met", False: "MISSED", None: "unproven"}
-    body = [(verdicts[row["met"]], row["target"], row["measured"]) for row in rows]
-    return "Targets (grid profile)\n" + table(("", "target", "measured"), body, text_columns=3)
+    body = [
+        (
+            verdicts[row["met"]],
+            row["target"],
+            row["measured"],
+            row.get("reason") or "",
+        )
+        for row in rows
+    ]
+    return "Targets (grid profile)\n" + table(
+        ("", "target", "measured", "why unproven"), body, text_columns=4
+    )
