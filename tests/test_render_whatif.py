@@ -397,3 +397,13 @@ def test_invalid_yaml_metrics_and_resources_exit_2(
     )
     assert code == 2
     assert "invalid resource" in err
+
+
+def test_a_metrics_file_with_yaml_aliases_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text('a: &a ["x","x"]\nb: &b [*a,*a]\nproviders: {}\n')
+    code, out, err = run(capsys, "render", *inputs("alpha"), "--metrics", str(bomb))
+    assert code == 2 and out == ""
+    assert "aliases are not allowed" in err

@@ -718,3 +718,12 @@ def test_no_piece_of_a_private_key_reaches_standard_error_or_a_file(
         assert not [w for w in windows(stderr) if w in pieces]
     # Nothing was written: not in the working directory, the home or the temporary one.
     assert sandbox.files() == []
+
+
+def test_yaml_aliases_in_the_secrets_given_are_refused(sandbox: Sandbox) -> None:
+    bomb = 'a: &a ["x","x"]\nb: &b [*a,*a]\nc: &c [*b,*b]\nd: [*c,*c]\n'
+    run = sandbox.run(*site_args("west-edge", "--from-secrets", "-"), stdin=bomb)
+    assert run.returncode == 2
+    assert re.fullmatch(
+        r"grid secrets: --from-secrets \(standard input\) is not YAML \(line \d+\)\n", run.stderr
+    )

@@ -17,7 +17,7 @@ import yaml
 
 from grid.errors import ConfigError, EmptyOverlayError, OverlayRenderError
 from grid.models.network import ConsumerConfig
-from grid.models.resources import load_resources_from_dir
+from grid.models.resources import load_resources_from_dir, parse_yaml
 from grid.render.consumer import consumer_config_yaml
 from grid.render.overlay import render_overlay, select_candidates
 from grid.render.whatif import (
@@ -129,12 +129,18 @@ def _read_metrics(path: str | None) -> MetricsReport:
         reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
         raise ConfigError(f"cannot read metrics file {path}: {reason}") from None
     try:
-        document = yaml.safe_load(text)
+        documents = parse_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"metrics file {path} is not valid YAML or JSON{where}") from None
-    return parse_metrics_report(document)
+        problem = getattr(error, "problem", None) or (
+            str(error) if type(error) is yaml.YAMLError else None
+        )
+        detail = f": {problem}" if problem else ""
+        raise ConfigError(f"metrics file {path} is not valid YAML or JSON{where}{detail}") from None
+    if len(documents) > 1:
+        raise ConfigError(f"metrics file {path} holds {len(documents)} YAML documents, not one")
+    return parse_metrics_report(documents[0] if documents else None)
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared | int:

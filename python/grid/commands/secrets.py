@@ -43,6 +43,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from grid.errors import CertificateRejected, ConfigError, TrustConfigError
 from grid.models.fields import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
+from grid.models.resources import parse_yaml
 from grid.runtime.keyring import KEY_BYTES, parse_keyring
 from grid.trust.authority import CertificateAuthority, IssuedCertificate
 from grid.trust.pem import check_public_cert_pem
@@ -449,7 +450,9 @@ class _InputSecret:
 
 def _secrets_in(data: bytes, where: str) -> Iterator[_InputSecret]:
     try:
-        documents = list(yaml.safe_load_all(data))
+        documents = parse_yaml(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SecretsUsageError(f"{where} is not UTF-8 text") from None
     except yaml.YAMLError as error:
         # The parser's message quotes the input, which may be a private key: give the line.
         mark = getattr(error, "problem_mark", None)

@@ -411,6 +411,24 @@ def _parse(chunk: str, budget: _Budget) -> object:
         loader.dispose()
 
 
+def parse_yaml(text: str) -> list[object]:
+    """The documents of a YAML stream Grid reads besides its resources (a metrics file,
+    Secrets given to ``grid secrets``), under the same rules: no aliases or anchors, the
+    same size, nesting and value limits. Raises :class:`yaml.YAMLError` for a refusal as
+    for bad syntax; its message never quotes the input."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_FILE_BYTES:
+        raise yaml.YAMLError(f"larger than {format_size(MAX_FILE_BYTES)}, the limit per file")
+    budget = _Budget(None)
+    documents: list[object] = []
+    try:
+        for _, chunk in _split_documents(text):
+            budget.spend_document()
+            documents.append(_parse(chunk, budget))
+    except _Stopped as stopped:
+        raise yaml.YAMLError(str(stopped)) from None
+    return documents
+
+
 _DOCUMENT_START = re.compile(r"^---(?:[ \t].*)?$")
 
 
