@@ -344,10 +344,9 @@ class KubeApi:
         limit = timeout_s or self.retry.timeout_s
         try:
             await self._attempt(lambda timeout: version.get_code(_request_timeout=timeout), limit)
-        except _Retryable:
-            return False
-        except KubernetesApiError:
-            return True  # answered (a 4xx is an answer)
+        except (_Retryable, KubernetesApiError):
+            # A 4xx is an answer; a refused certificate is not.
+            return self.reachability.failing_since is None
         return True
 
     def answered_within(self, seconds: float) -> bool:
