@@ -12,6 +12,7 @@ from typing import Any
 from grid.agent import Agent, AgentOptions, NameConflictError, PerNetwork, parse_key_files
 from grid.agent.startup import check_startup
 from grid.errors import ConfigError, GridError
+from grid.logs import add_logging_options, configure_logging
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -114,9 +115,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help="how often the resource directory and key files are checked (default 2)",
     )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_logging_options(parser)
     parser.set_defaults(handler=agent_command)
 
 
@@ -141,28 +140,30 @@ def options_from(args: argparse.Namespace) -> AgentOptions:
 def agent_command(args: argparse.Namespace) -> int:
     """Check the options (:func:`~grid.agent.startup.check_startup`), then run the agent
     until SIGINT or SIGTERM."""
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, args.log_format)
+    json_logs = args.log_format == "json"
     try:
         options = options_from(args)
         report = check_startup(options)
     except ConfigError as error:
-        return _exit(EXIT_CONFIG, error)
+        return _exit(EXIT_CONFIG, error, json_logs=json_logs)
     for warning in report.warnings:
         _log.warning("%s", warning)
     try:
         agent = Agent(options)
         asyncio.run(agent.run())
     except NameConflictError as error:
-        return _exit(EXIT_NAME_CONFLICT, error)
+        return _exit(EXIT_NAME_CONFLICT, error, json_logs=json_logs)
     except (ConfigError, GridError) as error:
-        return _exit(EXIT_CONFIG, error)
+        return _exit(EXIT_CONFIG, error, json_logs=json_logs)
     return EXIT_OK
 
 
-def _exit(code: int, error: Exception) -> int:
-    print(f"{PREFIX}{error}", file=sys.stderr)
+def _exit(code: int, error: Exception, *, json_logs: bool = False) -> int:
+    """The one line that says why the agent stops: plain text, or with ``--log-format
+    json`` a log record like every other line (``exit_status`` says the code)."""
+    if json_logs:
+        _log.error("%s", error, extra={"exit_status": code})
+    else:
+        print(f"{PREFIX}{error}", file=sys.stderr)
     return code

@@ -9,9 +9,12 @@ import sys
 from typing import Any
 
 from grid.errors import ConfigError, GridError
+from grid.logs import add_logging_options, configure_logging
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
+
+_log = logging.getLogger("grid.operator")
 
 
 def register(subparsers: Any) -> None:
@@ -38,38 +41,32 @@ def register(subparsers: Any) -> None:
         help="this cluster's GridSite name (default: GRID_SITE_NAME, else the GridSite "
         "pinning this site's certificate, else the network's only declared GridSite)",
     )
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
+    add_logging_options(parser)
     parser.set_defaults(handler=operator_command)
 
 
 def operator_command(args: argparse.Namespace) -> int:
     """Run the operator until SIGINT or SIGTERM."""
-    logging.basicConfig(
-        level=args.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    # kopf's own records (``kopf.*``, with their object reference) go through the same
+    # handler: one format for the whole process.
+    configure_logging(args.log_level, args.log_format)
+    json_logs = args.log_format == "json"
     try:
         import kopf
 
         from grid.operator import Operator, OperatorOptions, build_registry, configure, post_event
         from grid.operator.kube import configuration_from_environment
     except ImportError as error:
-        print(
-            f"grid operator: {error.name} is not installed; install grid-mesh[operator]",
-            file=sys.stderr,
+        return _exit(
+            f"{error.name} is not installed; install grid-mesh[operator]", json_logs=json_logs
         )
-        return EXIT_CONFIG
     try:
         options = OperatorOptions.from_environment(
             os.environ, namespace=args.namespace, site=args.site
         )
         configuration = configuration_from_environment()
     except (ConfigError, GridError) as error:
-        print(f"grid operator: {error}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _exit(str(error), json_logs=json_logs)
     operator = Operator(options, configuration, post_event)
     settings = kopf.OperatorSettings()
     configure(settings, options)
@@ -85,6 +82,15 @@ def operator_command(args: argparse.Namespace) -> int:
         if operator.failure is None:
             raise
     if operator.failure is not None:
-        print(f"grid operator: {operator.failure}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _exit(str(operator.failure), json_logs=json_logs)
     return EXIT_OK
+
+
+def _exit(message: str, *, json_logs: bool) -> int:
+    """The one line that says why the operator stops: plain text, or with ``--log-format
+    json`` a log record like every other line (``exit_status`` says the code)."""
+    if json_logs:
+        _log.error("%s", message, extra={"exit_status": EXIT_CONFIG})
+    else:
+        print(f"grid operator: {message}", file=sys.stderr)
+    return EXIT_CONFIG

@@ -1,12 +1,14 @@
 """``grid render`` and ``grid explain``: what-if rendering from a directory of resources,
 with no network. ``render`` prints the overlay a site's gateway would receive (or its
 complete gateway configuration); ``explain`` prints why the candidates are in that order
-and why each missing provider is missing."""
+and why each missing provider is missing (``--json``: as one document)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import shutil
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,7 +21,7 @@ from grid.errors import ConfigError, EmptyOverlayError, OverlayRenderError
 from grid.models.network import ConsumerConfig
 from grid.models.resources import load_resources_from_dir, parse_yaml
 from grid.render.consumer import consumer_config_yaml
-from grid.render.overlay import render_overlay, select_candidates
+from grid.render.overlay import render_overlay, rfc3339, select_candidates
 from grid.render.whatif import (
     MetricsReport,
     WhatIf,
@@ -27,7 +29,7 @@ from grid.render.whatif import (
     check_target,
     parse_metrics_report,
 )
-from grid.scoring.explain import explain
+from grid.scoring.explain import ELLIPSIS, explain, explain_document
 from grid.scoring.ranking import Ranking, rank_candidates
 
 EXIT_OK = 0
@@ -54,11 +56,22 @@ def register(subparsers: Any) -> None:
     explain_parser = subparsers.add_parser(
         "explain",
         help="explain a site's candidate order and every provider left out (what-if)",
-        description="Exit status: 0 explained, 2 unreadable or invalid input, a --site "
-        "that is not a GridSite (without --allow-unknown-site) or a --gateway the "
-        "GridNetwork does not list.",
+        description="On a terminal the tables are fitted to its width (COLUMNS, else the "
+        "terminal's): the least important columns are left out first and long names cut "
+        "short. Written to a pipe or a file, every column is shown. Exit status: 0 "
+        "explained, 2 unreadable or invalid input, a --site that is not a GridSite (without "
+        "--allow-unknown-site) or a --gateway the GridNetwork does not list.",
     )
     _add_inputs(explain_parser)
+    output = explain_parser.add_mutually_exclusive_group()
+    output.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document (every column, unrounded; see docs/scoring.md)",
+    )
+    output.add_argument(
+        "--wide", action="store_true", help="show every column in full, even on a terminal"
+    )
     explain_parser.set_defaults(handler=explain_command)
 
 
@@ -218,18 +231,52 @@ def render_command(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def table_width(wide: bool = False) -> int | None:
+    """How wide ``grid explain``'s tables may be: the terminal's width (``COLUMNS`` when
+    set, as :func:`shutil.get_terminal_size` reads it) when standard output is a terminal,
+    else None (no limit: what a script reads does not depend on a window); None with
+    ``--wide``."""
+    if wide or not sys.stdout.isatty():
+        return None
+    return shutil.get_terminal_size().columns
+
+
+def _ellipsis() -> str:
+    """``…``, or ``~`` where standard output cannot write it (a Latin-1 terminal)."""
+    try:
+        ELLIPSIS.encode(sys.stdout.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return "~"
+    return ELLIPSIS
+
+
 def explain_command(args: argparse.Namespace) -> int:
-    """Print the candidate table and the left-out table for ``--site``."""
+    """Print the candidate table and the left-out table for ``--site`` (or, with
+    ``--json``, the same as one JSON document)."""
     prepared = _prepare(args)
     if isinstance(prepared, int):
         return prepared
     published, cut = select_candidates(prepared.ranking.candidates)
+    what_if = prepared.what_if
+    if args.json:
+        document = explain_document(
+            prepared.ranking,
+            published=published,
+            extra_left_out=cut,
+            not_offered=what_if.not_offered,
+            scope=dataclasses.asdict(what_if.scope),
+            now=rfc3339(prepared.now),
+        )
+        print(json.dumps(document, indent=2, ensure_ascii=False))
+        return EXIT_OK
     print(
         explain(
             prepared.ranking,
             published=published,
             extra_left_out=cut,
-            not_offered=prepared.what_if.not_offered,
+            not_offered=what_if.not_offered,
+            width=table_width(args.wide),
+            ellipsis=_ellipsis(),
         ),
         end="",
     )
