@@ -201,7 +201,7 @@ async def test_the_agent_writes_overlays_and_status_and_serves_http(
         status, metrics = await fetch(agent, "/metrics")
         assert status == 200
         assert (
-            'grid_overlay_candidates{gateway="edge-gateway",namespace="grid-system",network="lab"} 1.0'
+            'grid_overlay_candidates{gateway="edge-gateway",gateway_namespace="grid-system",network="lab"} 1.0'
             in metrics
         )
         assert "grid_swim" in metrics

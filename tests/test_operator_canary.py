@@ -138,9 +138,11 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
     status, exposition = metrics
     assert status == 200
     assert 'grid_operator_configmap_writes_total{operation="create",outcome="ok"} 2.0' in exposition
-    assert f'grid_members{{network="{NETWORK}",state="alive"}} 0.0' in exposition
+    assert f'grid_swim_members{{network="{NETWORK}",state="alive"}} 0.0' in exposition
+    assert f'grid_swim_running{{network="{NETWORK}"}} 1.0' in exposition
+    assert 'shell="operator"' in exposition
     assert (
-        f'grid_overlay_candidates{{gateway="edge",namespace="{GATEWAY_NAMESPACE}",network="{NETWORK}"}} 1.0'
+        f'grid_overlay_candidates{{gateway="edge",gateway_namespace="{GATEWAY_NAMESPACE}",network="{NETWORK}"}} 1.0'
         in exposition
     )
     assert 'grid_operator_secret_reads_total{outcome="Valid",purpose="credential"}' in exposition

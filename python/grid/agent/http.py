@@ -1,23 +1,21 @@
 """The agent's HTTP endpoints: ``/healthz`` (200 while every network's SWIM node runs),
 ``/status`` (JSON: membership, trust, overlays, phases, recent events) and ``/metrics``
-(Prometheus, from the agent's own registry). Label values and documents carry names,
-addresses, revisions and public key ids only: never a key, a token or a private key."""
+(Prometheus, from the agent's own registry; docs/observability.md lists the families).
+Label values and documents carry names, addresses, revisions and public key ids only:
+never a key, a token or a private key."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from grid import __version__
 from grid.agent.network import NetworkRuntime
 from grid.errors import AgentConfigError, GridError
 from grid.runtime.http import Endpoint, health_handler, metrics_handler
-from grid.runtime.metrics import NetworkGauges
+from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, NetworkView
 from grid.trust.probe import parse_address
 
 if TYPE_CHECKING:
@@ -136,64 +134,50 @@ def status_document(agent: Agent) -> dict[str, Any]:
     }
 
 
-class AgentCollector(Collector):
-    """Prometheus metrics read from the agent at scrape time."""
+AGENT_FAMILIES = (
+    Family(
+        "grid_agent_overlay_writes_total",
+        Kind.COUNTER,
+        "Overlay files written (a new revision each).",
+        ("network", "gateway_namespace", "gateway"),
+    ),
+    Family(
+        "grid_agent_resource_errors",
+        Kind.GAUGE,
+        "Invalid resource documents in the agent's directory.",
+    ),
+)
 
-    def __init__(self, agent: Agent) -> None:
-        self._agent = agent
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        agent = self._agent
-        gauges = NetworkGauges(
-            "1 while the last render was refused and the previous overlay is kept."
-        )
-        writes = CounterMetricFamily(
-            "grid_overlay_writes",
-            "Overlay files written (a new revision each).",
-            labels=["network", "namespace", "gateway"],
-        )
-        published = CounterMetricFamily(
-            "grid_items_published", "Items handed to SWIM.", labels=["network", "lane"]
-        )
-        unpublished = CounterMetricFamily(
-            "grid_items_refused_by_swim",
-            "This site's items SWIM refused to send, by error.",
-            labels=["network", "error"],
-        )
-        received = CounterMetricFamily(
-            "grid_items_received",
-            "Items received from peers, by outcome.",
-            labels=["network", "lane", "outcome"],
-        )
-        conflicts = CounterMetricFamily(
-            "grid_swim_name_conflicts",
-            "Other live nodes claiming this site's name: refused, or yielded to (the node "
-            "stopped).",
-            labels=["network", "outcome"],
-        )
+def agent_collector(agent: Agent) -> GridCollector:
+    """Grid's families (:mod:`grid.runtime.metrics`) and the agent's own, read from the
+    agent at scrape time."""
+
+    def views() -> list[NetworkView]:
+        return [
+            NetworkView(
+                name,
+                runtime.engine,
+                runtime.swim,
+                runtime.observers.durations,
+                lambda overlay: bool(overlay.message),
+                # swim_error is the key file's problem first, else the driver's.
+                key_file_problem=runtime.swim_error not in (None, runtime.swim.error),
+            )
+            for name, runtime in agent.networks.items()
+        ]
+
+    def extra(out: Exposition) -> None:
         for name, runtime in sorted(agent.networks.items()):
-            engine = runtime.engine
-            gauges.add_engine(name, engine, lambda overlay: bool(overlay.message))
-            gauges.add_node(name, runtime.node)
-            for namespace, gateway in sorted(engine.overlays):
-                writes.add_metric(
-                    [name, namespace, gateway], runtime.overlay_writes[(namespace, gateway)]
+            for namespace, gateway in sorted(runtime.engine.overlays):
+                out.add(
+                    "grid_agent_overlay_writes_total",
+                    (name, namespace, gateway),
+                    runtime.overlay_writes[(namespace, gateway)],
                 )
-            for lane, count in sorted(runtime.swim.published.items()):
-                published.add_metric([name, lane], count)
-            for error, count in sorted(runtime.swim.refused.items()):
-                unpublished.add_metric([name, error], count)
-            for (lane, outcome), count in sorted(runtime.swim.received.items()):
-                received.add_metric([name, lane, outcome], count)
-            for outcome, count in sorted(runtime.swim.name_conflicts.items()):
-                conflicts.add_metric([name, outcome], count)
-        yield from gauges.families()
-        yield from (writes, published, unpublished, received, conflicts)
-        errors = GaugeMetricFamily(
-            "grid_resource_errors", "Invalid resource documents in the directory."
-        )
-        errors.add_metric([], len(agent.report.errors))
-        yield errors
+        out.add("grid_agent_resource_errors", (), len(agent.report.errors))
+
+    return GridCollector("agent", views, extra_families=AGENT_FAMILIES, extra=extra)
 
 
 class StatusServer:
@@ -209,7 +193,7 @@ class StatusServer:
             raise GridError(f"--http {address!r} has no port between 0 and 65535")
         self._agent = agent
         self.registry = CollectorRegistry()
-        self.registry.register(AgentCollector(agent))
+        self.registry.register(agent_collector(agent))
         routes = {
             "/healthz": health_handler(self._health),
             "/status": self._status,

@@ -1,7 +1,8 @@
-"""The operator's Prometheus metrics, in a registry of its own: counters of what it did
-(ConfigMap writes, status patches, Events, Secret reads, GridSites created, items
-gossiped) and gauges read from the running networks at scrape time (members, trusted sites,
-overlay candidates, resource phases, SWIM counters).
+"""The operator's Prometheus metrics, in a registry of its own: counters of what only the
+operator does (``grid_operator_*``: ConfigMap writes, status patches, Events, Secret reads,
+GridSites created, failed reconcile passes) and Grid's families, the same as the agent's,
+read from the running networks at scrape time (:mod:`grid.runtime.metrics`; the list is
+in docs/observability.md).
 
 Labels carry names of networks, gateways, namespaces, kinds and resources, phases and
 outcomes: never a key, a token or anything read from a Secret.
@@ -9,15 +10,13 @@ outcomes: never a key, a token or anything read from a Secret.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from grid.runtime.metrics import NetworkGauges
+from grid.runtime.metrics import GridCollector, NetworkView
 
 if TYPE_CHECKING:
     from grid.engine import GatewayOverlay
@@ -67,70 +66,26 @@ class OperatorMetrics:
             ["network"],
             registry=registry,
         )
-        self.items_published = Counter(
-            "grid_operator_items_published",
-            "Items handed to SWIM.",
-            ["network", "lane"],
-            registry=registry,
-        )
-        self.name_conflicts = Counter(
-            "grid_operator_swim_name_conflicts",
-            "Other live nodes claiming this site's name: refused, or yielded to (the node "
-            "stopped).",
-            ["network", "outcome"],
-            registry=registry,
-        )
-        self.items_received = Counter(
-            "grid_operator_items_received",
-            "Items received from peers, by outcome.",
-            ["network", "lane", "outcome"],
-            registry=registry,
-        )
 
     def watch(self, runtimes: Callable[[], Iterable[NetworkRuntime]]) -> None:
-        """Report the networks ``runtimes`` returns at every scrape."""
-        self.registry.register(_NetworkCollector(runtimes))
-
-
-class _NetworkCollector(Collector):
-    """Gauges read from the running networks at scrape time."""
-
-    def __init__(self, runtimes: Callable[[], Iterable[NetworkRuntime]]) -> None:
-        self._runtimes = runtimes
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        networks = GaugeMetricFamily(
-            "grid_operator_networks",
-            "GridNetworks this operator runs, by SWIM state.",
-            labels=["membership"],
+        """Report Grid's families (:mod:`grid.runtime.metrics`) for the networks
+        ``runtimes`` returns, read at every scrape."""
+        self.registry.register(
+            GridCollector("operator", lambda: [_view(runtime) for runtime in runtimes()])
         )
-        gauges = NetworkGauges(
-            "1 while the last render or write was refused and the previous overlay is kept."
-        )
-        running = stopped = 0
-        for runtime in sorted(self._runtimes(), key=lambda r: r.name):
-            name = runtime.name
-            if gauges.add_node(name, runtime.node):
-                running += 1
-            else:
-                stopped += 1
-            composed = runtime.network_status
-            if composed is not None:
-                gauges.add_phase(name, "GridNetwork", name, str(composed.phase))
-            engine = runtime.engine
-            if engine is None:
-                continue
-            gauges.add_engine(
-                name,
-                engine,
-                partial(_held_back, runtime),
-                # The network's phase is the one composed with what only the shell knows.
-                phases_of=lambda kind: kind != "GridNetwork",
-            )
-        networks.add_metric(["running"], running)
-        networks.add_metric(["stopped"], stopped)
-        yield networks
-        yield from gauges.families()
+
+
+def _view(runtime: NetworkRuntime) -> NetworkView:
+    composed = runtime.network_status
+    return NetworkView(
+        runtime.name,
+        runtime.engine,
+        runtime.mesh,
+        runtime.observers.durations,
+        partial(_held_back, runtime),
+        # The network's phase is the one composed with what only the shell knows.
+        network_phase=None if composed is None else str(composed.phase),
+    )
 
 
 def _held_back(runtime: NetworkRuntime, overlay: GatewayOverlay) -> bool:

@@ -102,16 +102,9 @@ class NetworkRuntime:
         self.engine: SiteEngine | None = None
         self._notices = Notices(_log, f"network {name}")
         metrics = shared.metrics
+        # Its counters (items, name conflicts) are read by /metrics at scrape time.
         self.mesh = SwimDriver(
-            self._notices,
-            _log,
-            self._engine,
-            self.wake,
-            on_published=lambda item: metrics.items_published.labels(name, item.lane).inc(),
-            on_received=lambda lane, outcome: metrics.items_received.labels(
-                name, lane, outcome.value
-            ).inc(),
-            on_conflict=self._name_conflict,
+            self._notices, _log, self._engine, self.wake, on_conflict=self._name_conflict
         )
         self._observers = Observers(
             session=shared.session,
@@ -164,6 +157,12 @@ class NetworkRuntime:
     def node(self) -> SwimNode | None:
         """The network's SWIM node (None while it does not run)."""
         return self.mesh.node
+
+    @property
+    def observers(self) -> Observers:
+        """The network's health checks, scrapes and probes (``/metrics`` reads their
+        durations)."""
+        return self._observers
 
     @property
     def alive(self) -> bool:
@@ -516,9 +515,7 @@ class NetworkRuntime:
 
     def _name_conflict(self, conflict: NameConflict, message: str) -> None:
         """Another live node claims this site's name: a Warning Event on the network (the
-        next pass posts it), and a count."""
-        outcome = "yielded" if conflict.yielded else "refused"
-        self._shared.metrics.name_conflicts.labels(self.name, outcome).inc()
+        next pass posts it); the driver counts it."""
         reason = "SiteNameConflict" if conflict.yielded else "SiteNameClaimRefused"
         self._untold_conflicts.append(Event(EventType.WARNING, reason, message))
         self.wake()

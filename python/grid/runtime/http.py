@@ -1,13 +1,16 @@
-"""Small HTTP servers for a shell's endpoints: ``/metrics`` (Prometheus, from a registry)
-and ``/healthz`` (200 while healthy, else 503, with the explanation), or any other GET
-routes a shell adds."""
+"""Small HTTP servers for a shell's endpoints: ``/metrics`` (Prometheus, from a registry:
+the text format, or OpenMetrics when the scraper asks for it, gzipped when it accepts
+gzip) and ``/healthz`` (200 while healthy, else 503, with the explanation), or any other
+GET routes a shell adds."""
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from grid.errors import ConfigError
 
@@ -57,11 +60,21 @@ class Endpoint:
 
 
 def metrics_handler(registry: CollectorRegistry) -> Handler:
-    """``/metrics``: ``registry`` in the Prometheus text format."""
+    """``/metrics``: ``registry`` exposed by ``prometheus_client`` itself, in the format
+    the ``Accept`` header negotiates (OpenMetrics 1.0 for Prometheus, else the text format
+    0.0.4), gzipped when ``Accept-Encoding`` allows it; ``?name[]=`` keeps only the families
+    named."""
 
     async def metrics(request: web.Request) -> web.Response:
-        body = generate_latest(registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        names = request.query.getall("name[]", [])
+        source = registry.restricted_registry(names) if names else registry
+        body = encoder(source)
+        headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
+        if gzip_accepted(request.headers.get("Accept-Encoding", "")):
+            body = gzip.compress(body)
+            headers["Content-Encoding"] = "gzip"
+        return web.Response(body=body, headers=headers)
 
     return metrics
 

@@ -1,81 +1,600 @@
-"""The gauges both shells report for each network, read from its engine and SWIM node at
-scrape time: members by state, trusted sites, overlay candidates and refusals, resource
-phases, SWIM counters. Labels carry names, phases and states only: never a key, a token or
-anything read from a Secret."""
+"""Grid's Prometheus families, the same in both shells, read from the running networks at
+scrape time (their engines, SWIM drivers and nodes, and observation loops): nothing is
+counted twice, a scrape only reads.
+
+One family per quantity, in base units (seconds, bytes), counters ending ``_total``;
+:data:`FAMILIES` is the catalog of the families both shells expose and
+:data:`SWIM_STATS` maps every counter and gauge of a SWIM node's ``stats()`` to one of
+them. Labels carry names of networks, sites, gateways, namespaces, resources and lanes,
+and values from small fixed sets (states, phases, reasons, outcomes): never a key, a
+token, an address or anything read from a Secret.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import bisect
+import importlib.metadata
+import platform
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
-from grid.engine import GatewayOverlay, SiteEngine
-from grid.membership import SwimNode
+from grid import _native
+from grid.errors import GridError
 
-Refused = Callable[[GatewayOverlay], bool]
-"""Whether a gateway's overlay is held back (its render, or the shell's write, failed)."""
+if TYPE_CHECKING:
+    from grid.engine import GatewayOverlay, SiteEngine
+    from grid.runtime.swim import SwimDriver
 
 
-class NetworkGauges:
-    """The families of one scrape; add each network, then yield :meth:`families`."""
+class Kind(StrEnum):
+    COUNTER = "counter"
+    GAUGE = "gauge"
+    HISTOGRAM = "histogram"
+    INFO = "info"
 
-    def __init__(self, refused_help: str) -> None:
-        self.members = GaugeMetricFamily(
-            "grid_members", "Peers by SWIM state.", labels=["network", "state"]
-        )
-        self.trusted = GaugeMetricFamily(
-            "grid_trusted_sites", "Peers whose certificate matched its pin.", labels=["network"]
-        )
-        overlay = ["network", "namespace", "gateway"]
-        self.candidates = GaugeMetricFamily(
-            "grid_overlay_candidates", "Candidates in the current overlay.", labels=overlay
-        )
-        self.refused = GaugeMetricFamily(
-            "grid_overlay_render_refused", refused_help, labels=overlay
-        )
-        self.phases = GaugeMetricFamily(
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family: ``name`` as it is exposed (a counter's ends ``_total``, an info
+    family's ``_info``), its type, help text and label names, and a histogram's buckets."""
+
+    name: str
+    kind: Kind
+    help: str
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def unit(self) -> str:
+        """The base unit the name ends with (``""`` for counts)."""
+        base = self.name.removesuffix("_total")
+        for unit in ("seconds", "bytes"):
+            if base.endswith("_" + unit):
+                return unit
+        return ""
+
+    def metric(self) -> Metric:
+        """An empty family of this type, ready for samples."""
+        labels = list(self.labels)
+        if self.kind is Kind.COUNTER:
+            return CounterMetricFamily(self.name, self.help, labels=labels, unit=self.unit)
+        if self.kind is Kind.GAUGE:
+            return GaugeMetricFamily(self.name, self.help, labels=labels, unit=self.unit)
+        if self.kind is Kind.HISTOGRAM:
+            return HistogramMetricFamily(self.name, self.help, labels=labels, unit=self.unit)
+        return InfoMetricFamily(self.name.removesuffix("_info"), self.help, labels=labels)
+
+
+# Request durations (health checks, scrapes, TLS handshakes on a LAN or a WAN): 5 ms to the
+# longest timeout a resource may set.
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# Suspicion to down: about the suspicion timeout (10 s by default, scaled with the mesh).
+SUSPICION_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 120.0, 300.0)
+
+_N = ("network",)
+_GATEWAY = ("network", "gateway_namespace", "gateway")
+
+
+def _counter(name: str, help: str, *labels: str) -> Family:
+    return Family(name, Kind.COUNTER, help, _N + labels)
+
+
+def _gauge(name: str, help: str, *labels: str) -> Family:
+    return Family(name, Kind.GAUGE, help, _N + labels)
+
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family(
+            "grid_build_info",
+            Kind.INFO,
+            "Always 1: the build serving this endpoint. shell: agent or operator; version: "
+            "the grid-mesh package; native: the Rust extension; python: the interpreter.",
+            ("shell", "version", "native", "python"),
+        ),
+        # -- membership -------------------------------------------------------------------
+        _gauge("grid_swim_running", "1 while the network's SWIM node runs, else 0."),
+        _gauge(
+            "grid_swim_problem",
+            "1 while the SWIM node does not run as configured for this reason: start (it "
+            "could not start), credentials (new site credentials refused; the old ones are "
+            "kept), rotation (a key rotation failed), name_conflict (an older node holds "
+            "this site's name), key_file (the agent's key file is unusable).",
+            "problem",
+        ),
+        _gauge("grid_swim_keys", "Keys in the running node's keyring (the primary and others)."),
+        _gauge(
+            "grid_swim_members",
+            "Peers by state as the engine last heard of them (alive, suspect, down, left).",
+            "state",
+        ),
+        Family(
+            "grid_swim_suspicion_to_down_seconds",
+            Kind.HISTOGRAM,
+            "From this site seeing a peer suspected (at its refresh tick) to the peer being "
+            "declared down, for peers that did not refute.",
+            _N,
+            SUSPICION_BUCKETS,
+        ),
+        _counter(
+            "grid_swim_name_conflicts_total",
+            "Other live nodes claiming this site's name: refused, or yielded to (this node "
+            "stopped).",
+            "outcome",
+        ),
+        # -- the SWIM node (every counter since the node started) ---------------------------
+        _counter("grid_swim_received_packets_total", "UDP packets received."),
+        _counter("grid_swim_received_bytes_total", "UDP payload bytes received."),
+        _counter("grid_swim_sent_packets_total", "UDP packets sent."),
+        _counter("grid_swim_sent_bytes_total", "UDP payload bytes sent."),
+        _counter("grid_swim_socket_errors_total", "Socket errors by operation.", "operation"),
+        _counter(
+            "grid_swim_dropped_frames_total",
+            "Frames dropped before any message was read, by reason: too_short, too_long, "
+            "bad_magic, unknown_version, auth_failed (no key of the ring opens it).",
+            "reason",
+        ),
+        _counter(
+            "grid_swim_refused_messages_total",
+            "Opened messages refused, by reason: malformed, bad_identity, misdirected, stale "
+            "(sent further than the allowed clock skew from this clock), replayed, "
+            "unknown_sender, bad_signature, untrusted_certificate, superseded (an earlier "
+            "life of a node), name_conflict, undecodable.",
+            "reason",
+        ),
+        _counter(
+            "grid_swim_ignored_member_updates_total",
+            "Gossiped member entries left out: unverified (identity not verified here) or "
+            "implausible (an incarnation that cannot be true).",
+            "reason",
+        ),
+        _counter(
+            "grid_swim_down_claims_held_total",
+            "Other members' down claims held as suspicions until confirmed here.",
+        ),
+        _counter("grid_swim_probes_failed_total", "Probes that got no answer in time."),
+        _counter(
+            "grid_swim_late_probe_answers_total", "Answers that came after their probe failed."
+        ),
+        _counter(
+            "grid_swim_suspicion_notices_sent_total",
+            "Direct notices sent to suspected members so that they can refute.",
+        ),
+        _counter("grid_swim_refutations_total", "Times this node was suspected and refuted it."),
+        _counter(
+            "grid_swim_stale_suspicion_timers_total",
+            "Suspicion timeouts that fired after the suspicion was settled.",
+        ),
+        _counter("grid_swim_syncs_started_total", "Push/pull syncs this node started."),
+        _counter("grid_swim_syncs_completed_total", "Push/pull syncs this node completed."),
+        _counter("grid_swim_syncs_served_total", "Push/pull syncs this node answered."),
+        _counter("grid_swim_sync_chunks_sent_total", "Sync chunks sent."),
+        _counter("grid_swim_sync_chunks_received_total", "Sync chunks received."),
+        _counter(
+            "grid_swim_sync_entries_known_total",
+            "Sync entries not applied because the node already held them.",
+        ),
+        _counter("grid_swim_leave_notices_total", "Leave notices received."),
+        _counter("grid_swim_hellos_sent_total", "HELLO messages (certificate chains) sent."),
+        _counter("grid_swim_hellos_received_total", "HELLO messages received."),
+        _counter(
+            "grid_swim_answers_withheld_total",
+            "On-demand answers not sent because the second's budget was spent.",
+        ),
+        _counter(
+            "grid_swim_events_dropped_total",
+            "Node events dropped because the shell read them too slowly.",
+        ),
+        _counter(
+            "grid_swim_protocol_errors_total",
+            "Errors the SWIM protocol (foca) reported, by kind.",
+            "kind",
+        ),
+        _gauge("grid_swim_broadcast_backlog", "Items waiting to be gossiped."),
+        _gauge("grid_swim_membership_backlog", "Membership updates waiting to be gossiped."),
+        _gauge("grid_swim_stored_items", "Items the node holds for syncs and re-gossip."),
+        _gauge(
+            "grid_swim_max_transmissions",
+            "Times each update is gossiped at the current mesh size.",
+        ),
+        _gauge(
+            "grid_swim_local_health",
+            "Local health score: 0 when healthy, higher when this node's own probes fail "
+            "(it then probes more slowly).",
+        ),
+        # -- items ------------------------------------------------------------------------
+        _counter("grid_items_published_total", "This site's items handed to SWIM.", "lane"),
+        _counter(
+            "grid_items_publish_refused_total",
+            "This site's items SWIM refused to send, by error (PayloadTooLarge, "
+            "PrivateKeyMaterial, BroadcastRefused).",
+            "reason",
+        ),
+        _counter(
+            "grid_items_received_total",
+            "Items delivered by SWIM, by lane and outcome (applied, unchanged, refused).",
+            "lane",
+            "outcome",
+        ),
+        _counter(
+            "grid_items_refused_total",
+            "Items from peers refused, by stage and reason. stage swim (before delivery): "
+            "private_key, malformed, store_full, unverified_origin, bad_signature; stage "
+            "engine (after delivery): forged, malformed, limit.",
+            "stage",
+            "reason",
+        ),
+        # -- trust, overlays, resources ------------------------------------------------------
+        _gauge(
+            "grid_site_trusted",
+            "1 while a peer site's GridSite is Active here (its certificate matched its pin, "
+            "its providers are routable), else 0.",
+            "site",
+        ),
+        Family(
+            "grid_overlay_candidates",
+            Kind.GAUGE,
+            "Candidates in the gateway's current overlay.",
+            _GATEWAY,
+        ),
+        Family(
+            "grid_overlay_render_refused",
+            Kind.GAUGE,
+            "1 while the gateway's last render (or, in the operator, its ConfigMap write) was "
+            "refused and the previous overlay is kept, else 0.",
+            _GATEWAY,
+        ),
+        Family(
+            "grid_overlay_last_rendered_timestamp_seconds",
+            Kind.GAUGE,
+            "When the gateway's current overlay revision was rendered (Unix time); absent "
+            "while the gateway has no overlay.",
+            _GATEWAY,
+        ),
+        _gauge(
             "grid_resource_phase",
-            "1 for the current phase of each resource.",
-            labels=["network", "kind", "name", "phase"],
-        )
-        self.swim = GaugeMetricFamily(
-            "grid_swim", "SWIM node counters and gauges.", labels=["network", "name"]
-        )
+            "1 for the current phase of each resource (other phases have no sample).",
+            "kind",
+            "name",
+            "phase",
+        ),
+        # -- observations --------------------------------------------------------------------
+        Family(
+            "grid_provider_health_check_duration_seconds",
+            Kind.HISTOGRAM,
+            "Health checks of this site's providers, by outcome (ok or failed).",
+            ("network", "provider", "outcome"),
+            REQUEST_BUCKETS,
+        ),
+        Family(
+            "grid_provider_scrape_duration_seconds",
+            Kind.HISTOGRAM,
+            "Metrics scrapes of this site's providers, by outcome (ok or failed).",
+            ("network", "provider", "outcome"),
+            REQUEST_BUCKETS,
+        ),
+        Family(
+            "grid_site_probe_duration_seconds",
+            Kind.HISTOGRAM,
+            "Probes of peer sites' egress (connect and TLS handshake), by egress mode "
+            "(mutual_tls, tls, plaintext) and outcome (ok or failed).",
+            ("network", "mode", "outcome"),
+            REQUEST_BUCKETS,
+        ),
+    )
+}
 
-    def add_engine(
+# Every key of a SWIM node's stats(): (family, extra label values), or None with the family
+# that already exposes the same quantity.
+SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
+    "packets_in": ("grid_swim_received_packets_total", ()),
+    "bytes_in": ("grid_swim_received_bytes_total", ()),
+    "packets_out": ("grid_swim_sent_packets_total", ()),
+    "bytes_out": ("grid_swim_sent_bytes_total", ()),
+    "send_errors": ("grid_swim_socket_errors_total", ("send",)),
+    "recv_errors": ("grid_swim_socket_errors_total", ("receive",)),
+    **{
+        f"dropped_{reason}": ("grid_swim_dropped_frames_total", (reason,))
+        for reason in ("too_short", "too_long", "bad_magic", "unknown_version", "auth_failed")
+    },
+    **{
+        f"dropped_{reason}": ("grid_swim_refused_messages_total", (reason,))
+        for reason in (
+            "malformed",
+            "bad_identity",
+            "misdirected",
+            "stale",
+            "replayed",
+            "unknown_sender",
+            "bad_signature",
+            "untrusted_certificate",
+            "superseded",
+        )
+    },
+    "name_conflicts": ("grid_swim_refused_messages_total", ("name_conflict",)),
+    "bad_messages": ("grid_swim_refused_messages_total", ("undecodable",)),
+    "private_key_drops": ("grid_items_refused_total", ("swim", "private_key")),
+    "items_malformed": ("grid_items_refused_total", ("swim", "malformed")),
+    "items_store_full": ("grid_items_refused_total", ("swim", "store_full")),
+    "items_unverified_origin": ("grid_items_refused_total", ("swim", "unverified_origin")),
+    "items_bad_signature": ("grid_items_refused_total", ("swim", "bad_signature")),
+    "members_unverified": ("grid_swim_ignored_member_updates_total", ("unverified",)),
+    "members_implausible": ("grid_swim_ignored_member_updates_total", ("implausible",)),
+    "down_claims_held": ("grid_swim_down_claims_held_total", ()),
+    "probes_failed": ("grid_swim_probes_failed_total", ()),
+    "late_answers": ("grid_swim_late_probe_answers_total", ()),
+    "suspicion_notices": ("grid_swim_suspicion_notices_sent_total", ()),
+    "refutations": ("grid_swim_refutations_total", ()),
+    "stale_suspicion_timers": ("grid_swim_stale_suspicion_timers_total", ()),
+    "syncs_started": ("grid_swim_syncs_started_total", ()),
+    "syncs_done": ("grid_swim_syncs_completed_total", ()),
+    "syncs_served": ("grid_swim_syncs_served_total", ()),
+    "sync_chunks_sent": ("grid_swim_sync_chunks_sent_total", ()),
+    "sync_chunks_received": ("grid_swim_sync_chunks_received_total", ()),
+    "sync_entries_known": ("grid_swim_sync_entries_known_total", ()),
+    "leave_notices": ("grid_swim_leave_notices_total", ()),
+    "hellos_sent": ("grid_swim_hellos_sent_total", ()),
+    "hellos_received": ("grid_swim_hellos_received_total", ()),
+    "answers_withheld": ("grid_swim_answers_withheld_total", ()),
+    "events_dropped": ("grid_swim_events_dropped_total", ()),
+    "broadcast_backlog": ("grid_swim_broadcast_backlog", ()),
+    "updates_backlog": ("grid_swim_membership_backlog", ()),
+    "items_stored": ("grid_swim_stored_items", ()),
+    "max_transmissions": ("grid_swim_max_transmissions", ()),
+    "local_health": ("grid_swim_local_health", ()),
+    **{
+        f"foca_error_{kind}": ("grid_swim_protocol_errors_total", (kind,))
+        for kind in (
+            "data_too_big",
+            "not_undead",
+            "same_identity",
+            "not_connected",
+            "incomplete_probe_cycle",
+            "data_from_ourselves",
+            "indirect_for_ourselves",
+            "malformed_packet",
+            "encode",
+            "decode",
+            "custom_broadcast",
+            "invalid_config",
+        )
+    },
+    # Exposed elsewhere: the sum of the two drop families, the shell's counters by lane,
+    # and the engine's members by state.
+    "dropped": None,
+    "items_published": None,
+    "items_delivered": None,
+    "members": None,
+}
+
+SWIM_PROBLEMS = ("start", "credentials", "rotation", "name_conflict", "key_file")
+MEMBER_STATES = ("alive", "suspect", "down", "left")
+
+
+class Durations:
+    """A histogram of durations by label values, with fixed buckets: observed where the
+    work completes, read at scrape time."""
+
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.buckets = tuple(buckets)
+        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}
+
+    def observe(self, labels: tuple[str, ...], seconds: float) -> None:
+        series = self._series.get(labels)
+        if series is None:
+            series = self._series[labels] = ([0] * (len(self.buckets) + 1), [0.0])
+        counts, total = series
+        counts[bisect.bisect_left(self.buckets, seconds)] += 1
+        total[0] += seconds
+
+    def forget(self, keep: Callable[[tuple[str, ...]], bool]) -> None:
+        """Drop the series whose label values ``keep`` rejects (a provider that is gone)."""
+        for labels in [labels for labels in self._series if not keep(labels)]:
+            del self._series[labels]
+
+    def series(self) -> Iterator[tuple[tuple[str, ...], list[tuple[str, float]], float]]:
+        """(label values, cumulative buckets with ``+Inf`` last, sum) of every series."""
+        bounds = [*map(_le, self.buckets), "+Inf"]
+        for labels, (counts, total) in sorted(self._series.items()):
+            cumulative, running = [], 0
+            for bound, count in zip(bounds, counts, strict=True):
+                running += count
+                cumulative.append((bound, float(running)))
+            yield labels, cumulative, total[0]
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+@dataclass
+class ObservationDurations:
+    """How long a network's health checks, scrapes and site probes took."""
+
+    health: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
+    """By (provider, outcome)."""
+    scrape: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
+    """By (provider, outcome)."""
+    probe: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
+    """By (egress mode, outcome)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkView:
+    """What one network offers a scrape. ``held_back``: whether a gateway's overlay is held
+    back (its render, or the shell's write, failed). ``network_phase``: the GridNetwork's
+    phase when the shell composes it (it replaces the engine's)."""
+
+    name: str
+    engine: SiteEngine | None
+    swim: SwimDriver | None
+    durations: ObservationDurations | None
+    held_back: Callable[[GatewayOverlay], bool]
+    network_phase: str | None = None
+    key_file_problem: bool = False
+
+
+class Exposition:
+    """The families of one scrape: add samples, then iterate."""
+
+    def __init__(self, families: Iterable[Family]) -> None:
+        self.catalog = {f.name: f for f in families}
+        self._metrics = {name: f.metric() for name, f in self.catalog.items()}
+
+    def add(self, name: str, labels: Sequence[str], value: float) -> None:
+        metric = self._metrics[name]
+        assert isinstance(metric, CounterMetricFamily | GaugeMetricFamily), name
+        metric.add_metric(list(labels), value)
+
+    def add_info(self, name: str, values: Mapping[str, str]) -> None:
+        metric = self._metrics[name]
+        assert isinstance(metric, InfoMetricFamily)
+        metric.add_metric([], dict(values))
+
+    def add_durations(self, name: str, prefix: Sequence[str], durations: Durations) -> None:
+        metric = self._metrics[name]
+        assert isinstance(metric, HistogramMetricFamily)
+        for labels, buckets, total in durations.series():
+            metric.add_metric([*prefix, *labels], buckets, total)
+
+    def __iter__(self) -> Iterator[Metric]:
+        return iter(self._metrics.values())
+
+
+def build_info(shell: str) -> dict[str, str]:
+    try:
+        version = importlib.metadata.version("grid-mesh")
+    except importlib.metadata.PackageNotFoundError:
+        version = _native.__version__
+    return {
+        "shell": shell,
+        "version": version,
+        "native": _native.__version__,
+        "python": platform.python_version(),
+    }
+
+
+class GridCollector(Collector):
+    """The families of :data:`FAMILIES` for the networks ``networks`` returns at each
+    scrape, and a shell's own (``extra_families``, filled by ``extra``)."""
+
+    def __init__(
         self,
-        network: str,
-        engine: SiteEngine,
-        refused: Refused,
+        shell: str,
+        networks: Callable[[], Iterable[NetworkView]],
         *,
-        phases_of: Callable[[str], bool] = lambda kind: True,
+        extra_families: Iterable[Family] = (),
+        extra: Callable[[Exposition], None] | None = None,
     ) -> None:
-        """``engine``'s members, trusted sites, overlays and the phases of the resource
-        kinds ``phases_of`` accepts."""
-        states = {"alive": 0, "suspect": 0, "down": 0, "left": 0}
-        for member in engine.members.values():
-            states[member.state.value] += 1
-        for state, count in states.items():
-            self.members.add_metric([network, state], count)
-        self.trusted.add_metric([network], len(engine.trusted_sites))
-        for (namespace, gateway), current in sorted(engine.overlays.items()):
-            count = 0 if current.overlay is None else len(current.overlay.candidates)
-            self.candidates.add_metric([network, namespace, gateway], count)
-            self.refused.add_metric([network, namespace, gateway], 1 if refused(current) else 0)
-        for (kind, name), status in engine.statuses().items():
-            if phases_of(kind):
-                self.add_phase(network, kind, name, str(status.phase))
+        self._shell = shell
+        self._networks = networks
+        self._families = (*FAMILIES.values(), *extra_families)
+        self._extra = extra
+        self._info = build_info(shell)
 
-    def add_phase(self, network: str, kind: str, name: str, phase: str) -> None:
-        self.phases.add_metric([network, kind, name, phase], 1)
+    def describe(self) -> Iterator[Metric]:
+        return iter(Exposition(self._families))
 
-    def add_node(self, network: str, node: SwimNode | None) -> bool:
-        """The node's counters, when it runs; whether it does."""
-        if node is None or not node.running:
-            return False
-        for stat, value in sorted(node.stats().items()):
-            self.swim.add_metric([network, stat], value)
-        return True
+    def collect(self) -> Iterator[Metric]:
+        exposition = Exposition(self._families)
+        exposition.add_info("grid_build_info", self._info)
+        for view in sorted(self._networks(), key=lambda v: v.name):
+            add_network(exposition, view)
+        if self._extra is not None:
+            self._extra(exposition)
+        return iter(exposition)
 
-    def families(self) -> tuple[GaugeMetricFamily, ...]:
-        return (self.members, self.trusted, self.candidates, self.refused, self.phases, self.swim)
+
+def add_network(out: Exposition, view: NetworkView) -> None:
+    """One network's samples."""
+    name = view.name
+    if view.network_phase is not None:
+        out.add("grid_resource_phase", (name, "GridNetwork", name, view.network_phase), 1)
+    add_swim(out, name, view.swim, key_file_problem=view.key_file_problem)
+    if view.durations is not None:
+        out.add_durations(
+            "grid_provider_health_check_duration_seconds", (name,), view.durations.health
+        )
+        out.add_durations("grid_provider_scrape_duration_seconds", (name,), view.durations.scrape)
+        out.add_durations("grid_site_probe_duration_seconds", (name,), view.durations.probe)
+    engine = view.engine
+    if engine is None:
+        return
+    states = dict.fromkeys(MEMBER_STATES, 0)
+    for member in engine.members.values():
+        states[member.state.value] += 1
+    for state, count in states.items():
+        out.add("grid_swim_members", (name, state), count)
+    for reason, count in sorted(engine.refused_items.items()):
+        out.add("grid_items_refused_total", (name, "engine", reason), count)
+    trusted = engine.trusted_sites
+    for (kind, resource), status in engine.statuses().items():
+        if kind == "GridNetwork" and view.network_phase is not None:
+            continue
+        out.add("grid_resource_phase", (name, kind, resource, str(status.phase)), 1)
+        if kind == "GridSite" and resource != engine.site:
+            out.add("grid_site_trusted", (name, resource), 1 if resource in trusted else 0)
+    for (namespace, gateway), current in sorted(engine.overlays.items()):
+        labels = (name, namespace, gateway)
+        overlay = current.overlay
+        candidates = 0 if overlay is None else len(overlay.candidates)
+        out.add("grid_overlay_candidates", labels, candidates)
+        out.add("grid_overlay_render_refused", labels, 1 if view.held_back(current) else 0)
+        if overlay is not None and current.rendered_at is not None:
+            out.add(
+                "grid_overlay_last_rendered_timestamp_seconds",
+                labels,
+                current.rendered_at.timestamp(),
+            )
+
+
+def add_swim(
+    out: Exposition, network: str, swim: SwimDriver | None, *, key_file_problem: bool = False
+) -> None:
+    """The SWIM driver's counters and its node's, when it runs."""
+    node = None if swim is None else swim.node
+    running = node is not None and node.running
+    out.add("grid_swim_running", (network,), 1 if running else 0)
+    problems = dict.fromkeys(SWIM_PROBLEMS, False)
+    problems["key_file"] = key_file_problem
+    if swim is None:
+        for problem, present in problems.items():
+            out.add("grid_swim_problem", (network, problem), int(present))
+        return
+    problems.update(swim.problems)
+    for problem, present in problems.items():
+        out.add("grid_swim_problem", (network, problem), int(present))
+    for lane, count in sorted(swim.published.items()):
+        out.add("grid_items_published_total", (network, lane), count)
+    for error, count in sorted(swim.refused.items()):
+        out.add("grid_items_publish_refused_total", (network, error), count)
+    for (lane, outcome), count in sorted(swim.received.items()):
+        out.add("grid_items_received_total", (network, lane, outcome), count)
+    for outcome, count in sorted(swim.name_conflicts.items()):
+        out.add("grid_swim_name_conflicts_total", (network, outcome), count)
+    out.add_durations("grid_swim_suspicion_to_down_seconds", (network,), swim.suspicion_to_down)
+    if node is None or not running:
+        return
+    try:
+        stats = node.stats()
+        keys = len(node.key_ids())
+    except GridError:
+        return  # stopped between the check and the calls
+    out.add("grid_swim_keys", (network,), keys)
+    for stat, value in sorted(stats.items()):
+        target = SWIM_STATS.get(stat)
+        if target is not None:
+            family, labels = target
+            out.add(family, (network, *labels), value)

@@ -10,19 +10,28 @@ import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
 from grid.engine import ObservationTarget, ProbeTarget, SiteEngine
 from grid.observe.health import check_health
 from grid.observe.scrape import scrape
+from grid.runtime.metrics import Durations, ObservationDurations
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import EngineOf
 from grid.runtime.tasks import Tasks
 
 Observe = Callable[[SiteEngine, str, Any, datetime], None]
 """An engine method taking one result: (engine, provider or site, result, now)."""
+
+
+class _Timed(Protocol):
+    @property
+    def latency_s(self) -> float: ...
+
+
+_T = TypeVar("_T", bound=_Timed)
 
 
 class Observers:
@@ -46,6 +55,8 @@ class Observers:
         self._tasks = Tasks(logger, prefix)
         self._providers: dict[str, tuple[ObservationTarget, list[asyncio.Task[None]]]] = {}
         self._probing: set[str] = set()
+        self.durations = ObservationDurations()
+        """How long each health check, scrape and probe took (read by ``/metrics``)."""
 
     async def stop(self) -> None:
         """Cancel every observation (and wait until they are gone)."""
@@ -70,6 +81,8 @@ class Observers:
                 for task in tasks:
                     task.cancel()
                 del self._providers[name]
+        for durations in (self.durations.health, self.durations.scrape):
+            durations.forget(lambda labels: labels[0] in wanted)
         for name, target in wanted.items():
             if name in self._providers:
                 continue
@@ -84,7 +97,14 @@ class Observers:
                     session=self._session,
                     server_name=health.server_name,
                 )
-                loop = self._repeat(health.interval_s, check, SiteEngine.observe_health, name)
+                loop = self._repeat(
+                    health.interval_s,
+                    check,
+                    SiteEngine.observe_health,
+                    name,
+                    self.durations.health,
+                    lambda result: result.healthy,
+                )
                 tasks.append(self._tasks.spawn(loop, f"health of {name}"))
             if target.metrics is not None:
                 metrics = target.metrics
@@ -95,20 +115,32 @@ class Observers:
                     max_body_bytes=metrics.max_body_bytes,
                     session=self._session,
                 )
-                loop = self._repeat(metrics.interval_s, fetch, SiteEngine.observe_scrape, name)
+                loop = self._repeat(
+                    metrics.interval_s,
+                    fetch,
+                    SiteEngine.observe_scrape,
+                    name,
+                    self.durations.scrape,
+                    lambda result: result.ok,
+                )
                 tasks.append(self._tasks.spawn(loop, f"scrape of {name}"))
             self._providers[name] = (target, tasks)
 
-    async def _repeat(
+    async def _repeat(  # noqa: PLR0917 - one loop's parts
         self,
         interval_s: float,
-        fetch: Callable[[], Awaitable[object]],
+        fetch: Callable[[], Awaitable[_T]],
         observe: Observe,
         provider: str,
+        durations: Durations,
+        ok: Callable[[_T], bool],
     ) -> None:
-        """Every ``interval_s``: ``fetch`` a result (never raises) and hand it over."""
+        """Every ``interval_s``: ``fetch`` a result (never raises), time it in
+        ``durations`` and hand it over."""
         while True:
-            self._deliver(observe, provider, await fetch())
+            result = await fetch()
+            durations.observe((provider, _outcome(ok(result))), result.latency_s)
+            self._deliver(observe, provider, result)
             await asyncio.sleep(interval_s)
 
     # -- sites ----------------------------------------------------------------------------
@@ -123,6 +155,12 @@ class Observers:
     async def _probe(self, target: ProbeTarget) -> None:
         try:
             result = await self.prober.probe(target)
+            ok = result.reachable and result.error is None
+            self.durations.probe.observe((target.tls_mode.value, _outcome(ok)), result.latency_s)
             self._deliver(SiteEngine.observe_probe, target.site, result)
         finally:
             self._probing.discard(target.site)
+
+
+def _outcome(ok: bool) -> str:
+    return "ok" if ok else "failed"

@@ -35,6 +35,7 @@ from grid.models.network import GridNetwork
 from grid.models.phases import MemberState
 from grid.runtime.credentials import swim_pins
 from grid.runtime.keyring import Keyring
+from grid.runtime.metrics import SUSPICION_BUCKETS, Durations
 from grid.runtime.notices import Notices
 
 EngineOf = Callable[[], SiteEngine | None]
@@ -110,6 +111,8 @@ class SwimDriver:
         self.refused: Counter[str] = Counter()
         self.name_conflicts: Counter[str] = Counter()
         """Other nodes claiming this site's name: ``refused`` or ``yielded`` to."""
+        self.suspicion_to_down = Durations(SUSPICION_BUCKETS)
+        """Seconds from the engine seeing a peer suspected to the peer declared down."""
         self._start_error: str | None = None
         self._rotation_error: str | None = None
         self._replacement_error: str | None = None
@@ -139,6 +142,16 @@ class SwimDriver:
         keyring could not be rotated, or new credentials were refused."""
         problems = (self._start_error, self._replacement_error, self._rotation_error)
         return "; ".join(problem for problem in problems if problem) or None
+
+    @property
+    def problems(self) -> dict[str, bool]:
+        """Which of :attr:`error`'s reasons hold now (for the metrics)."""
+        return {
+            "start": self._start_error is not None,
+            "credentials": self._replacement_error is not None,
+            "rotation": self._rotation_error is not None,
+            "name_conflict": self.conflict is not None,
+        }
 
     @property
     def running(self) -> bool:
@@ -417,7 +430,15 @@ class SwimDriver:
             engine.member_up(event.site, event.address, event.generation, now)
             self._log.info("%s: %s is up (%s)", self._prefix, event.site, event.address)
         elif event.kind == "member_down":
+            suspected = engine.members.get(event.site)
             engine.member_down(event.site, event.address, event.generation, now)
+            if (
+                suspected is not None
+                and suspected.state is MemberState.SUSPECT
+                and suspected.generation == event.generation
+            ):
+                seconds = (now - suspected.since).total_seconds()
+                self.suspicion_to_down.observe((), max(seconds, 0.0))
             self._log.warning("%s: %s is down", self._prefix, event.site)
         else:
             engine.member_left(event.site, event.address, event.generation, now)
