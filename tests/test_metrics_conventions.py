@@ -434,3 +434,10 @@ def test_a_down_without_suspicion_seen_is_not_observed() -> None:
         engine, MemberEvent("member_down", PEER, "127.0.0.1:1", 1), T0 + timedelta(seconds=13)
     )
     assert list(driver.suspicion_to_down.series()) == []
+
+
+def test_docs_list_every_family() -> None:
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "observability.md").read_text()
+    operator = {name for name in families(operator_exposition()) if "grid_operator_" in name}
+    for name in [*CATALOG, *operator]:
+        assert f"| `{name}` |" in reference, f"docs/observability.md does not list {name}"
