@@ -139,11 +139,13 @@ def test_a_plan_reports_every_scenario_under_both_profiles(report: dict[str, Any
 def test_the_plot_is_an_svg_with_one_curve_per_row(report: dict[str, Any]) -> None:
     root = ET.fromstring(render_svg(report))
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
-    curves = root.findall("{http://www.w3.org/2000/svg}polyline")
+    curves = root.findall(".//{http://www.w3.org/2000/svg}polyline")
     assert len(curves) == len(report["join"]) + len(report["failure"])
+    panels = [g.get("data-scenario") for g in root.iter("{http://www.w3.org/2000/svg}g")]
+    assert [p for p in panels if p] == ["join", "failure", "accuracy", "partition"]
     empty = render_svg({"plan": {}})
     ET.fromstring(empty)
-    assert "no join or failure results to plot" in empty
+    assert "no results to plot" in empty
 
 
 def test_speed_is_measured_in_virtual_per_wall_seconds() -> None:

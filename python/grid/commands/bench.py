@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from grid.errors import ConfigError
-from grid.simbench.plot import render_svg
+from grid.simbench.plot import PlotError, check_plot_path, write_plot
 from grid.simbench.profiles import PROFILES, NetworkModel
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
@@ -99,7 +99,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     convergence.add_argument("--json", action="store_true", help="print the report as JSON")
     convergence.add_argument(
-        "--plot", metavar="FILE.svg", type=Path, help="also write the CDFs as an SVG"
+        "--plot",
+        metavar="FILE",
+        type=Path,
+        help="also write the plot, a panel per scenario: FILE.svg, or FILE.png with the plot "
+        "extra (pip install 'grid-mesh[plot]')",
     )
     convergence.add_argument(
         "--progress",
@@ -203,6 +207,12 @@ def convergence_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if args.plot is not None:
+        try:
+            check_plot_path(args.plot)
+        except PlotError as err:
+            print(f"grid bench: {err}", file=sys.stderr)
+            return EXIT_USAGE
     progress = Progress.for_stderr(args.progress)
     try:
         report = run_plan(plan, progress)
@@ -225,7 +235,10 @@ def convergence_command(args: argparse.Namespace) -> int:
         sys.stdout.write(render(report))
     if args.plot is not None:
         try:
-            args.plot.write_text(render_svg(report), encoding="utf-8")
+            write_plot(report, args.plot)
+        except PlotError as err:
+            print(f"grid bench: {err}", file=sys.stderr)
+            return EXIT_USAGE
         except OSError as err:
             print(f"grid bench convergence: cannot write the plot: {err}", file=sys.stderr)
             return EXIT_USAGE
