@@ -149,6 +149,27 @@ def test_grid_crds_check_and_write(tmp_path: Path) -> None:
     assert "grid crds --write" in err.getvalue()
 
 
+def test_grid_crds_check_as_json(tmp_path: Path) -> None:
+    assert main(["crds", "--write", str(tmp_path)]) == 0
+    (tmp_path / "gridnetworks.grid.praxis-proxy.io.yaml").unlink()
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["crds", "--check", str(tmp_path), "--json"]) == 1
+    verdict = json.loads(out.getvalue())
+    assert verdict["ok"] is False and verdict["directory"] == str(tmp_path)
+    states = {entry["name"]: entry["state"] for entry in verdict["files"]}
+    assert states["gridnetworks.grid.praxis-proxy.io.yaml"] == "missing"
+    assert states["gridsites.grid.praxis-proxy.io.yaml"] == "current"
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["crds", "--check", str(CRD_DIR), "--json"]) == 0
+    assert json.loads(out.getvalue())["ok"] is True
+    err = io.StringIO()
+    with redirect_stderr(err):
+        assert main(["crds", "--json"]) == 2
+    assert "--json goes with --check" in err.getvalue()
+
+
 def test_write_reports_an_unwritable_target(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
