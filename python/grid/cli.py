@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.commands.bench",
     "grid.commands.operator",
     "grid.commands.secrets",
+    "grid.commands.docs",
 )
 
 

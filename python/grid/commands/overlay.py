@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     verify.add_argument(
         "--json",
         action="store_true",
-        help="print the verdict as one JSON object (see docs/overlay.md)",
+        help="print the verdict as one JSON object (its keys are above; grid docs overlay)",
     )
     verify.add_argument("--network", help="reject unless scope.network is this")
     verify.add_argument("--gateway", help="reject unless scope.gateway is this")

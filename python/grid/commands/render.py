@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
     output.add_argument(
         "--json",
         action="store_true",
-        help="print one JSON document (every column, unrounded; see docs/scoring.md)",
+        help="print one JSON document (every column, unrounded; its keys: grid docs scoring)",
     )
     output.add_argument(
         "--wide", action="store_true", help="show every column in full, even on a terminal"
@@ -100,7 +100,8 @@ def _add_inputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metrics",
         metavar="FILE",
-        help="YAML or JSON with per-provider signal values and health (see docs/scoring.md)",
+        help="YAML or JSON with per-provider signal values and health (the format: grid docs "
+        "scoring)",
     )
     parser.add_argument(
         "--now",

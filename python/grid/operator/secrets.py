@@ -134,7 +134,8 @@ async def load_trust_material(
     if tls is None or tls.swim_key_ref is None:
         raise SecretMaterialError(
             "spec.tls.swimKeyRef is not set: SWIM traffic is always encrypted; create a "
-            "Secret holding a 32-byte key and reference it (docs/install.md, step 4)"
+            "Secret holding a 32-byte key and reference it (grid secrets makes one; grid docs "
+            "install, step 4)"
         )
     key_ref = tls.swim_key_ref
     data = await _read(source, key_ref, "spec.tls.swimKeyRef")
@@ -156,7 +157,8 @@ async def load_trust_material(
     if tls.site_cert_secret_ref is None:
         raise SecretMaterialError(
             "spec.tls.siteCertSecretRef is not set: every SWIM message is signed with the site "
-            "certificate; reference this site's kubernetes.io/tls Secret (docs/install.md)"
+            "certificate; reference this site's kubernetes.io/tls Secret (grid secrets makes one; "
+            "grid docs install)"
         )
     site_ref = tls.site_cert_secret_ref
     field = "spec.tls.siteCertSecretRef"
