@@ -127,8 +127,8 @@ class Agent:
             resources, min(n.metadata.name for n in resources.networks), options
         )
         tls = SiteTls.from_dir(options.tls_dir)
-        certificate_pem = _read_certificate(tls)
-        credentials = _swim_credentials(tls, options.tls_dir)
+        certificate_pem = read_site_certificate(tls)
+        credentials = site_swim_credentials(tls, options.tls_dir)
         self._tls_signature = _files_signature(options.tls_dir)
         try:
             options.state_dir.mkdir(parents=True, exist_ok=True)
@@ -368,8 +368,8 @@ class Agent:
         assert shared is not None
         try:
             tls = SiteTls.from_dir(self.options.tls_dir)
-            certificate_pem = _read_certificate(tls)
-            credentials = _swim_credentials(tls, self.options.tls_dir)
+            certificate_pem = read_site_certificate(tls)
+            credentials = site_swim_credentials(tls, self.options.tls_dir)
             prober = tls.prober()
             if self._egress is not None:
                 if tls.certificate is None or tls.private_key is None:
@@ -482,7 +482,9 @@ def _pick_site(resources: LoadedResources, network: str, options: AgentOptions) 
     )
 
 
-def _read_certificate(tls: SiteTls) -> str | None:
+def read_site_certificate(tls: SiteTls) -> str | None:
+    """The site certificate of ``tls`` (None when there is none), checked to be a current
+    public certificate. Raises :class:`~grid.errors.AgentConfigError` naming the file."""
     if tls.certificate is None:
         return None
     try:
@@ -496,7 +498,7 @@ def _read_certificate(tls: SiteTls) -> str | None:
     return pem
 
 
-def _swim_credentials(tls: SiteTls, directory: Path | None) -> SwimCredentials:
+def site_swim_credentials(tls: SiteTls, directory: Path | None) -> SwimCredentials:
     """What the SWIM nodes sign with: ``tls.crt`` and ``tls.key``, required, and ``ca.crt``
     if present. Raises :class:`~grid.errors.AgentConfigError` saying which file to fix."""
     if tls.certificate is None or tls.private_key is None:

@@ -30,19 +30,18 @@ import tempfile
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 
+from grid.agent.agent import read_site_certificate, site_swim_credentials
 from grid.agent.keys import read_key_file
 from grid.agent.options import DEFAULT_BIND_HOST, AgentOptions
 from grid.agent.probes import SiteTls
-from grid.errors import AgentConfigError, ConfigError, GridError, ResourceError
-from grid.membership import SwimCredentials, parse_address
+from grid.errors import AgentConfigError, ConfigError, ResourceError
+from grid.membership import parse_address
 from grid.models.network import GridNetwork
 from grid.models.resources import LoadedResources, load_resources_from_dir
-from grid.runtime.credentials import swim_credentials, swim_pins
+from grid.runtime.credentials import swim_pins
 from grid.suggest import listing, unknown_name
-from grid.trust.pem import check_public_cert_pem
 
 NEW_KEY_HINT = "head -c 32 /dev/urandom > swim.key, the same file at every site"
 READ_LIMIT_S = 35.0
@@ -341,67 +340,32 @@ def _check_tls(options: AgentOptions, resources: LoadedResources, sites: Mapping
     """The checks the agent makes of ``--tls-dir`` at start, and the one its SWIM nodes
     make of the credentials (naming the site, vouched for by the CA or a pin)."""
     directory = options.tls_dir
-    where = "--tls-dir" if directory is None else f"{directory} (--tls-dir)"
     if directory is not None and not directory.is_dir():
         raise AgentConfigError(f"--tls-dir {directory} is not a directory")
     try:
         tls = SiteTls.from_dir(directory)
     except ConfigError as error:
         raise AgentConfigError(str(error)) from None
-    if tls.certificate is None or tls.private_key is None:
-        raise AgentConfigError(
-            f"SWIM needs the site certificate and key: put tls.crt and tls.key in {where}"
-        )
-    certificate_pem = _read(tls.certificate, "the site certificate")
-    private_key_pem = _read(tls.private_key, "the site private key")
-    ca_pem = None if tls.ca is None else _read(tls.ca, "the CA certificate")
+    credentials = site_swim_credentials(tls, directory)
+    read_site_certificate(tls)
     try:
-        check_public_cert_pem(certificate_pem, datetime.now(UTC))
-    except GridError as error:
-        raise AgentConfigError(f"{tls.certificate}: {error}") from None
-    try:
-        credentials = swim_credentials(certificate_pem, private_key_pem, ca_pem)
         tls.prober()
     except ConfigError as error:
         raise AgentConfigError(f"{directory}: {error}") from None
+    pinned: dict[str, dict[str, tuple[str, ...]]] = {}
+    for resource in resources.sites:
+        if resource.spec.trust.pins:
+            network_pins = pinned.setdefault(resource.spec.grid_network_ref, {})
+            network_pins[resource.metadata.name] = resource.spec.trust.pins
     for network, site in sorted(sites.items()):
         try:
-            pinned = replace(credentials, pins=swim_pins(_pins(resources, network)))
+            pins = swim_pins(pinned.get(network, {}))
         except ConfigError as error:
             raise AgentConfigError(f"network {network}: {error}") from None
-        _check_credentials(network, site, pinned)
-
-
-def _pins(resources: LoadedResources, name: str) -> dict[str, tuple[str, ...]]:
-    """The certificate fingerprints the GridSites of network ``name`` pin (as the engine
-    reads them: current first, then the one of a rotation)."""
-    pins: dict[str, tuple[str, ...]] = {}
-    for site in resources.sites:
-        if site.spec.grid_network_ref != name:
-            continue
-        trust = site.spec.trust
-        pinned = tuple(
-            fingerprint
-            for fingerprint in (trust.cert_fingerprint, trust.previous_cert_fingerprint)
-            if fingerprint is not None
-        )
-        if pinned:
-            pins[site.metadata.name] = pinned
-    return pins
-
-
-def _check_credentials(network: str, site: str, credentials: SwimCredentials) -> None:
-    try:
-        credentials.check(site)
-    except ConfigError as error:
-        raise AgentConfigError(f"network {network}: SWIM cannot start: {error}") from None
-
-
-def _read(path: Path, what: str) -> str:
-    try:
-        return path.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError):
-        raise AgentConfigError(f"cannot read {what} {path}") from None
+        try:
+            replace(credentials, pins=pins).check(site)
+        except ConfigError as error:
+            raise AgentConfigError(f"network {network}: SWIM cannot start: {error}") from None
 
 
 def _check_state_dir(directory: Path) -> None:

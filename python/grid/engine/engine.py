@@ -549,17 +549,11 @@ class SiteEngine:
     def site_pins(self) -> dict[str, tuple[str, ...]]:
         """The certificate fingerprints each GridSite pins (current first, then the one of
         a rotation), for the sites that pin any."""
-        pins = {}
-        for name, resource in sorted(self._sites.items()):
-            trust = resource.spec.trust
-            pinned = tuple(
-                fingerprint
-                for fingerprint in (trust.cert_fingerprint, trust.previous_cert_fingerprint)
-                if fingerprint is not None
-            )
-            if pinned:
-                pins[name] = pinned
-        return pins
+        return {
+            name: resource.spec.trust.pins
+            for name, resource in sorted(self._sites.items())
+            if resource.spec.trust.pins
+        }
 
     @property
     def discovered_sites(self) -> tuple[str, ...]:

@@ -95,6 +95,15 @@ class SiteTrust(GridModel):
                 )
         return self
 
+    @property
+    def pins(self) -> tuple[str, ...]:
+        """The fingerprints set: the current one first, then the one of a rotation."""
+        return tuple(
+            fingerprint
+            for fingerprint in (self.cert_fingerprint, self.previous_cert_fingerprint)
+            if fingerprint is not None
+        )
+
     def match(self, observed: str | None) -> TrustPin | None:
         """Which pin ``observed`` (a fingerprint in either accepted form) matches, if any."""
         if observed is None:
