@@ -84,7 +84,6 @@ from grid.render.overlay import (
     OverlayScope,
     OverlaySource,
     RenderedOverlay,
-    credential_document,
     render_overlay,
 )
 from grid.render.whatif import REMOTE_CLUSTER_PREFIX
@@ -898,13 +897,7 @@ class SiteEngine:
             return
         candidates: list[CandidateInput] = list(what_if.candidates)
         endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
-        credentials = tuple(
-            {
-                c.credential: credential_document(c.credential)
-                for c in candidates
-                if c.credential is not None
-            }.values()
-        )
+        credentials = what_if.plan.credentials
         not_offered = list(what_if.not_offered)
         for remote in self._remote_sites():
             offered, refused = remote_candidates(

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from grid.errors import OverlayRenderError
+from grid.models.fields import is_ip_address
 from grid.models.network import (
     DEFAULT_CREDENTIAL_FILTER,
     DEFAULT_ROUTE_FILTER,
@@ -91,14 +92,6 @@ class ClusterEndpoint:
         return int(self.address.rpartition(":")[2])
 
     @property
-    def host_is_ip(self) -> bool:
-        try:
-            ipaddress.ip_address(self.host)
-        except ValueError:
-            return False
-        return True
-
-    @property
     def sni(self) -> str:
         return self.server_name or self.host
 
@@ -121,7 +114,7 @@ class ClusterEndpoint:
                 "request path unchanged (clients send /v1/...), so serve the API at / or /v1"
             )
         tls = self.tls_mode is not EgressTlsMode.PLAINTEXT
-        if tls and self.server_name is None and self.host_is_ip:
+        if tls and self.server_name is None and is_ip_address(self.host):
             return (
                 f"TLS to the IP address {self.host} needs a server name (serverName): "
                 "the gateway's SNI must be a DNS hostname"
