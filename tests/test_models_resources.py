@@ -603,3 +603,39 @@ def test_a_kind_that_is_not_a_string_is_an_error_not_a_crash(kind: object) -> No
     document["kind"] = kind
     (error,) = problems(document)
     assert error.path == "kind" and "must be one of" in error.reason
+
+
+def test_metric_aggregation_defaults_per_signal_and_the_schema_says_so() -> None:
+    """Unset, a selector's aggregation is each signal's own (a queue sums, a utilization
+    takes the maximum): the model holds None and the CRD schema advertises no default."""
+    from grid.engine.targets import signal_mapping
+    from grid.models.crd import crd_for_kind
+    from grid.models.provider import SignalMapping
+    from grid.observe.signals import Aggregate
+
+    mapping = SignalMapping.model_validate(
+        {
+            "queueDepth": {"metric": "q"},
+            "kvCacheUtilization": {"metric": "kv", "aggregation": "min"},
+        }
+    )
+    assert mapping.queue_depth is not None and mapping.queue_depth.aggregation is None
+    extracted = signal_mapping(mapping)
+    assert extracted.queue_depth is not None and extracted.queue_depth.aggregate is None
+    assert extracted.kv_cache_utilization is not None
+    assert extracted.kv_cache_utilization.aggregate is Aggregate.MIN
+
+    schema = crd_for_kind("InferenceProvider")["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    signals = schema["properties"]["spec"]["properties"]["metricsConfig"]["properties"]["signals"]
+    for selector in signals["properties"].values():
+        assert "default" not in selector["properties"]["aggregation"]
+
+
+def test_metric_aggregation_with_a_histogram_quantile_is_refused() -> None:
+    from pydantic import ValidationError
+
+    from grid.models.provider import MetricSelector
+
+    with pytest.raises(ValidationError, match="buckets always sum"):
+        MetricSelector.model_validate({"metric": "lat", "quantile": 0.99, "aggregation": "max"})
+    assert MetricSelector.model_validate({"metric": "lat", "quantile": 0.99}).aggregation is None

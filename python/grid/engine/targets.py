@@ -119,13 +119,12 @@ def _selector(selector: ResourceSelector | None) -> MetricSelector | None:
     if selector is None:
         return None
     # Unless the resource names an aggregation, each signal keeps its own default (a queue
-    # sums its series, a utilization takes the maximum); a histogram always sums.
-    explicit = "aggregation" in selector.model_fields_set and selector.quantile is None
+    # sums its series, a utilization takes the maximum).
     return MetricSelector(
         name=selector.metric,
         labels=dict(selector.labels),
         scale=selector.scale,
-        aggregate=_AGGREGATES[selector.aggregation] if explicit else None,
+        aggregate=None if selector.aggregation is None else _AGGREGATES[selector.aggregation],
         quantile=selector.quantile,
     )
 

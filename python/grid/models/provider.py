@@ -282,7 +282,13 @@ class MetricSelector(GridModel):
     labels: Annotated[dict[str, str], AfterValidator(_check_matchers)] = Field(
         default_factory=dict, description="Label values a series must have to count."
     )
-    aggregation: Aggregation = Aggregation.MAX
+    aggregation: Aggregation | None = Field(
+        None,
+        description="How several matching series combine into one value. Unset, each signal "
+        "keeps its own: queueDepth sums, kvCacheUtilization and p99LatencyMs take the "
+        "maximum, prefixCacheHitRatio averages, health takes the minimum. Not with quantile "
+        "(a histogram's buckets always sum).",
+    )
     quantile: float | None = Field(
         None,
         gt=0,
@@ -293,6 +299,15 @@ class MetricSelector(GridModel):
     scale: float = Field(
         1.0, gt=0, le=1e9, description="Multiplier applied to the value (1000: s to ms)."
     )
+
+    @model_validator(mode="after")
+    def _histograms_sum(self) -> Self:
+        if self.quantile is not None and self.aggregation is not None:
+            raise ValueError(
+                "aggregation does not apply to a histogram (quantile): its buckets always "
+                "sum across series; drop aggregation"
+            )
+        return self
 
 
 class SignalMapping(GridModel):
