@@ -1,6 +1,7 @@
 """The agent's HTTP endpoints: ``/healthz`` (200 while every network's SWIM node runs),
-``/status`` (JSON: membership, trust, overlays, phases, recent events) and ``/metrics``
-(Prometheus, from the agent's own registry; docs/observability.md lists the families).
+``/status`` (JSON: membership, trust, overlays, phases, recent events), ``/metrics``
+(Prometheus, from the agent's own registry; docs/observability.md lists the families) and
+the live view, ``/`` and ``/view.json`` (:mod:`grid.view`).
 Label values and documents carry names, addresses, revisions and public key ids only:
 never a key, a token or a private key."""
 
@@ -17,6 +18,7 @@ from grid.errors import AgentConfigError, GridError
 from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, NetworkView
 from grid.trust.probe import parse_address
+from grid.view import LiveView, NetworkSource, NodeInfo
 
 if TYPE_CHECKING:
     from grid.agent.agent import Agent
@@ -180,8 +182,22 @@ def agent_collector(agent: Agent) -> GridCollector:
     return GridCollector("agent", views, extra_families=AGENT_FAMILIES, extra=extra)
 
 
+def network_source(runtime: NetworkRuntime) -> NetworkSource:
+    """What the live view shows of one network of the agent."""
+    node = runtime.node
+    return NetworkSource(
+        runtime.name,
+        runtime.engine,
+        None
+        if node is None
+        else NodeInfo(node.running, node.address, node.generation, tuple(node.key_ids())),
+        runtime.swim_error,
+    )
+
+
 class StatusServer:
-    """``/healthz``, ``/status`` and ``/metrics`` on ``host:port`` (port 0 picks one)."""
+    """``/healthz``, ``/status``, ``/metrics`` and the live view (``/``, ``/view.json``)
+    on ``host:port`` (port 0 picks one)."""
 
     def __init__(self, agent: Agent, address: str) -> None:
         host, _, port = address.rpartition(":")
@@ -194,7 +210,12 @@ class StatusServer:
         self._agent = agent
         self.registry = CollectorRegistry()
         self.registry.register(agent_collector(agent))
+        self.view = LiveView(
+            "agent",
+            lambda: [network_source(runtime) for _, runtime in sorted(agent.networks.items())],
+        )
         routes = {
+            **self.view.routes(),
             "/healthz": health_handler(self._health),
             "/status": self._status,
             "/metrics": metrics_handler(self.registry),
@@ -209,8 +230,10 @@ class StatusServer:
         """Listen. Raises :class:`~grid.errors.AgentConfigError` when the address cannot be
         bound."""
         await self._endpoint.start()
+        await self.view.start()
 
     async def stop(self) -> None:
+        await self.view.stop()
         await self._endpoint.stop()
 
     def _health(self) -> tuple[bool, str]:
