@@ -48,6 +48,9 @@ def network(**spec: Any) -> GridNetwork:
         "spec": {
             "gatewayRefs": [{"name": GATEWAY[1], "namespace": GATEWAY[0]}],
             "staleCandidateTtlSeconds": 60,
+            # Each step here is one refresh at one instant: render every change (coalescing
+            # has tests of its own in test_engine_render_interval.py).
+            "renderInterval": "0s",
             **spec,
         },
     }

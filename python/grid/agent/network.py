@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -263,21 +264,35 @@ class NetworkRuntime:
     # -- the refresh loop -----------------------------------------------------------------
 
     async def _refresh_loop(self) -> None:
+        render_due: float | None = None  # when (monotonic) the engine has a change to render
+        last = -math.inf
         while True:
+            timeout = self._shared.tick_s
+            if render_due is not None:
+                timeout = min(timeout, max(render_due - time.monotonic(), 0.0))
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
             # that races with the event being set, and the loop would never stop.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._shared.tick_s):
+                async with asyncio.timeout(timeout):
                     await self._wake.wait()
+            # At most one pass per render interval: whatever arrives meanwhile (a burst of
+            # received items) is taken in by the same pass.
+            gap = last + self.engine.network.spec.render_interval.seconds - time.monotonic()
+            if gap > 0:
+                await asyncio.sleep(gap)
             self._wake.clear()
+            last = time.monotonic()
+            render_due = None
             try:
                 await self._ensure_node()
-                self._refresh()
+                render_due = self._refresh()
             except Exception:
                 # A bug must not stop the site from serving: report it, try again next tick.
                 _log.exception("%s: refresh failed", self.where)
 
-    def _refresh(self, *, force_status: bool = False) -> None:
+    def _refresh(self, *, force_status: bool = False) -> float | None:
+        """One engine pass and what it decided; returns when (monotonic) the engine has a
+        change to render, if it has one."""
         now = utc_now()
         self.swim.sync_members(self.engine, now)
         self._check_credentials()
@@ -292,6 +307,9 @@ class NetworkRuntime:
         moment = time.monotonic()
         for (kind, name), status in self.engine.statuses().items():
             self._shared.writer.write_status(kind, name, status, moment, force=force_status)
+        if result.next_render_at is None:
+            return None
+        return moment + (result.next_render_at - now).total_seconds()
 
     def _write_overlay(self, overlay: GatewayOverlay) -> None:
         gateway = f"{overlay.gateway.namespace}/{overlay.gateway.name}"

@@ -5,6 +5,11 @@ items to publish, the overlay document per gateway, and phases, conditions and e
 resource come out. No sockets, no clock, no threads: every method that needs time takes
 ``now`` (an aware datetime). The shells (the standalone agent, the operator) feed it and
 carry out what it decides.
+
+Renders are coalesced: the overlays are rendered again only when an input changed, and at
+most once per ``spec.renderInterval``; a change that arrives sooner is rendered when the
+interval is over, and :attr:`RefreshResult.next_render_at` tells the shell when to call
+:meth:`SiteEngine.refresh` for it.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -167,6 +172,9 @@ class RefreshResult:
     """Sites whose records this refresh dropped, each with the ``(lane, key)`` of the
     items they came from: the transport forgets them too, and takes them back when the
     site is back."""
+    next_render_at: datetime | None = None
+    """When a change already taken in is due to be rendered (its render interval is not
+    over yet): refresh then. None when every change so far is rendered."""
 
 
 @dataclass(slots=True)
@@ -257,6 +265,8 @@ class SiteEngine:
         self.refused_items: Counter[str] = Counter()
         """Received items refused, by reason (``malformed``, ``forged``, ``limit``)."""
         self._dirty = True
+        self._rendered_at: datetime | None = None
+        """When the overlays were last rendered."""
         self.set_resources(network, sites, providers)
 
     # -- identity -------------------------------------------------------------------------
@@ -612,9 +622,12 @@ class SiteEngine:
         self._evaluate_sites(now)
         if self._stale_at is not None and now.timestamp() > self._stale_at:
             self._dirty = True
-        if self._dirty:
+        render_at = self._render_due_at(now)
+        if render_at is not None and render_at <= now:
             self._dirty = False
+            self._rendered_at = now
             self._render(now)
+            render_at = None
         self._evaluate_network(now)
         changed = tuple(self._changed.values())
         self._changed.clear()
@@ -622,7 +635,21 @@ class SiteEngine:
         self._events.clear()
         forgotten = tuple(self._forgotten)
         self._forgotten.clear()
-        return RefreshResult(tuple(self._state.items_to_publish()), changed, events, forgotten)
+        return RefreshResult(
+            tuple(self._state.items_to_publish()), changed, events, forgotten, render_at
+        )
+
+    def _render_due_at(self, now: datetime) -> datetime | None:
+        """When the pending change should be rendered: at once when nothing was rendered
+        within the render interval, else when that interval ends; None when nothing
+        changed."""
+        if not self._dirty:
+            return None
+        last = self._rendered_at
+        if last is None or last > now:  # never rendered, or the clock went back
+            return now
+        interval = timedelta(seconds=self._network.spec.render_interval.seconds)
+        return max(now, last + interval)
 
     def _evict_stale(self, now: datetime) -> None:
         ttl = self._network.spec.stale_candidate_ttl_seconds

@@ -33,6 +33,7 @@ DEFAULT_CONFIG_MAP_KEY = "grid-config.json"
 DEFAULT_ROUTE_FILTER = "grid_route"
 DEFAULT_CREDENTIAL_FILTER = "grid_credential_inject"
 DEFAULT_SWIM_PORT = 7946
+DEFAULT_RENDER_INTERVAL = "250ms"
 
 _FILTER_NAME = r"^[a-z][a-z0-9_]*$"
 
@@ -248,6 +249,12 @@ class GridNetworkSpec(GridModel):
     tls: TlsSettings | None = None
     stale_candidate_ttl_seconds: int = Field(
         300, ge=1, le=86400, description="Age after which a remote candidate is evicted."
+    )
+    render_interval: Annotated[Duration, within(0, 10)] = Field(
+        Duration.parse(DEFAULT_RENDER_INTERVAL),
+        description="Shortest time between two renders of the overlay: changes arriving "
+        "closer together are rendered together at the end of the interval (0s renders on "
+        "every change).",
     )
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     budgets: Annotated[list[TenantBudget], unique_by("tenant"), list_map("tenant")] = Field(

@@ -138,6 +138,8 @@ class NetworkRuntime:
         self._discovery_tried: set[str] = set()
         self._applied_revision = -1
         self._wake = asyncio.Event()
+        self._render_due: float | None = None
+        """When (monotonic) the engine has a change to render, if it has one."""
         self._main: asyncio.Task[None] | None = None
         self._stopped = False
         self.passes = 0
@@ -218,9 +220,21 @@ class NetworkRuntime:
         tick = self._shared.options.tick_s
         while not self._stopped:
             self._wake.clear()
+            started = time.monotonic()
             await self.reconcile()
+            timeout = tick
+            if self._render_due is not None:
+                timeout = min(timeout, max(self._render_due - time.monotonic(), 0.0))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), tick)
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            # At most one pass per render interval: whatever arrives meanwhile (a burst of
+            # received items) is taken in by the same pass.
+            engine = self.engine
+            if engine is not None:
+                interval = engine.network.spec.render_interval.seconds
+                gap = started + interval - time.monotonic()
+                if gap > 0:
+                    await asyncio.sleep(gap)
 
     # -- the pass -------------------------------------------------------------------------
 
@@ -272,6 +286,9 @@ class NetworkRuntime:
         self._observers.probe_due_sites(engine, now)
         self.mesh.sync_members(engine, now)
         result = engine.refresh(now)
+        self._render_due = None
+        if result.next_render_at is not None:
+            self._render_due = moment + (result.next_render_at - now).total_seconds()
         self.mesh.apply(result)
         await self._configmaps.sync(engine, network, entry.body)
         self._post_events(result.events)
