@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "grid.commands.operator",
     "grid.commands.secrets",
     "grid.commands.docs",
+    "grid.commands.booklet",
 )
 
 
