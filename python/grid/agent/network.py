@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -265,7 +264,6 @@ class NetworkRuntime:
 
     async def _refresh_loop(self) -> None:
         render_due: float | None = None  # when (monotonic) the engine has a change to render
-        last = -math.inf
         while True:
             timeout = self._shared.tick_s
             if render_due is not None:
@@ -275,13 +273,11 @@ class NetworkRuntime:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
-            # At most one pass per render interval: whatever arrives meanwhile (a burst of
-            # received items) is taken in by the same pass.
-            gap = last + self.engine.network.spec.render_interval.seconds - time.monotonic()
-            if gap > 0:
-                await asyncio.sleep(gap)
             self._wake.clear()
-            last = time.monotonic()
+            if render_due is not None and time.monotonic() < render_due:
+                # A render is already due then: what woke the loop (a burst of received
+                # items) joins it rather than costing a pass of its own.
+                continue
             render_due = None
             try:
                 await self._ensure_node()

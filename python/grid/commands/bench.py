@@ -3,6 +3,9 @@
 Join dissemination, failure detection, accuracy under loss, partition and heal, and the
 simulator's own speed, each under Grid's SWIM defaults and under memberlist's LAN
 parameters, next to the epidemic bound. docs/convergence.md explains every figure.
+
+``grid bench mesh``: one real site under the load of a large mesh, beside today's design
+(docs/scale.md).
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ import sys
 from pathlib import Path
 
 from grid.errors import ConfigError
-from grid.simbench.plot import PlotError, check_plot_path, write_plot
+from grid.meshbench.report import render as render_mesh
+from grid.meshbench.run import BASELINE_COMMIT, BenchFailed, MeshPlan, run_mesh
+from grid.models.fields import parse_duration
+from grid.simbench.plot import PLOT_EXTRA, PlotError, check_plot_path, png_available, write_plot
 from grid.simbench.profiles import PROFILES, NetworkModel
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
@@ -31,8 +37,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add ``grid bench`` and its ``convergence`` subcommand."""
     bench = subparsers.add_parser(
         "bench",
-        help="benchmarks (SWIM convergence on the simulator)",
-        description="Benchmarks that need no network: they run on Grid's simulator.",
+        help="benchmarks (SWIM convergence on the simulator, one site under a large mesh)",
+        description="Benchmarks: SWIM convergence on Grid's simulator, and one real site "
+        "under the load of a large mesh on 127.0.0.1.",
     )
     bench.set_defaults(handler=lambda _args: _usage(bench))
     commands = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
@@ -136,6 +143,75 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     convergence.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     convergence.set_defaults(handler=convergence_command)
+    _register_mesh(commands)
+
+
+def _register_mesh(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    mesh = commands.add_parser(
+        "mesh",
+        help="one real site under the load of a large mesh, beside today's design",
+        description="Runs one real site (a standalone agent: SWIM node, engine, renders, "
+        "overlay files) in a process of its own, with real SWIM peers on 127.0.0.1 publishing "
+        "as the other sites would, and reports its CPU, memory, gossip bytes, item and "
+        "render rates and the metric change -> overlay latency; then the same for today's "
+        f"design (commit {BASELINE_COMMIT}) under the same load, and the issue's targets. "
+        "docs/scale.md explains the set-up and the figures. Exit status: 0 done, 1 a run "
+        "failed or (with --strict) a target was missed, 2 invalid options, 130 interrupted.",
+    )
+    mesh.add_argument("--sites", type=int, default=10, help="sites in the mesh (default: 10)")
+    mesh.add_argument(
+        "--providers-per-site",
+        type=int,
+        default=10,
+        metavar="N",
+        help="providers at each site (default: 10)",
+    )
+    mesh.add_argument(
+        "--scrape-interval",
+        default="15s",
+        metavar="DURATION",
+        help="how often every provider's metrics move and are scraped, e.g. 15s (default: 15s)",
+    )
+    mesh.add_argument(
+        "--duration",
+        default="60s",
+        metavar="DURATION",
+        help="how long each design is measured once the site knows the mesh (default: 60s)",
+    )
+    mesh.add_argument(
+        "--warmup",
+        default="5s",
+        metavar="DURATION",
+        help="time between convergence and the measurement (default: 5s)",
+    )
+    mesh.add_argument(
+        "--peers",
+        type=int,
+        metavar="K",
+        help="SWIM peers standing for the other sites (default: one per site up to 10 sites, "
+        "else 4)",
+    )
+    mesh.add_argument("--seed", type=int, default=1, help="seed of the load (default: 1)")
+    mesh.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="measure the current design only",
+    )
+    mesh.add_argument("--json", action="store_true", help="print the report as JSON")
+    mesh.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        type=Path,
+        help="also write the figures as PNG (needs the plot extra: pip install 'grid-mesh[plot]')",
+    )
+    mesh.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw the progress bar on stderr even when it is not a terminal",
+    )
+    mesh.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    mesh.set_defaults(handler=mesh_command)
 
 
 def _usage(parser: argparse.ArgumentParser) -> int:
@@ -243,4 +319,76 @@ def convergence_command(args: argparse.Namespace) -> int:
             print(f"grid bench convergence: cannot write the plot: {err}", file=sys.stderr)
             return EXIT_USAGE
     missed = [target for target in report["targets"] if target["met"] is False]
+    return EXIT_TARGET_MISSED if args.strict and missed else EXIT_OK
+
+
+def _seconds(text: str, option: str) -> float:
+    try:
+        return float(text) if text.replace(".", "", 1).isdigit() else parse_duration(text)
+    except ValueError as err:
+        raise ConfigError(f"{option} must be a duration such as 15s or 500ms: {err}") from None
+
+
+def mesh_plan_from_args(args: argparse.Namespace) -> MeshPlan:
+    """The plan the options describe; ConfigError says what is wrong with them."""
+    return MeshPlan(
+        sites=args.sites,
+        providers_per_site=args.providers_per_site,
+        scrape_interval_s=_seconds(args.scrape_interval, "--scrape-interval"),
+        duration_s=_seconds(args.duration, "--duration"),
+        warmup_s=_seconds(args.warmup, "--warmup"),
+        peers=args.peers,
+        seed=args.seed,
+        baseline=args.baseline,
+    )
+
+
+def _check_png(path: Path) -> str | None:
+    """Why the plot cannot be written to ``path`` (None: it can)."""
+    if path.suffix.lower() != ".png":
+        return f"--plot {str(path)!r}: the mesh plot is a PNG: name a .png file"
+    if not path.parent.resolve().is_dir():
+        return f"--plot: no directory {str(path.parent)!r}"
+    if not png_available():
+        return f"--plot: PNG needs the plot extra: {PLOT_EXTRA}"
+    return None
+
+
+def mesh_command(args: argparse.Namespace) -> int:
+    try:
+        plan = mesh_plan_from_args(args)
+    except ConfigError as err:
+        print(f"grid bench mesh: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.plot is not None:
+        problem = _check_png(args.plot)
+        if problem is not None:
+            print(f"grid bench mesh: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    progress = Progress.for_stderr(args.progress)
+    try:
+        report = run_mesh(plan, progress.show)
+    except KeyboardInterrupt:
+        progress.clear()
+        print("grid bench mesh: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BenchFailed as err:
+        progress.clear()
+        print(f"grid bench mesh: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    progress.clear()
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_mesh(report))
+    if args.plot is not None:
+        from grid.meshbench.plot import render_png
+
+        try:
+            args.plot.write_bytes(render_png(report))
+        except OSError as err:
+            print(f"grid bench mesh: cannot write the plot: {err}", file=sys.stderr)
+            return EXIT_FAILED
+    missed = [target for target in report["targets"] if not target["met"]]
     return EXIT_TARGET_MISSED if args.strict and missed else EXIT_OK

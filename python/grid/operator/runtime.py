@@ -220,21 +220,17 @@ class NetworkRuntime:
         tick = self._shared.options.tick_s
         while not self._stopped:
             self._wake.clear()
-            started = time.monotonic()
             await self.reconcile()
-            timeout = tick
-            if self._render_due is not None:
-                timeout = min(timeout, max(self._render_due - time.monotonic(), 0.0))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            # At most one pass per render interval: whatever arrives meanwhile (a burst of
-            # received items) is taken in by the same pass.
-            engine = self.engine
-            if engine is not None:
-                interval = engine.network.spec.render_interval.seconds
-                gap = started + interval - time.monotonic()
-                if gap > 0:
-                    await asyncio.sleep(gap)
+            while True:
+                due = self._render_due
+                timeout = tick if due is None else min(tick, max(due - time.monotonic(), 0.0))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout)
+                if due is None or time.monotonic() >= due:
+                    break
+                # A render is already due then: what woke the loop (a burst of received
+                # items) joins it rather than costing a pass of its own.
+                self._wake.clear()
 
     # -- the pass -------------------------------------------------------------------------
 

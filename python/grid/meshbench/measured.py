@@ -1,0 +1,188 @@
+"""The measured site of ``grid bench mesh``: a real standalone agent (its SWIM node, its site
+engine, its scrapes and probes, its overlay and status files) in a process of its own, so
+that the CPU time and memory it reports are its own.
+
+It reads its resources from a directory like any agent. It counts, around the engine's
+public calls, the items it takes in (and the time they take), the refresh passes that
+render (and their time), and, from the SWIM node, the bytes in and out. Each time the
+overlay file is written it notes the probe candidate's queue-depth score, for the
+change → overlay latency. Once the ranking holds every provider of the mesh (and after a
+warm-up), it measures for the given duration and prints the figures as one JSON line.
+
+Run by path (``python -P measured.py CONFIG``) with the tree under test on
+``PYTHONPATH``: it uses only interfaces that today's design has too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from grid.agent import Agent, AgentOptions, PerNetwork
+from grid.engine import GatewayOverlay, ItemOutcome, RefreshResult, SiteEngine
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_SAMPLE_S = 0.5
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * _PAGE
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Counters:
+    """What the engine did, counted around its public calls."""
+
+    def __init__(self, engine: SiteEngine, probe_model: str) -> None:
+        self.engine = engine
+        self.probe_model = probe_model
+        self.applied = 0
+        self.received = 0
+        self.receive_s = 0.0
+        self.refreshes = 0
+        self.refresh_s = 0.0
+        self.render_s: list[float] = []
+        self.probe_seen: list[tuple[float, float]] = []
+        """(monotonic time the overlay file was written, probe's queue-depth score)."""
+        self._ranking = engine.ranking
+        self._probe_score: float | None = None
+        receive, refresh = engine.receive_item, engine.refresh
+        engine.receive_item = self._timed_receive(receive)  # type: ignore[method-assign]
+        engine.refresh = self._timed_refresh(refresh)  # type: ignore[method-assign,assignment]
+
+    def _timed_receive(self, receive: Callable[..., ItemOutcome]) -> Callable[..., ItemOutcome]:
+        def timed(*args: Any) -> ItemOutcome:
+            started = time.perf_counter()
+            outcome = receive(*args)
+            self.receive_s += time.perf_counter() - started
+            self.received += 1
+            if outcome is ItemOutcome.APPLIED:
+                self.applied += 1
+            return outcome
+
+        return timed
+
+    def _timed_refresh(
+        self, refresh: Callable[[datetime], RefreshResult]
+    ) -> Callable[[datetime], RefreshResult]:
+        def timed(now: datetime) -> RefreshResult:
+            started = time.perf_counter()
+            result = refresh(now)
+            spent = time.perf_counter() - started
+            self.refreshes += 1
+            self.refresh_s += spent
+            if self.engine.ranking is not self._ranking:
+                self._ranking = self.engine.ranking
+                self.render_s.append(spent)
+            return result
+
+        return timed
+
+    def overlay_written(self, _network: str, overlay: GatewayOverlay, _path: Path) -> None:
+        if overlay.overlay is None:
+            return
+        for candidate in overlay.overlay.document["overlay"]["candidates"]:
+            if candidate["name"] == self.probe_model:
+                score = float(candidate["score_breakdown"]["queue_depth"])
+                if score != self._probe_score:
+                    self._probe_score = score
+                    self.probe_seen.append((time.monotonic(), score))
+                return
+
+    def candidates(self) -> int:
+        ranking = self.engine.ranking
+        return 0 if ranking is None else len(ranking.candidates)
+
+    def snapshot(self, agent: Agent, network: str) -> dict[str, Any]:
+        node = agent.networks[network].node
+        stats = node.stats() if node is not None else {}
+        return {
+            "t": time.monotonic(),
+            "cpu_s": cpu_seconds(),
+            "bytes_in": stats.get("bytes_in", 0),
+            "bytes_out": stats.get("bytes_out", 0),
+            "applied": self.applied,
+            "received": self.received,
+            "receive_s": self.receive_s,
+            "refreshes": self.refreshes,
+            "refresh_s": self.refresh_s,
+            "renders": len(self.render_s),
+        }
+
+
+async def measure(config: dict[str, Any]) -> dict[str, Any]:
+    logging.getLogger("grid.agent").setLevel(logging.ERROR)
+    options = AgentOptions(
+        resources=Path(config["resources"]),
+        state_dir=Path(config["state"]),
+        site=PerNetwork(config["site"]),
+        bind=PerNetwork("127.0.0.1:0"),
+        key_files={None: (Path(config["key_file"]),)},
+        tls_dir=Path(config["tls"]),
+        probe_interval_s=config["probe_interval_s"],
+    )
+    agent = Agent(options)
+    await agent.start()
+    network = config["network"]
+    engine = agent.networks[network].engine
+    counters = Counters(engine, config["probe_model"])
+    agent.overlay_listeners.append(counters.overlay_written)
+    expected = config["candidates"]
+    started = time.monotonic()
+    deadline = started + config["converge_timeout_s"]
+    while counters.candidates() < expected:
+        if time.monotonic() > deadline:
+            await agent.stop()
+            return {"error": f"only {counters.candidates()} of {expected} candidates ranked"}
+        emit("converging", candidates=counters.candidates(), expected=expected)
+        await asyncio.sleep(_SAMPLE_S)
+    emit("converged", seconds=time.monotonic() - started)
+    await asyncio.sleep(config["warmup_s"])
+    first = counters.snapshot(agent, network)
+    first_render = len(counters.render_s)
+    rss: list[int] = []
+    end = first["t"] + config["duration_s"]
+    while time.monotonic() < end:
+        rss.append(rss_bytes())
+        emit("measuring", done=time.monotonic() - first["t"], total=config["duration_s"])
+        await asyncio.sleep(min(_SAMPLE_S, max(end - time.monotonic(), 0.0)))
+    last = counters.snapshot(agent, network)
+    rss.append(rss_bytes())
+    ranked = counters.candidates()
+    await agent.stop()
+    return {
+        "first": first,
+        "last": last,
+        "rss_bytes": rss,
+        "render_s": counters.render_s[first_render : last["renders"]],
+        "probe_seen": [seen for seen in counters.probe_seen if seen[0] >= first["t"]],
+        "candidates": ranked,
+    }
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[1]).read_text())
+    emit("result", **asyncio.run(measure(config)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,266 @@
+"""The rest of the mesh for ``grid bench mesh``: real peer sites that publish as the other
+sites would, in a process of their own.
+
+Each peer is a real :class:`~grid.engine.SiteEngine` with a real SWIM node (its own site
+certificate, the network's key) on 127.0.0.1. Its providers' metrics move every scrape
+interval (a seeded random walk) and reach the engine as scrapes do; the engine decides what
+to publish (whatever the item layout and publish rules of the code under test are) and the
+node gossips it. A peer can stand for several sites of the mesh: it then carries their
+providers as its own (SWIM items are signed by their origin, so one node cannot publish as
+another site). One more peer, the probe, has a single provider whose queue depth jumps
+every ``probe_every_s`` seconds; each jump is reported with the moment it was handed to
+SWIM, for the change → overlay latency.
+
+It also serves the measured site's own providers' ``/metrics`` and accepts the TCP
+connections of its egress probes. Run by path (``python -P peers.py CONFIG``) with the tree
+under test on ``PYTHONPATH``: it uses only interfaces that today's design has too. Reports
+are JSON lines on standard output; it stops when standard input closes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import resource
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from grid.engine import SiteEngine
+from grid.membership import SwimConfig, SwimNode
+from grid.models import load_resource
+from grid.observe.scrape import ScrapeResult
+from grid.runtime.credentials import swim_credentials
+
+_TICK_S = 0.05
+_ROUNDS_PER_SCRAPE = 3
+"""Each peer's engine is refreshed this many times per scrape interval."""
+_PROBE_QUEUE = (0.0, 500.0)
+
+
+def emit(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+@dataclass(slots=True)
+class Load:
+    """One provider's metrics, moving a little at every scrape."""
+
+    queue: float
+    kv: float
+    prefix: float
+    latency_ms: float
+
+    def step(self, rng: random.Random) -> None:
+        self.queue = max(0.0, self.queue + rng.choice((-3, -2, -1, 0, 1, 2, 3)))
+        self.kv = min(1.0, max(0.0, self.kv + rng.uniform(-0.05, 0.05)))
+        self.prefix = min(1.0, max(0.0, self.prefix + rng.uniform(-0.05, 0.05)))
+        self.latency_ms = max(50.0, self.latency_ms * rng.uniform(0.95, 1.05))
+
+    def exposition(self) -> str:
+        return (
+            f"bench_queue {self.queue}\nbench_kv {self.kv}\n"
+            f"bench_prefix {self.prefix}\nbench_latency_ms {self.latency_ms}\n"
+        )
+
+
+@dataclass
+class Peer:
+    site: str
+    engine: SiteEngine
+    node: SwimNode
+    loads: dict[str, Load]
+    next_scrape: dict[str, float]
+    next_round: float
+    published: int = 0
+    published_bytes: int = 0
+    pending: set[str] = field(default_factory=set)
+
+    def publish(self, now: datetime) -> None:
+        for item in self.engine.refresh(now).items:
+            if self.node.publish(item.lane, item.key, item.version, item.payload):
+                self.published += 1
+                self.published_bytes += len(item.payload)
+
+
+def resources(config: dict[str, Any], peer: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
+    """The GridNetwork, this peer's GridSite and its providers, as the site would hold
+    them."""
+    network = load_resource(config["network"])
+    site = load_resource(config["sites"][peer["site"]])
+    providers = [
+        load_resource(_provider(config, peer["site"], name, model))
+        for name, model in peer["providers"]
+    ]
+    return network, site, providers
+
+
+def _provider(config: dict[str, Any], site: str, name: str, model: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "grid.praxis-proxy.io/v1alpha1",
+        "kind": "InferenceProvider",
+        "metadata": {"name": name},
+        "spec": {
+            "gridNetworkRef": config["network"]["metadata"]["name"],
+            "backendKind": "local",
+            "providerKind": "self_hosted",
+            "models": [{"name": model}],
+            "endpoint": f"http://{config['sink']}/{name}",
+            "siteSelector": {"matchLabels": {"grid.praxis-proxy.io/site": site}},
+            "cost": {"inputPerMillion": "0.10", "outputPerMillion": "0.20"},
+            "metricsConfig": config["metrics_config"],
+        },
+    }
+
+
+def start_peer(config: dict[str, Any], peer: dict[str, Any], rng: random.Random) -> Peer:
+    network, site, providers = resources(config, peer)
+    now = datetime.now(UTC)
+    engine = SiteEngine(
+        network, peer["site"], sites=[site], providers=providers, grid_id=config["grid_id"]
+    )
+    engine.set_membership_running(True)
+    tls = Path(peer["tls"])
+    certificate = (tls / "tls.crt").read_text()
+    engine.set_certificate(certificate, now)
+    credentials = swim_credentials(
+        certificate, (tls / "tls.key").read_text(), (tls / "ca.crt").read_text()
+    )
+    swim = config["swim"]
+    node = SwimNode(
+        "127.0.0.1:0",
+        peer["site"],
+        None,
+        [Path(config["key_file"]).read_bytes()],
+        SwimConfig(
+            probe_interval=swim["probe_interval"],
+            suspicion_timeout=swim["suspicion_timeout"],
+            gossip_nodes=swim["gossip_nodes"],
+            push_pull_interval=swim["push_pull_interval"],
+            # Nobody reads a peer's events: keep few.
+            event_capacity=16,
+        ),
+        credentials=credentials,
+    )
+    node.start()
+    interval = config["scrape_interval_s"]
+    moment = time.monotonic()
+    loads = {
+        name: Load(
+            queue=float(rng.randint(0, 20)),
+            kv=rng.uniform(0.1, 0.8),
+            prefix=rng.uniform(0.2, 0.8),
+            latency_ms=rng.uniform(300, 1500),
+        )
+        for name, _ in peer["providers"]
+    }
+    for name, load in loads.items():
+        engine.observe_scrape(name, ScrapeResult(200, 0.001, text=load.exposition()), now)
+    return Peer(
+        peer["site"],
+        engine,
+        node,
+        loads,
+        {name: moment + rng.uniform(0, interval) for name in loads},
+        moment + rng.uniform(0, interval / _ROUNDS_PER_SCRAPE),
+    )
+
+
+class _Sink(BaseHTTPRequestHandler):
+    """The measured site's own providers' ``/metrics`` (a steady, light load)."""
+
+    body = b"bench_queue 2\nbench_kv 0.3\nbench_prefix 0.5\nbench_latency_ms 800\n"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def serve_sink(address: str) -> ThreadingHTTPServer:
+    host, port = address.rsplit(":", 1)
+    server = ThreadingHTTPServer((host, int(port)), _Sink)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[1]).read_text())
+    rng = random.Random(config["seed"])
+    sink = serve_sink(config["sink"])
+    peers = [start_peer(config, peer, rng) for peer in config["peers"]]
+    probe = peers[-1]  # the probe peer comes last
+    (probe_provider,) = probe.loads
+    seeds = [peer.node.address for peer in peers]
+    for peer in peers[1:]:
+        peer.node.join(seeds[:1])
+    now = datetime.now(UTC)
+    for peer in peers:
+        peer.publish(now)
+    emit("ready", seeds=seeds)
+    stop = threading.Event()
+
+    def stop_when_stdin_closes() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=stop_when_stdin_closes, daemon=True).start()
+    interval = config["scrape_interval_s"]
+    round_s = interval / _ROUNDS_PER_SCRAPE
+    next_probe = time.monotonic() + config["probe_every_s"]
+    probes = 0
+    next_report = time.monotonic() + 1.0
+    while not stop.wait(_TICK_S):
+        moment = time.monotonic()
+        now = datetime.now(UTC)
+        for peer in peers[:-1]:
+            if moment < peer.next_round:
+                continue
+            peer.next_round += round_s
+            for name, due in peer.next_scrape.items():
+                if due <= moment:
+                    load = peer.loads[name]
+                    load.step(rng)
+                    result = ScrapeResult(200, 0.001, text=load.exposition())
+                    peer.engine.observe_scrape(name, result, now)
+                    peer.next_scrape[name] = due + interval
+            peer.publish(now)
+        if moment >= next_probe:
+            probes += 1
+            load = probe.loads[probe_provider]
+            load.queue = _PROBE_QUEUE[probes % 2]
+            probe.engine.observe_scrape(
+                probe_provider, ScrapeResult(200, 0.001, text=load.exposition()), now
+            )
+            probe.publish(now)
+            emit("probe", t=time.monotonic(), queue=load.queue, serial=probes)
+            next_probe = moment + config["probe_every_s"] * rng.uniform(0.8, 1.2)
+        if moment >= next_report:
+            next_report = moment + 1.0
+            usage = resource.getrusage(resource.RUSAGE_SELF)
+            emit(
+                "peers",
+                t=moment,
+                cpu_s=usage.ru_utime + usage.ru_stime,
+                published=sum(p.published for p in peers),
+                published_bytes=sum(p.published_bytes for p in peers),
+            )
+    for peer in peers:
+        peer.node.close()
+    sink.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,82 @@
+"""The ``grid bench mesh`` report as text: each figure of the current design beside today's
+design, then the issue's targets as met or MISSED."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Format = Callable[[float], str]
+
+ROWS: tuple[tuple[str, str, Format], ...] = (
+    ("CPU (share of one core)", "cpu_share", lambda v: f"{v * 100:.1f} %"),
+    ("resident memory, median", "rss_mb_median", lambda v: f"{v:.0f} MB"),
+    ("resident memory, max", "rss_mb_max", lambda v: f"{v:.0f} MB"),
+    ("gossip in", "bytes_in_per_s", lambda v: f"{v / 1000:.1f} KB/s"),
+    ("gossip out", "bytes_out_per_s", lambda v: f"{v / 1000:.1f} KB/s"),
+    ("items received", "items_received_per_s", lambda v: f"{v:.1f} /s"),
+    ("items applied", "items_applied_per_s", lambda v: f"{v:.1f} /s"),
+    ("apply time per item, mean", "apply_us_mean", lambda v: f"{v:.0f} µs"),
+    ("renders", "renders_per_s", lambda v: f"{v:.2f} /s"),
+    ("render pass, p50", "render_ms_p50", lambda v: f"{v:.1f} ms"),
+    ("render pass, p99", "render_ms_p99", lambda v: f"{v:.1f} ms"),
+    ("CPU in render passes", "render_cpu_share", lambda v: f"{v * 100:.1f} %"),
+    ("change -> overlay, p50", "latency_ms_p50", lambda v: f"{v:.0f} ms"),
+    ("change -> overlay, p99", "latency_ms_p99", lambda v: f"{v:.0f} ms"),
+    ("peers' CPU (the load)", "peers_cpu_share", lambda v: f"{v * 100:.0f} %"),
+    ("items the peers published", "peers_items_per_s", lambda v: f"{v:.1f} /s"),
+)
+
+
+def _cell(run: dict[str, Any] | None, key: str, fmt: Format) -> str:
+    if run is None:
+        return "-"
+    value = run.get(key)
+    if value is None:
+        if key == "latency_ms_p99" and run.get("probes_missed"):
+            return f"{run['probes_missed']} missed"
+        return "n/a"
+    return fmt(value)
+
+
+def render(report: dict[str, Any]) -> str:
+    plan = report["plan"]
+    runs = report["runs"]
+    current, baseline = runs["current"], runs["baseline"]
+    lines = [
+        f"grid bench mesh: {plan['sites']} sites x {plan['providers_per_site']} providers, "
+        f"scrape every {plan['scrape_interval_s']:g} s, {plan['duration_s']:g} s measured "
+        f"(Grid {report['grid_version']})",
+        f"one real site; the other {plan['sites'] - 1} sites carried by "
+        f"{plan['peer_count']} real SWIM peers, plus a probe peer; "
+        f"{plan['candidates']} candidates ranked",
+        "",
+    ]
+    base = report["baseline"]
+    title = f"today's design ({base['commit']})"
+    width = max(len(row[0]) for row in ROWS)
+    lines.append(f"{'':<{width}}  {'current':>14}  {title:>24}")
+    for label, key, fmt in ROWS:
+        lines.append(
+            f"{label:<{width}}  {_cell(current, key, fmt):>14}  {_cell(baseline, key, fmt):>24}"
+        )
+    lines.append(
+        f"{'probe changes seen':<{width}}  "
+        f"{current['probes_seen']:>6} of {current['probes']:<5}  "
+        + (
+            f"{baseline['probes_seen']:>16} of {baseline['probes']:<5}"
+            if baseline is not None
+            else f"{'-':>24}"
+        )
+    )
+    if baseline is None:
+        lines.append(f"today's design did not run: {base['reason']}")
+    lines += ["", "targets (issue 16: 100 sites x 100 providers, 15 s scrape, per site):"]
+    for target in report["targets"]:
+        verdict = "met" if target["met"] else "MISSED"
+        value = target["value"]
+        shown = "none measured" if value is None else f"{value:,.3g}"
+        lines.append(f"  {target['label']} <= {target['bound']:,.3g}: {shown}  {verdict}")
+    if report["targets"] and not report["targets"][0]["at_target_size"]:
+        lines.append("  (this run is not at the targets' size: the verdicts are indicative)")
+    return "\n".join(lines) + "\n"
