@@ -32,9 +32,16 @@ from grid.crdt import (
     decode_item,
     micro_usd,
 )
-from grid.crdt.codec import MAX_KEY_BYTES
-from grid.crdt.records import AUTH_STRATEGIES, BACKEND_KINDS, PROVIDER_KINDS
-from grid.crdt.snapshot import ProviderState, SpendSlot, encode_provider
+from grid.crdt.codec import MAX_KEY_BYTES, MAX_SAFE_INT, canonical_json, item_bytes
+from grid.crdt.records import AUTH_STRATEGIES, BACKEND_KINDS, MAX_AMOUNT, PROVIDER_KINDS
+from grid.crdt.signals import SignalsState, decode_signals, site_tag
+from grid.crdt.snapshot import (
+    MAX_PROVIDER_NAME,
+    ProviderState,
+    SpendSlot,
+    encode_provider,
+    encode_signals,
+)
 from grid.errors import CrdtDecodeError, CrdtForgedItemError, CrdtLimitError, CrdtValueError
 from grid.models.common import AuthStrategy, BackendKind, ProviderKind
 from grid.models.provider import InferenceProviderPhase
@@ -156,12 +163,26 @@ def sample_record(name: str = "llama", **changes: object) -> ProviderRecord:
 NOW = 1_750_000_000.0
 
 
+def provider_items(site: str = "site-a", record: ProviderRecord | None = None) -> list[Item]:
+    """The catalogue item and the signals item of one newly written provider."""
+    state = GridState(site)
+    state.put_provider(record or sample_record(), NOW)
+    catalogue, signals = state.items_to_publish()
+    assert catalogue.key.startswith("provider/") and signals.key.startswith("signals/")
+    return [catalogue, signals]
+
+
 def provider_item(
     site: str = "site-a", record: ProviderRecord | None = None
 ) -> tuple[str, int, bytes]:
-    state = GridState(site)
-    state.put_provider(record or sample_record(), NOW)
-    (item,) = state.items_to_publish()
+    item = provider_items(site, record)[0]
+    return item.key, item.version, item.payload
+
+
+def signals_item(
+    site: str = "site-a", record: ProviderRecord | None = None
+) -> tuple[str, int, bytes]:
+    item = provider_items(site, record)[1]
     return item.key, item.version, item.payload
 
 
@@ -186,7 +207,10 @@ def test_item_limits_match_the_gossip_transport() -> None:
 
 def test_names_that_would_not_fit_a_key_or_a_site_id_are_refused() -> None:
     longest = "p" * (MAX_KEY_BYTES - len("provider/"))
-    assert GridState("site-a").put_provider(sample_record(name=longest), NOW)
+    assert len(longest) == MAX_PROVIDER_NAME
+    state = GridState("site-a")
+    assert state.put_provider(sample_record(name=longest), NOW)
+    assert all(len(item.key) <= MAX_KEY_BYTES for item in state.items_to_publish())
     with pytest.raises(CrdtValueError, match="provider names are limited"):
         GridState("site-a").put_provider(sample_record(name=longest + "p"), NOW)
     assert GridState("s" * 63).site == "s" * 63
@@ -312,7 +336,7 @@ def test_model_names_follow_the_resource_rule() -> None:
         entry = ModelEntry(name)
         state = GridState("site-a")
         state.put_provider(sample_record(models=(entry,)), NOW)
-        (item,) = state.items_to_publish()
+        item, _ = state.items_to_publish()
         decoded = decode_item("site-a", item.lane, item.key, item.version, item.payload)
         assert isinstance(decoded, ProviderState) and entry in decoded.models.elements
     for bad in ("gpt 4o", "", "m" * 257, "gpt\n4o", "\ud800"):
@@ -360,9 +384,13 @@ def test_provider_items_round_trip_and_are_canonical(
     for item in state.all_items():
         assert len(item.payload) <= MAX_ITEM_BYTES
         decoded = decode_item("site-a", item.lane, item.key, item.version, item.payload)
-        assert isinstance(decoded, ProviderState)
-        assert decoded == state.snapshot().providers[decoded.name]
-        assert encode_provider("site-a", decoded) == item
+        if isinstance(decoded, ProviderState):
+            assert decoded == state.snapshot().providers[decoded.name]
+            assert encode_provider("site-a", decoded) == item
+        else:
+            assert isinstance(decoded, SignalsState)
+            assert decoded == state.snapshot().signals[decoded.name]
+            assert encode_signals("site-a", decoded) == item
 
 
 @given(site_metadata, gateways)
@@ -381,13 +409,42 @@ def test_site_items_round_trip(metadata: SiteMetadata, gateway: GatewayRecord) -
 def test_item_bytes_are_canonical_json_behind_a_format_byte() -> None:
     key, version, payload = provider_item()
     assert key == "provider/llama"
-    assert payload[0] == 1
+    assert payload[0] == 2
     body = json.loads(payload[1:])
     assert payload[1:] == json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     assert body["site"] == "site-a" and body["rev"] == version
     assert body["spec"][1]["cost"] == [150_000, 600_000]
+    assert "metrics" not in body and "phase" not in body
     json.loads(payload[1:], parse_float=lambda text: pytest.fail(f"float {text} on the wire"))
-    assert len(payload) < 700
+    assert len(payload) < 600
+    # The signals: [rev, site tag, at offset, phase, healthy, queue, kv, prefix, p99].
+    key, version, payload = signals_item()
+    assert key == "signals/llama" and payload[0] == 2
+    assert json.loads(payload[1:]) == [
+        version, site_tag("site-a"), 0, 1, True, 2_500, 420_000, 700_000, 850_250,
+    ]  # fmt: skip
+    assert payload[1:] == canonical_json(json.loads(payload[1:]))
+
+
+def test_the_largest_signals_item_fits_128_bytes() -> None:
+    # Maximal values everywhere, the longest site id and provider name, the largest
+    # revision, and a writer clock at 0 so the offset is as long as the revision.
+    site, name = "s" * 63, "p" * MAX_PROVIDER_NAME
+    metrics = ProviderMetrics(False, MAX_AMOUNT, 1_000_000, 1_000_000, MAX_AMOUNT)
+    longest = max(
+        (SignalsState.written(site, name, MAX_SAFE_INT, 0, phase, metrics) for phase in PHASES),
+        key=lambda state: len(state.payload),
+    )
+    assert len(longest.payload) <= 128
+    item = encode_signals(site, longest)
+    assert item_bytes(site, item.key, item.payload) <= MAX_ITEM_BYTES
+    assert len(item.key) == MAX_KEY_BYTES - 1
+    assert decode_item(site, item.lane, item.key, item.version, item.payload) == longest
+    # The same through a state: a real write of the longest name.
+    state = GridState(site)
+    state.put_provider(sample_record(name=name, phase="Unavailable", metrics=metrics), NOW)
+    _, written = state.items_to_publish()
+    assert len(written.payload) <= len(longest.payload)
 
 
 def test_a_record_too_large_for_one_item_is_refused_and_changes_nothing() -> None:
@@ -411,7 +468,7 @@ def test_a_record_too_large_for_one_item_is_refused_and_changes_nothing() -> Non
 
 
 def _reframe(body: object) -> bytes:
-    return b"\x01" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return b"\x02" + json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _decode(
@@ -431,7 +488,7 @@ def test_every_truncation_is_refused() -> None:
     ("mutate", "message"),
     [
         (lambda p: p + b" " * (MAX_ITEM_BYTES + 1 - len(p)), "1024-byte limit"),
-        (lambda p: b"\x02" + p[1:], "format 2"),
+        (lambda p: b"\x01" + p[1:], "format 1"),
         (lambda p: p[:-1] + b"\xff}", "ASCII"),
         (lambda p: p[:-1] + b" }", "canonical"),
         (lambda p: p.replace(b'"at":', b'"at":1,"at":', 1), "repeats a key"),
@@ -450,16 +507,16 @@ def test_malformed_payloads_are_refused(mutate: object, message: str) -> None:
     ("edit", "message"),
     [
         (lambda b: b.update(extra=1), "unknown fields extra"),
-        (lambda b: b.pop("metrics"), "lacks metrics"),
+        (lambda b: b.pop("spec"), "lacks spec"),
+        (lambda b: b.update(metrics=[0, {}]), "unknown fields metrics"),
         (lambda b: b.update(at=True), "at: must be an integer"),
         (lambda b: b.update(at=-1), "at: must be between"),
         (lambda b: b.update(name="other"), "does not match the item key"),
-        (lambda b: b.update(phase=[0, "Running"]), "not a provider phase"),
         (lambda b: b["spec"].__setitem__(0, -1), "spec offset"),
         (lambda b: b["spec"].__setitem__(0, b["rev"]), "spec offset"),
         (lambda b: b["spec"][1].update(endpoint="https://u:p@x.example"), "user info"),
         (lambda b: b["spec"][1].update(cost=["1", 2]), "must be an integer"),
-        (lambda b: b["metrics"][1].update(kv=2_000_000), "between 0 and 1000000"),
+        (lambda b: b["models"][1][0][0].__setitem__(2, 0), "between 1 and"),
         (lambda b: b["tools"][1][0].__setitem__(1, [0, 0]), "canonical"),
         (lambda b: b["tools"][1].append(b["tools"][1][0]), "repeats an element"),
         (lambda b: b["tools"].__setitem__(0, b["rev"]), "outside the causal context"),
@@ -530,9 +587,11 @@ def test_an_item_about_another_site_is_refused_as_forged() -> None:
 
 
 @settings(max_examples=300)
-@given(st.data())
-def test_random_corruption_is_refused_or_decodes_to_a_valid_item(data: st.DataObject) -> None:
-    key, version, payload = provider_item()
+@given(st.data(), st.sampled_from(["provider", "signals"]))
+def test_random_corruption_is_refused_or_decodes_to_a_valid_item(
+    data: st.DataObject, kind: str
+) -> None:
+    key, version, payload = provider_item() if kind == "provider" else signals_item()
     corrupted = bytearray(payload)
     for _ in range(data.draw(st.integers(1, 4))):
         index = data.draw(st.integers(0, len(corrupted) - 1))
@@ -542,8 +601,183 @@ def test_random_corruption_is_refused_or_decodes_to_a_valid_item(data: st.DataOb
     except CrdtDecodeError:
         return
     # It still decoded: then it is a valid state whose one encoding is exactly these bytes.
-    assert isinstance(decoded, ProviderState)
-    assert encode_provider("site-a", decoded).payload == bytes(corrupted)
+    if isinstance(decoded, ProviderState):
+        assert encode_provider("site-a", decoded).payload == bytes(corrupted)
+    else:
+        assert isinstance(decoded, SignalsState)
+        assert encode_signals("site-a", decoded).payload == bytes(corrupted)
+
+
+# ---------------------------------------------------------------------------------------
+# Signals items: a hand-written reader, held to the same strictness
+
+
+def _signals(*entries: object, fmt: bytes = b"\x02") -> bytes:
+    return fmt + json.dumps(list(entries), separators=(",", ":")).encode()
+
+
+REV = 1_750_000_000_000
+TAG = site_tag("site-a")
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"", "empty"),
+        (b"\x02", "not JSON"),
+        (_signals(REV, TAG, 0, 1, True, 1, 2, 3, 4, fmt=b"\x01"), "format 1"),
+        (b"\x02[%d, %d,0]" % (REV, TAG), "canonical"),
+        (b"\x02[%d,%d,00]" % (REV, TAG), "not JSON"),
+        (b"\x02[%d,%d,0,1,true,1,2,3,4.0]" % (REV, TAG), "non-integer"),
+        (b"\x02[%d,%d,0,1,true,1,2,3,1e3]" % (REV, TAG), "non-integer"),
+        (b"\x02[%d,%d,0,1,true,1,2,3,-4]" % (REV, TAG), "p99: must be between"),
+        (b"\x02[%d,%d,0,1,true,1,2,3,NaN]" % (REV, TAG), "NaN"),
+        (b"\x02[%d,%d,0,1,True,1,2,3,4]" % (REV, TAG), "not JSON"),
+        (b"\x02[%d,%d,0,1,\xff,1,2,3,4]" % (REV, TAG), "ASCII"),
+        (_signals(REV, TAG, 0, 1, True, 1, 2, 3), "3 or 9 entries"),
+        (_signals(REV, TAG, 0, 1, True, 1, 2, 3, 4, 5), "3 or 9 entries"),
+        (_signals(REV, TAG), "3 or 9 entries"),
+        (b"\x02{}", "must be an array"),
+        (_signals(REV, TAG, 0, 4, True, 1, 2, 3, 4), "phase: must be between 0 and 3"),
+        (_signals(REV, TAG, 0, "Available", True, 1, 2, 3, 4), "phase: must be an integer"),
+        (_signals(REV, TAG, 0, 1, 1, 1, 2, 3, 4), "healthy: must be true or false"),
+        (_signals(REV, TAG, 0, 1, True, MAX_AMOUNT + 1, 2, 3, 4), "queue: must be between"),
+        (_signals(REV, TAG, 0, 1, True, 1, 1_000_001, 3, 4), "kv: must be between"),
+        (_signals(REV, TAG, 0, 1, True, 1, 2, 10**7, 4), "prefix: must be between"),
+        (_signals(REV, TAG, 0, 1, True, 1, 2, 3, MAX_AMOUNT + 1), "p99: must be between"),
+        (_signals(REV, TAG, 0, 1, True, 1, True, 3, 4), "kv: must be an integer"),
+        (_signals(REV, TAG, REV + 1, 1, None, None, None, None, None), "at offset"),
+        (_signals(REV, TAG, None), "at offset: must be an integer"),
+        (_signals(REV, 10**10, 0), "site tag: must be between"),
+        (_signals(REV, 2**32, 0), "another site's tag"),
+        (_signals(REV + 1, TAG, 0), "rev: differs from the item version"),
+        (_signals(REV, TAG, 0) + b" ", "canonical"),
+        (b"\x02[%d,%d,0]\n" % (REV, TAG), "canonical"),
+    ],
+)
+def test_malformed_signals_are_refused_with_a_clear_message(payload: bytes, message: str) -> None:
+    receiver = GridState("site-b")
+    with pytest.raises(CrdtDecodeError, match=message):
+        receiver.apply_item("site-a", "state", "signals/llama", REV, payload, NOW)
+    assert receiver.sites() == ("site-b",) and receiver.providers() == ()
+
+
+def test_signals_keys_versions_and_origins_are_checked() -> None:
+    key, version, payload = signals_item()
+    receiver = GridState("site-b")
+    for origin, name, at_version, data in [
+        ("site a", "llama", version, payload),
+        ("site-a", "Bad_Name", version, payload),
+        ("site-a", "p" * (MAX_PROVIDER_NAME + 1), version, payload),
+        ("site-a", "llama", version + 1, payload),
+        ("site-a", "llama", 0, payload),
+        ("site-a", "llama", True, payload),
+        ("site-a", "llama", version, bytearray(payload)),
+    ]:
+        with pytest.raises(CrdtDecodeError):
+            receiver.apply_item(origin, "state", f"signals/{name}", at_version, data, NOW)  # type: ignore[arg-type]
+        with pytest.raises(CrdtDecodeError):
+            decode_item(origin, "state", f"signals/{name}", at_version, data)  # type: ignore[arg-type]
+    with pytest.raises(CrdtForgedItemError, match="another site's tag"):
+        receiver.apply_item("site-c", "state", key, version, payload, NOW)
+    with pytest.raises(CrdtForgedItemError):  # found also when the payload is not canonical
+        receiver.apply_item("site-c", "state", key, version, payload + b" ", NOW)
+    assert receiver.sites() == ("site-b",)
+    assert receiver.apply_item("site-a", "state", key, version, payload, NOW)
+
+
+signals_states = st.builds(
+    lambda rev, back, phase, metrics: SignalsState.written(
+        "site-a", "llama", rev, max(0, rev - back), phase, None if phase is None else metrics
+    ),
+    st.integers(1, MAX_SAFE_INT),
+    st.integers(0, 10**6) | st.just(MAX_SAFE_INT),
+    st.none() | st.sampled_from(PHASES),
+    metrics,
+)
+
+
+@given(signals_states)
+def test_signals_round_trip_in_their_one_canonical_form(state: SignalsState) -> None:
+    payload = state.payload
+    assert payload[1:] == canonical_json(json.loads(payload[1:]))
+    assert decode_signals("site-a", "llama", state.version, payload) == state
+
+
+json_numbers = st.one_of(
+    st.integers(-5, 3 * MAX_AMOUNT),
+    st.integers(0, 2**64),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0, 1, 2, 3, 4, TAG, REV]),
+)
+json_entries = st.one_of(json_numbers, st.none(), st.booleans(), st.text(max_size=3))
+
+
+@st.composite
+def signals_lists(draw: st.DrawFn) -> list[object]:
+    """A valid signals list with a few entries replaced, dropped or added."""
+    state = draw(signals_states)
+    entries: list[object] = json.loads(state.payload[1:])
+    entries[0], entries[1] = REV, TAG
+    entries[2] = min(entries[2], REV)  # type: ignore[type-var]
+    for _ in range(draw(st.integers(0, 2))):
+        edit = draw(st.sampled_from(["replace", "drop", "add"]))
+        index = draw(st.integers(0, len(entries) - 1))
+        if edit == "replace":
+            entries[index] = draw(json_entries)
+        elif edit == "drop" and len(entries) > 1:
+            del entries[index]
+        else:
+            entries.insert(index, draw(json_entries))
+    return entries
+
+
+@settings(max_examples=500)
+@given(
+    signals_lists(),
+    st.sampled_from([(",", ":"), (",", ":"), (", ", ": ")]),
+    st.sampled_from(["", "", " ", "\n"]),
+)
+def test_the_signals_reader_agrees_with_the_generic_json_reader(
+    entries: list[object], separators: tuple[str, str], padding: str
+) -> None:
+    # Differential: a payload decodes exactly when it is the canonical encoding of a list
+    # the generic strict reader finds valid, and then to the state it describes.
+    text = padding + json.dumps(entries, separators=separators) + padding
+    payload = b"\x02" + text.encode()
+    try:
+        decoded = decode_signals("site-a", "llama", REV, payload)
+    except CrdtDecodeError:
+        decoded = None
+    valid = (
+        len(entries) in (3, 9)
+        and all(type(v) is int for v in entries[:3])
+        and entries[0] == REV
+        and entries[1] == TAG
+        and 0 <= entries[2] <= REV  # type: ignore[operator]
+        and (
+            len(entries) == 3
+            or (
+                type(entries[3]) is int
+                and 0 <= entries[3] <= 3
+                and entries[4] in (None, True, False)
+                and all(
+                    v is None or (type(v) is int and 0 <= v <= high)
+                    for v, high in zip(
+                        entries[5:], (MAX_AMOUNT, 1_000_000, 1_000_000, MAX_AMOUNT), strict=True
+                    )
+                )
+            )
+        )
+    )
+    try:
+        canonical = payload == b"\x02" + canonical_json(entries)  # type: ignore[arg-type]
+    except ValueError:  # NaN or Infinity: no canonical form at all
+        canonical = False
+    assert (decoded is not None) == (valid and canonical)
+    if decoded is not None:
+        assert decoded.payload == payload
+        assert decoded.version == REV and decoded.at_ms == REV - entries[2]  # type: ignore[operator]
 
 
 def test_a_gateway_server_name_travels_only_when_set() -> None:

@@ -52,15 +52,20 @@ def deliver_all(receiver: GridState, origin: GridState, now: float = NOW + 1) ->
 # Publishing and reading
 
 
-def test_a_provider_travels_as_one_item_and_reads_back_with_its_times() -> None:
+def test_a_provider_travels_as_catalogue_and_signals_and_reads_back_whole() -> None:
     a, b = GridState("site-a"), GridState("site-b")
     assert a.put_provider(sample_record(), NOW)
     assert not a.put_provider(sample_record(), NOW + 1)  # nothing changed: nothing to send
-    (item,) = a.items_to_publish()
-    assert (item.lane, item.key) == ("state", "provider/llama")
+    catalogue, signals = a.items_to_publish()
+    assert (catalogue.lane, catalogue.key) == ("state", "provider/llama")
+    assert (signals.lane, signals.key) == ("state", "signals/llama")
+    assert catalogue.version == signals.version  # one write, one revision
+    assert len(signals.payload) <= 128 < len(catalogue.payload)
     assert a.items_to_publish() == []
-    assert deliver(b, "site-a", item, now=NOW + 3)
-    assert not deliver(b, "site-a", item, now=NOW + 4)  # a duplicate changes nothing
+    assert deliver(b, "site-a", catalogue, now=NOW + 2)
+    assert b.providers() == ()  # half a provider is not a provider
+    assert deliver(b, "site-a", signals, now=NOW + 3)
+    assert not deliver(b, "site-a", signals, now=NOW + 4)  # a duplicate changes nothing
     (entry,) = b.providers()
     assert entry.site == "site-a" and entry.record == sample_record()
     assert entry.updated_at == NOW and entry.received_at == NOW + 3
@@ -68,36 +73,94 @@ def test_a_provider_travels_as_one_item_and_reads_back_with_its_times() -> None:
     assert [e.site for e in a.providers()] == ["site-a"]  # a site sees its own providers too
 
 
-def test_a_metrics_update_is_a_new_version_of_the_same_key() -> None:
+def test_a_load_change_sends_only_the_signals_item() -> None:
     a, b = GridState("site-a"), GridState("site-b")
     a.put_provider(sample_record(), NOW)
-    (first,) = a.items_to_publish()
+    catalogue, first = a.items_to_publish()
     busy = ProviderMetrics.from_measurements(healthy=True, queue_depth=40, p99_latency_ms=3000)
     a.put_provider(sample_record(metrics=busy), NOW + 5)
     (second,) = a.items_to_publish()
     assert second.key == first.key and second.version > first.version
-    # Out of order: the newer arrives first, the older one is then ignored.
-    assert deliver(b, "site-a", second)
+    a.put_provider(sample_record(metrics=busy, phase="Degraded"), NOW + 6)
+    (third,) = a.items_to_publish()
+    assert third.key == first.key
+    # Out of order: the newer arrives first, the older ones are then ignored.
+    deliver(b, "site-a", catalogue)
+    assert deliver(b, "site-a", third)
+    assert not deliver(b, "site-a", second)
     assert not deliver(b, "site-a", first)
     entry = b.provider("site-a", "llama")
-    assert entry is not None and entry.record.metrics == busy and entry.updated_at == NOW + 5
+    assert entry is not None and entry.record.metrics == busy and entry.updated_at == NOW + 6
+    assert entry.record.phase == "Degraded"
+    # A catalogue change goes out alone, and readers keep the signals they hold.
+    a.put_provider(sample_record(metrics=busy, phase="Degraded", tools=("calculator",)), NOW + 7)
+    (changed,) = a.items_to_publish()
+    assert changed.key == catalogue.key and changed.version > third.version
+    deliver(b, "site-a", changed)
+    entry = b.provider("site-a", "llama")
+    assert entry is not None and entry.record.tools == ("calculator",)
+    assert entry.record.metrics == busy and entry.updated_at == NOW + 7
 
 
-def test_removal_publishes_a_tombstone_that_beats_older_versions() -> None:
+def test_removal_publishes_a_tombstone_and_void_signals_that_beat_older_versions() -> None:
     a, b = GridState("site-a"), GridState("site-b")
     a.put_provider(sample_record(), NOW)
-    (added,) = a.items_to_publish()
+    added, signals = a.items_to_publish()
     assert a.remove_provider("llama", NOW + 1)
     assert not a.remove_provider("llama", NOW + 2)
-    (tombstone,) = a.items_to_publish()
+    tombstone, void = a.items_to_publish()
+    assert (tombstone.key, void.key) == (added.key, signals.key)
     assert len(tombstone.payload) < len(added.payload)
+    assert len(void.payload) < len(signals.payload)
     deliver(b, "site-a", tombstone)
+    deliver(b, "site-a", void)
     assert not deliver(b, "site-a", added)
+    assert not deliver(b, "site-a", signals)
     assert b.providers() == () and b.provider("site-a", "llama") is None
-    assert a.own_provider_names() == ()
+    assert a.own_provider_names() == () and a.providers() == ()
     a.put_provider(sample_record(), NOW + 3)  # and it can come back
     deliver_all(b, a)
     assert [e.record.name for e in b.providers()] == ["llama"]
+
+
+ORDERS = {
+    # Each names the order in which a reader receives a provider's items; what it must see.
+    "signals before catalogue": (["signals", "catalogue"], True),
+    "catalogue before signals": (["catalogue", "signals"], True),
+    "signals after tombstone": (["tombstone", "signals"], False),
+    "catalogue after tombstone": (["tombstone", "catalogue", "signals"], False),
+    "signals alone": (["signals"], False),
+    "void before catalogue": (["void", "catalogue"], False),
+    "tombstone, void, then old items": (["tombstone", "void", "catalogue", "signals"], False),
+    "re-added after removal": (["tombstone", "void", "again", "again signals"], True),
+    "re-added, old signals late": (["again", "void", "signals", "again signals"], True),
+    "re-added before its signals": (["catalogue", "void", "again"], False),
+}
+
+
+@pytest.mark.parametrize("order", ORDERS, ids=str)
+def test_a_removed_providers_signals_never_bring_it_back(order: str) -> None:
+    a = GridState("site-a")
+    a.put_provider(sample_record(), NOW)
+    items = dict(zip(["catalogue", "signals"], a.items_to_publish(), strict=True))
+    a.remove_provider("llama", NOW + 1)
+    items.update(zip(["tombstone", "void"], a.items_to_publish(), strict=True))
+    a.put_provider(sample_record(phase="Degraded"), NOW + 2)
+    items.update(zip(["again", "again signals"], a.items_to_publish(), strict=True))
+    sequence, visible = ORDERS[order]
+    b = GridState("site-b")
+    for name in sequence:
+        deliver(b, "site-a", items[name])
+    entry = b.provider("site-a", "llama")
+    assert (entry is not None) is visible
+    assert [e.record.name for e in b.providers()] == (["llama"] if visible else [])
+    if entry is not None and "again" in sequence:
+        assert entry.record.phase == "Degraded"
+    # Whatever arrived first, the same items make the same state.
+    reversed_order = GridState("site-c")
+    for name in reversed(sequence):
+        deliver(reversed_order, "site-a", items[name])
+    assert reversed_order.snapshot("site-a") == b.snapshot("site-a")
 
 
 def test_tombstones_can_be_pruned_once_old() -> None:
@@ -109,8 +172,17 @@ def test_tombstones_can_be_pruned_once_old() -> None:
     assert b.prune_tombstones(before=NOW + 10) == 0
     assert b.prune_tombstones(before=NOW + 11) == 1
     assert a.prune_tombstones(before=NOW + 11) == 1
-    assert [item.key for item in a.all_items()] == ["provider/other"]
+    assert [item.key for item in a.all_items()] == ["provider/other", "signals/other"]
     assert "llama" not in b.snapshot("site-a").providers
+    assert "llama" not in b.snapshot("site-a").signals
+    # Signals held without any catalogue (the catalogue never arrived) go once old too.
+    c = GridState("site-c")
+    for item in a.all_items():
+        if item.key.startswith("signals/"):
+            deliver(c, "site-a", item)
+    assert c.prune_tombstones(before=NOW) == 0
+    assert c.prune_tombstones(before=NOW + 1) == 1
+    assert c.snapshot("site-a").signals == {}
 
 
 def test_a_later_life_of_a_site_supersedes_the_sets_of_an_earlier_one() -> None:
@@ -163,10 +235,10 @@ def test_site_records_and_forgetting_a_site() -> None:
 def test_a_site_cannot_forge_another_sites_record() -> None:
     a, b, c = GridState("site-a"), GridState("site-b"), GridState("site-c")
     a.put_provider(sample_record(), NOW)
-    (item,) = a.items_to_publish()
     before = c.snapshot("site-a")
-    with pytest.raises(CrdtForgedItemError):
-        deliver(c, "site-b", item)
+    for item in a.items_to_publish():
+        with pytest.raises(CrdtForgedItemError):
+            deliver(c, "site-b", item)
     assert c.sites() == ("site-c",) and c.snapshot("site-a") == before
     # A site's spend item only ever fills that site's own slot.
     b.add_spend("acme", "w1", 10, NOW)
@@ -184,7 +256,8 @@ def test_a_site_cannot_forge_another_sites_record() -> None:
 def test_garbage_is_refused_and_changes_nothing(payload: bytes) -> None:
     b = GridState("site-b")
     before = b.snapshot("site-a")
-    for lane, key in [("state", "provider/x"), ("state", "budget/t/w/1"), ("gateway", "gateway")]:
+    keys = [("state", "provider/x"), ("state", "signals/x"), ("state", "budget/t/w/1")]
+    for lane, key in [*keys, ("gateway", "gateway")]:
         with pytest.raises(CrdtDecodeError):
             b.apply_item("site-a", lane, key, 1, payload, NOW)
     assert b.sites() == ("site-b",) and b.snapshot("site-a") == before
@@ -278,8 +351,8 @@ def test_a_restarted_site_supersedes_its_old_items_and_keeps_its_spend() -> None
     assert restarted.budget_spend("acme", "2025-06") == 1000
 
 
-def _latest(gossip: Gossip) -> tuple[int, bytes]:
-    item = gossip.latest[("site-a", "state", "provider/llama")]
+def _latest(gossip: Gossip, key: str = "provider/llama") -> tuple[int, bytes]:
+    item = gossip.latest[("site-a", "state", key)]
     return item.version, item.payload
 
 
@@ -311,22 +384,24 @@ def test_an_unrecovered_write_below_old_versions_is_repaired_on_recovery() -> No
     gossip.publish(a)
     old_version = a.snapshot().providers["llama"].version
     restarted = GridState("site-a")
-    restarted.put_provider(sample_record(tools=("calculator",)), NOW - 3600)
-    (stale,) = restarted.items_to_publish()
-    assert stale.version < old_version  # the gossip would drop it as older
-    # Recovery merges the old life's item, which is later than the stale write and so
-    # replaces it: that item is already in the gossip, nothing needs sending.
-    assert restarted.apply_item("site-a", "state", "provider/llama", *_latest(gossip), NOW)
+    restarted.put_provider(sample_record(tools=("calculator",), phase="Degraded"), NOW - 3600)
+    stale = restarted.items_to_publish()
+    assert len(stale) == 2 and all(item.version < old_version for item in stale)
+    # Recovery merges the old life's items, which are later than the stale writes and so
+    # replace them: those items are already in the gossip, nothing needs sending.
+    for key in ("provider/llama", "signals/llama"):
+        assert restarted.apply_item("site-a", "state", key, *_latest(gossip, key), NOW)
     assert restarted.items_to_publish() == []
     entry = restarted.provider("site-a", "llama")
-    assert entry is not None and entry.record.tools == ("search",)
+    assert entry is not None and entry.record == sample_record(tools=("search",))
     # Re-declaring the provider (what the site's reconcile loop does) then wins everywhere.
-    restarted.put_provider(sample_record(tools=("calculator",)), NOW - 3599)
-    gossip.publish(restarted)
+    restarted.put_provider(sample_record(tools=("calculator",), phase="Degraded"), NOW - 3599)
+    assert len(gossip.publish(restarted)) == 2
     reader = GridState("site-b")
     gossip.sync(reader)
     entry = reader.provider("site-a", "llama")
     assert entry is not None and entry.record.tools == ("calculator",)
+    assert entry.record.phase == "Degraded"
 
 
 def test_a_recovery_that_mixes_two_lives_is_republished_above_both() -> None:
@@ -334,21 +409,29 @@ def test_a_recovery_that_mixes_two_lives_is_republished_above_both() -> None:
     a = GridState("site-a")
     a.put_provider(sample_record(), NOW)
     busy = ProviderMetrics.from_measurements(healthy=True, queue_depth=30)
-    a.put_provider(sample_record(metrics=busy), NOW + 100)  # the old life's last write
+    # The old life's last write: new tools and new load.
+    a.put_provider(sample_record(metrics=busy, tools=("calculator",)), NOW + 100)
     gossip.publish(a)
     restarted = GridState("site-a")  # its clock is behind the old life's last write
     moved = dataclasses.replace(sample_record().spec, endpoint="https://llama-2.svc/v1")
     idle = ProviderMetrics.from_measurements(healthy=True, queue_depth=0)
     restarted.put_provider(sample_record(spec=moved, metrics=idle), NOW + 50)
     restarted.items_to_publish()
-    # Merging keeps the newer spec of this life and the newer metrics of the old one: a
-    # state neither life published, so it goes out under a version above both.
-    assert restarted.apply_item("site-a", "state", "provider/llama", *_latest(gossip), NOW + 51)
+    # The catalogue merges to the newer spec of this life and the newer tools of the old
+    # one: a state neither life published, so it goes out under a version above both. The
+    # signals register takes the old life's later write whole: that item stays current.
+    for key in ("provider/llama", "signals/llama"):
+        assert restarted.apply_item("site-a", "state", key, *_latest(gossip, key), NOW + 51)
     (mixed,) = restarted.items_to_publish()
+    assert mixed.key == "provider/llama"
     assert mixed.version > gossip.latest[("site-a", "state", "provider/llama")].version
     entry = restarted.provider("site-a", "llama")
     assert entry is not None
-    assert (entry.record.spec, entry.record.metrics) == (moved, busy)
+    assert (entry.record.spec, entry.record.tools, entry.record.metrics) == (
+        moved,
+        ("calculator",),
+        busy,
+    )
     reader = GridState("site-b")
     gossip.sync(reader)
     deliver(reader, "site-a", mixed)

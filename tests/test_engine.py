@@ -222,7 +222,10 @@ def test_own_providers_render_at_once_and_the_document_is_accepted() -> None:
     text = a.overlays[GATEWAY].overlay.text  # type: ignore[union-attr]
     verdict = validate_overlay(text, ExpectedScope(network=NETWORK, local_site="site-a"))
     assert verdict.accepted, verdict.detail
-    assert [i.key for i in result.items if i.lane == STATE_LANE] == ["provider/llama-a"]
+    assert [i.key for i in result.items if i.lane == STATE_LANE] == [
+        "provider/llama-a",
+        "signals/llama-a",
+    ]
 
 
 def test_an_unchanged_order_is_not_rendered_again() -> None:
@@ -242,7 +245,7 @@ def test_providers_of_other_sites_in_the_yaml_are_not_offered_from_the_yaml() ->
     published = {i.key for i in a.refresh(T0).items} | {
         i.key for i in a.state.all_items() if i.lane == STATE_LANE
     }
-    assert published == {"provider/llama-a"}
+    assert published == {"provider/llama-a", "signals/llama-a"}
 
 
 def test_a_provider_tied_to_no_site_is_offered_locally_and_not_published() -> None:
@@ -383,6 +386,45 @@ def test_a_metric_change_at_one_site_reorders_the_others() -> None:
     order = overlay_of(c)["overlay"]["candidates"]
     assert [entry["site"] for entry in order] == ["site-b", "site-a"]
     assert order[1]["admission_state"] == "existing_only"
+
+
+def _signals_sent(e: SiteEngine, moment: datetime, **values: float) -> bool:
+    e.observe_scrape("llama-a", scrape(**values), moment)
+    return any(i.key == "signals/llama-a" for i in e.refresh(moment).items)
+
+
+def test_load_is_republished_only_when_it_moves_enough_to_matter() -> None:
+    # Defaults: steps of 2 % (1.28 of a queue capacity of 64, 0.02 of KV), admission at
+    # queue 0.85 (54.4) and KV 0.90, and every provider refreshed within the TTL / 3.
+    a = engine("site-a", [provider("llama-a", "site-a", metrics=True)])
+    moment = T0
+    assert _signals_sent(a, moment, queue=10, kv=0.5)
+    steps = [
+        (dict(queue=10.5, kv=0.51), False),
+        (dict(queue=11.5, kv=0.51), True),
+        (dict(queue=54, kv=0.51), True),
+        (dict(queue=54.5, kv=0.51), True),  # crosses admission's queue level
+        (dict(queue=55, kv=0.895), True),
+        (dict(queue=55, kv=0.905), True),  # crosses admission's KV level
+        (dict(queue=55.5, kv=0.91), False),
+    ]
+    for values, sent in steps:
+        moment += timedelta(seconds=1)
+        assert _signals_sent(a, moment, **values) is sent, values
+    entry = a.state.provider("site-a", "llama-a")
+    assert entry is not None and entry.record.metrics.queue_depth == 55
+    # The refresh (TTL / 3 = 20 s here) then sends what is measured now.
+    assert _signals_sent(a, moment + timedelta(seconds=21), queue=55.5, kv=0.91)
+    entry = a.state.provider("site-a", "llama-a")
+    assert entry is not None and entry.record.metrics.queue_depth == 55.5
+
+    every = engine(
+        "site-a",
+        [provider("llama-a", "site-a", metrics=True)],
+        net=network(signalPublishing={"enabled": False}),
+    )
+    assert _signals_sent(every, T0, queue=10, kv=0.5)
+    assert _signals_sent(every, T0 + timedelta(seconds=1), queue=10.5, kv=0.51)
 
 
 def test_failing_health_checks_take_a_provider_out_everywhere() -> None:
@@ -691,10 +733,18 @@ TTL = timedelta(seconds=60)
 def test_a_quiet_provider_is_written_again_before_peers_could_call_it_stale() -> None:
     b = engine("site-b", [provider("llama-b", "site-b")])
     first = {i.key: i.version for i in b.refresh(T0).items}
-    assert "provider/llama-b" in first
+    assert {"provider/llama-b", "signals/llama-b"} <= set(first)
     assert not b.refresh(T0 + TTL / 3 - timedelta(seconds=1)).items
+    # Only the small signals item goes out again: it alone keeps the provider fresh.
     again = {i.key: i.version for i in b.refresh(T0 + TTL / 3 + timedelta(seconds=1)).items}
-    assert again["provider/llama-b"] > first["provider/llama-b"]
+    assert set(again) == {"signals/llama-b"}
+    assert again["signals/llama-b"] > first["signals/llama-b"]
+    a = engine("site-a", [], sites=[site("site-a"), site("site-b")])
+    for item in b.state.all_items():
+        a.receive_item("site-b", item.lane, item.key, item.version, item.payload, T0)
+    entry = a.state.provider("site-b", "llama-b")
+    assert entry is not None
+    assert entry.updated_at == (T0 + TTL / 3 + timedelta(seconds=1)).timestamp()
 
 
 def test_a_live_site_silent_past_the_ttl_leaves_the_overlay_as_grid_render_predicts() -> None:

@@ -3,7 +3,8 @@
 An item payload is one format byte followed by canonical JSON: object keys sorted, no
 whitespace, ASCII only, integers only (money, ratios and times are fixed-point integers).
 Equal values give equal bytes. Decoders re-encode what they read and insist on getting the
-payload back, so every state has exactly one encoding and anything else is refused.
+payload back (or, for signals items, read them with a grammar that admits only the canonical
+form), so every state has exactly one encoding and anything else is refused.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from typing import NoReturn, Protocol, TypeAlias
 from grid.errors import CrdtDecodeError, CrdtLimitError
 
 FORMAT_VERSION = 1
-"""The first byte of every payload; a reader refuses any other."""
+"""The first byte of gateway, certificate, metadata and spend payloads; a reader refuses
+any other."""
+
+PROVIDER_FORMAT_VERSION = 2
+"""The first byte of provider catalogue and signals payloads. Format 1 carried a provider
+whole, signals included, in one item; a reader refuses it, and a format 1 reader refuses
+these."""
 
 MAX_ITEM_BYTES = 1024
 """Largest item as the gossip transport frames it (origin, lane, key, version and payload),
@@ -60,10 +67,11 @@ def item_bytes(origin: str, key: str, payload: bytes) -> int:
     return ITEM_OVERHEAD_BYTES + len(origin.encode()) + len(key.encode()) + len(payload)
 
 
-def frame(body: Json, origin: str, key: str, what: str) -> bytes:
-    """The payload of the item ``key`` of ``origin``, or :class:`~grid.errors.CrdtLimitError`
-    if the item would exceed :data:`MAX_ITEM_BYTES` (``what`` names it in the message)."""
-    payload = bytes((FORMAT_VERSION,)) + canonical_json(body)
+def frame(body: Json, origin: str, key: str, what: str, version: int = FORMAT_VERSION) -> bytes:
+    """The payload of the item ``key`` of ``origin`` in format ``version``, or
+    :class:`~grid.errors.CrdtLimitError` if the item would exceed :data:`MAX_ITEM_BYTES`
+    (``what`` names it in the message)."""
+    payload = bytes((version,)) + canonical_json(body)
     size = item_bytes(origin, key, payload)
     if size > MAX_ITEM_BYTES:
         raise CrdtLimitError(
@@ -73,9 +81,10 @@ def frame(body: Json, origin: str, key: str, what: str) -> bytes:
     return payload
 
 
-def unframe(payload: object) -> object:
-    """The JSON value inside a payload, checked for size, format byte, ASCII, duplicate keys,
-    floats and non-finite constants. The caller checks the shape and canonical form."""
+def unframe(payload: object, version: int = FORMAT_VERSION) -> object:
+    """The JSON value inside a payload of format ``version``, checked for size, format byte,
+    ASCII, duplicate keys, floats and non-finite constants. The caller checks the shape and
+    canonical form."""
     if not isinstance(payload, bytes):
         raise CrdtDecodeError("payload must be bytes")
     if len(payload) > MAX_ITEM_BYTES:
@@ -84,8 +93,10 @@ def unframe(payload: object) -> object:
         )
     if not payload:
         raise CrdtDecodeError("payload is empty")
-    if payload[0] != FORMAT_VERSION:
-        raise CrdtDecodeError(f"payload format {payload[0]} is not supported")
+    if payload[0] != version:
+        raise CrdtDecodeError(
+            f"payload format {payload[0]} is not supported for this item (format {version})"
+        )
     try:
         text = payload[1:].decode("ascii")
         return json.loads(

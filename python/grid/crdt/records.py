@@ -486,6 +486,27 @@ class ProviderMetrics:
             p99_latency_us=_fixed(p99_latency_ms, 1_000, "P99 latency"),
         )
 
+    @classmethod
+    def from_checked(
+        cls,
+        healthy: bool | None,
+        queue_depth_milli: int | None,
+        kv_cache_utilization_ppm: int | None,
+        prefix_cache_hit_ppm: int | None,
+        p99_latency_us: int | None,
+    ) -> ProviderMetrics:
+        """Metrics from values the caller has already bounded (the signals reader checks
+        each while parsing); built without checking them again, since this is done for
+        every received signals item."""
+        metrics = object.__new__(cls)
+        set_field = object.__setattr__
+        set_field(metrics, "healthy", healthy)
+        set_field(metrics, "queue_depth_milli", queue_depth_milli)
+        set_field(metrics, "kv_cache_utilization_ppm", kv_cache_utilization_ppm)
+        set_field(metrics, "prefix_cache_hit_ppm", prefix_cache_hit_ppm)
+        set_field(metrics, "p99_latency_us", p99_latency_us)
+        return metrics
+
     @property
     def queue_depth(self) -> float | None:
         return None if self.queue_depth_milli is None else self.queue_depth_milli / 1_000

@@ -2,16 +2,18 @@
 
 Lanes and keys (one item per key; a newer version of a key supersedes the older one):
 
-- ``state``: ``provider/<name>`` (one provider record), ``budget/<digest>/<epoch>`` (this
-  site's spend slot for a tenant's budget window in one of its lives);
+- ``state``: ``provider/<name>`` (one provider's catalogue: spec, models, tools, agents),
+  ``signals/<name>`` (its phase, health and load signals), ``budget/<digest>/<epoch>``
+  (this site's spend slot for a tenant's budget window in one of its lives);
 - ``gateway``: ``gateway`` (the site's gateway address and TLS mode);
 - ``cert``: ``cert/<i>`` (chunk ``i`` of the site's public certificate PEM);
 - ``metadata``: ``metadata`` (geography, labels, grid id).
 
 Every item is written by one site only, its origin. So stamps, dots and causal contexts
-inside an item carry no writer ids: the writer is the ``site`` the payload names, which must
-be the site the transport says sent it. Revisions inside an item are written as offsets below
-the item's revision (its version), which keeps an item small.
+inside an item carry no writer ids: the writer is the ``site`` the payload names (a signals
+item carries a tag of it instead), which must be the site the transport says sent it.
+Revisions inside an item are written as offsets below the item's revision (its version),
+which keeps an item small.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from grid.crdt.codec import (
     MAX_ITEM_BYTES,
     MAX_KEY_BYTES,
     MAX_SAFE_INT,
+    PROVIDER_FORMAT_VERSION,
     Json,
     WireValue,
     canonical_json,
@@ -44,10 +47,8 @@ from grid.crdt.codec import (
 from grid.crdt.lww import LWWRegister, Stamp
 from grid.crdt.orset import Dot, ORSet
 from grid.crdt.records import (
-    PHASES,
     GatewayRecord,
     ModelEntry,
-    ProviderMetrics,
     ProviderRecord,
     ProviderSpec,
     SiteMetadata,
@@ -57,6 +58,7 @@ from grid.crdt.records import (
     check_tenant,
     check_window,
 )
+from grid.crdt.signals import SignalsState, decode_signals, site_tag
 from grid.errors import CrdtDecodeError, CrdtForgedItemError, CrdtValueError
 
 STATE_LANE = "state"
@@ -68,6 +70,9 @@ LANES = (STATE_LANE, GATEWAY_LANE, CERT_LANE, METADATA_LANE)
 GATEWAY_KEY = "gateway"
 METADATA_KEY = "metadata"
 _PROVIDER_PREFIX = "provider/"
+SIGNALS_PREFIX = "signals/"
+MAX_PROVIDER_NAME = MAX_KEY_BYTES - len(_PROVIDER_PREFIX)
+"""Longest provider name that leaves both its keys within the transport's key limit."""
 _SPEND_PREFIX = "budget/"
 _CERT_PREFIX = "cert/"
 
@@ -104,15 +109,24 @@ class Item:
         )
 
 
+def check_keyed_provider_name(name: object, what: str = "provider name") -> str:
+    """A provider name short enough for its keys: at most :data:`MAX_PROVIDER_NAME`
+    characters of a DNS subdomain."""
+    check_provider_name(name, what)
+    assert isinstance(name, str)
+    if len(name) > MAX_PROVIDER_NAME:
+        raise CrdtValueError(f"provider names are limited to {MAX_PROVIDER_NAME} characters")
+    return name
+
+
 def provider_key(name: str) -> str:
-    """The ``state`` lane key of a provider record; the name must leave the key within
-    :data:`~grid.crdt.codec.MAX_KEY_BYTES`."""
-    key = _PROVIDER_PREFIX + check_provider_name(name)
-    if len(key) > MAX_KEY_BYTES:
-        raise CrdtValueError(
-            f"provider names are limited to {MAX_KEY_BYTES - len(_PROVIDER_PREFIX)} characters"
-        )
-    return key
+    """The ``state`` lane key of a provider's catalogue."""
+    return _PROVIDER_PREFIX + check_keyed_provider_name(name)
+
+
+def signals_key(name: str) -> str:
+    """The ``state`` lane key of a provider's signals."""
+    return SIGNALS_PREFIX + check_keyed_provider_name(name)
 
 
 def spend_key(tenant: str, window: str, epoch: int) -> str:
@@ -136,19 +150,18 @@ def cert_key(index: int) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ProviderState:
-    """The replicated state of one provider record.
+    """The replicated catalogue of one provider: what it is and what it offers.
 
-    LWW registers hold the declaration (``spec``, None once the provider is removed), the
-    lifecycle phase and the metrics; OR-Sets hold models, tools and agents. The ``header``
-    register is written on every change: its stamp is the record's version and its value
-    the writer's clock (milliseconds) at that change.
+    LWW registers hold the declaration (``spec``, None once the provider is removed);
+    OR-Sets hold models, tools and agents. The ``header`` register is written on every
+    change: its stamp is the catalogue's version and its value the writer's clock
+    (milliseconds) at that change. The phase, health and load travel apart, as a
+    :class:`~grid.crdt.signals.SignalsState`.
     """
 
     name: str
     header: LWWRegister[int]
     spec: LWWRegister[ProviderSpec | None]
-    phase: LWWRegister[str]
-    metrics: LWWRegister[ProviderMetrics]
     models: ORSet[ModelEntry]
     tools: ORSet[str]
     agents: ORSet[str]
@@ -170,62 +183,64 @@ class ProviderState:
 
     @classmethod
     def created(cls, record: ProviderRecord, stamp: Stamp, at_ms: int) -> ProviderState:
-        """The state of a provider written for the first time."""
+        """The catalogue of a provider written for the first time."""
         dot = Dot(stamp.writer, stamp.revision)
         return cls(
             name=record.name,
             header=LWWRegister(at_ms, stamp),
             spec=LWWRegister(record.spec, stamp),
-            phase=LWWRegister(record.phase, stamp),
-            metrics=LWWRegister(record.metrics, stamp),
             models=ORSet[ModelEntry]().update(adds=record.models, dot=dot),
             tools=ORSet[str]().update(adds=record.tools, dot=dot),
             agents=ORSet[str]().update(adds=record.agents, dot=dot),
         )
 
+    def holds(self, record: ProviderRecord) -> bool:
+        """Whether this is a live catalogue saying what ``record`` says (phase and metrics
+        aside)."""
+        return (
+            self.spec.value == record.spec
+            and self.models.elements == frozenset(record.models)
+            and self.tools.elements == frozenset(record.tools)
+            and self.agents.elements == frozenset(record.agents)
+        )
+
     def written(self, record: ProviderRecord, stamp: Stamp, at_ms: int) -> ProviderState:
-        """This state after a local write of ``record``: registers that differ are assigned,
-        sets gain and lose what differs."""
+        """This catalogue after a local write of ``record``: registers that differ are
+        assigned, sets gain and lose what differs."""
         dot = Dot(stamp.writer, stamp.revision)
         return ProviderState(
             name=self.name,
             header=self.header.assign(at_ms, stamp),
             spec=_assigned(self.spec, record.spec, stamp),
-            phase=_assigned(self.phase, record.phase, stamp),
-            metrics=_assigned(self.metrics, record.metrics, stamp),
             models=_synced(self.models, record.models, dot),
             tools=_synced(self.tools, record.tools, dot),
             agents=_synced(self.agents, record.agents, dot),
         )
 
     def tombstone(self, stamp: Stamp, at_ms: int) -> ProviderState:
-        """This state after the provider's removal: no spec and empty sets."""
+        """This catalogue after the provider's removal: no spec and empty sets."""
         return ProviderState(
             name=self.name,
             header=self.header.assign(at_ms, stamp),
             spec=self.spec.assign(None, stamp),
-            phase=self.phase,
-            metrics=self.metrics,
             models=self.models.update(removes=self.models.elements),
             tools=self.tools.update(removes=self.tools.elements),
             agents=self.agents.update(removes=self.agents.elements),
         )
 
     def touched(self, stamp: Stamp, at_ms: int) -> ProviderState:
-        """This state under a new version and nothing else changed."""
+        """This catalogue under a new version and nothing else changed."""
         return ProviderState(
             self.name,
             self.header.assign(at_ms, stamp),
             self.spec,
-            self.phase,
-            self.metrics,
             self.models,
             self.tools,
             self.agents,
         )
 
     def merge(self, other: ProviderState) -> ProviderState:
-        """The join of two states of the same provider, field by field."""
+        """The join of two catalogues of the same provider, field by field."""
         if other is self:
             return self
         if other.name != self.name:
@@ -234,23 +249,22 @@ class ProviderState:
             self.name,
             self.header.merge(other.header),
             self.spec.merge(other.spec),
-            self.phase.merge(other.phase),
-            self.metrics.merge(other.metrics),
             self.models.merge(other.models),
             self.tools.merge(other.tools),
             self.agents.merge(other.agents),
         )
 
-    def record(self) -> ProviderRecord | None:
-        """The record as readers see it; None for a removed provider."""
+    def record(self, signals: SignalsState | None) -> ProviderRecord | None:
+        """The provider as readers see it, whole: None for a removed provider and for one
+        whose signals have not arrived (or are void)."""
         spec = self.spec.value
-        if spec is None:
+        if spec is None or signals is None or signals.phase is None or signals.metrics is None:
             return None
         return ProviderRecord(
             name=self.name,
             spec=spec,
-            phase=self.phase.value,
-            metrics=self.metrics.value,
+            phase=signals.phase,
+            metrics=signals.metrics,
             models=_one_per_name(self.models.elements),
             tools=tuple(self.tools.elements),
             agents=tuple(self.agents.elements),
@@ -278,22 +292,11 @@ def _one_per_name(models: Iterable[ModelEntry]) -> tuple[ModelEntry, ...]:
     return tuple(chosen.values())
 
 
-_PROVIDER_FIELDS = (
-    "agents",
-    "at",
-    "metrics",
-    "models",
-    "name",
-    "phase",
-    "rev",
-    "site",
-    "spec",
-    "tools",
-)
+_PROVIDER_FIELDS = ("agents", "at", "models", "name", "rev", "site", "spec", "tools")
 
 
 def encode_provider(site: str, state: ProviderState) -> Item:
-    """The item that publishes ``state`` as ``site``'s provider record."""
+    """The item that publishes ``state`` as ``site``'s provider catalogue."""
     rev = state.version
     spec = state.spec.value
     body: dict[str, Json] = {
@@ -302,18 +305,17 @@ def encode_provider(site: str, state: ProviderState) -> Item:
         "rev": rev,
         "at": state.header.value,
         "spec": _register_wire(state.spec, None if spec is None else spec.to_wire(), site, rev),
-        "phase": _register_wire(state.phase, state.phase.value, site, rev),
-        "metrics": _register_wire(state.metrics, state.metrics.value.to_wire(), site, rev),
         "models": _orset_wire(state.models, ModelEntry.to_wire, site, rev),
         "tools": _orset_wire(state.tools, _identity, site, rev),
         "agents": _orset_wire(state.agents, _identity, site, rev),
     }
     key = provider_key(state.name)
-    return Item(STATE_LANE, key, rev, frame(body, site, key, f"provider record {state.name!r}"))
+    payload = frame(body, site, key, f"provider {state.name!r}", PROVIDER_FORMAT_VERSION)
+    return Item(STATE_LANE, key, rev, payload)
 
 
 def _decode_provider(origin: str, name: str, version: int, payload: bytes) -> ProviderState:
-    body = read_object(unframe(payload), "provider item", _PROVIDER_FIELDS)
+    body = read_object(unframe(payload, PROVIDER_FORMAT_VERSION), "provider item", _PROVIDER_FIELDS)
     rev = _read_header(body, origin, version)
     if read_str(body["name"], "name") != name:
         fail("name", "does not match the item key")
@@ -321,8 +323,6 @@ def _decode_provider(origin: str, name: str, version: int, payload: bytes) -> Pr
         name=name,
         header=LWWRegister(read_int(body["at"], "at"), Stamp(rev, origin)),
         spec=_read_register(body["spec"], "spec", origin, rev, _read_spec),
-        phase=_read_register(body["phase"], "phase", origin, rev, _read_phase),
-        metrics=_read_register(body["metrics"], "metrics", origin, rev, ProviderMetrics.from_wire),
         models=_read_orset(body["models"], "models", origin, rev, ModelEntry.from_wire),
         tools=_read_orset(body["tools"], "tools", origin, rev, _read_catalog_name),
         agents=_read_orset(body["agents"], "agents", origin, rev, _read_catalog_name),
@@ -335,12 +335,12 @@ def _read_spec(value: object, where: str) -> ProviderSpec | None:
     return None if value is None else ProviderSpec.from_wire(value, where)
 
 
-def _read_phase(value: object, where: str) -> str:
-    phase = read_str(value, where)
-    # Checked here as well as by ProviderRecord, because a record is built only on read.
-    if phase not in PHASES:
-        fail(where, "is not a provider phase")
-    return phase
+def encode_signals(site: str, state: SignalsState) -> Item:
+    """The item that publishes ``state`` as ``site``'s signals of one provider (the
+    register's payload was encoded for its site when it was written or received)."""
+    if state.payload.split(b",", 2)[1] != b"%d" % site_tag(site):
+        raise CrdtValueError(f"state written by another site cannot be published as {site!r}")
+    return Item(STATE_LANE, signals_key(state.name), state.version, state.payload)
 
 
 def _read_catalog_name(value: object, where: str) -> str:
@@ -664,7 +664,9 @@ def _decode_cert_chunk(origin: str, index: int, version: int, payload: bytes) ->
 # ---------------------------------------------------------------------------------------
 # Decoding any item
 
-Fragment: TypeAlias = ProviderState | SpendSlot | GatewayUpdate | MetadataUpdate | CertChunkUpdate
+Fragment: TypeAlias = (
+    ProviderState | SignalsState | SpendSlot | GatewayUpdate | MetadataUpdate | CertChunkUpdate
+)
 
 
 def decode_item(origin: str, lane: str, key: str, version: int, payload: bytes) -> Fragment:
@@ -678,8 +680,11 @@ def decode_item(origin: str, lane: str, key: str, version: int, payload: bytes) 
             fail("key", f"must be 1 to {MAX_KEY_BYTES} ASCII characters")
         if isinstance(payload, bytes) and item_bytes(origin, key, payload) > MAX_ITEM_BYTES:
             fail("payload", f"makes an item over the {MAX_ITEM_BYTES}-byte limit")
+        if lane == STATE_LANE and key.startswith(SIGNALS_PREFIX):
+            name = check_keyed_provider_name(key[len(SIGNALS_PREFIX) :], "key provider name")
+            return decode_signals(origin, name, version, payload)
         if lane == STATE_LANE and key.startswith(_PROVIDER_PREFIX):
-            name = check_provider_name(key[len(_PROVIDER_PREFIX) :], "key provider name")
+            name = check_keyed_provider_name(key[len(_PROVIDER_PREFIX) :], "key provider name")
             return _decode_provider(origin, name, version, payload)
         if lane == STATE_LANE and key.startswith(_SPEND_PREFIX):
             return _decode_spend(origin, key, version, payload)
@@ -704,7 +709,8 @@ def decode_item(origin: str, lane: str, key: str, version: int, payload: bytes) 
 @dataclass(frozen=True, slots=True)
 class GridStateSnapshot:
     """Everything one site publishes about itself, except budget slots: its provider
-    records (tombstones included), gateway, certificate chunks and metadata.
+    catalogues (tombstones included) and signals, gateway, certificate chunks and
+    metadata.
 
     Immutable; :meth:`merge` is the join, :meth:`items` the canonical encoding, one item
     per key. Equal snapshots give equal items.
@@ -717,11 +723,13 @@ class GridStateSnapshot:
     cert_chunks: Mapping[int, LWWRegister[CertChunk]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    signals: Mapping[str, SignalsState] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         check_site_id(self.site)
         object.__setattr__(self, "providers", MappingProxyType(dict(self.providers)))
         object.__setattr__(self, "cert_chunks", MappingProxyType(dict(self.cert_chunks)))
+        object.__setattr__(self, "signals", MappingProxyType(dict(self.signals)))
 
     def merge(self, other: GridStateSnapshot) -> GridStateSnapshot:
         """The join of two snapshots of the same site."""
@@ -731,6 +739,10 @@ class GridStateSnapshot:
         for name, state in other.providers.items():
             mine = providers.get(name)
             providers[name] = state if mine is None else mine.merge(state)
+        signals = dict(self.signals)
+        for name, register in other.signals.items():
+            mine_signals = signals.get(name)
+            signals[name] = register if mine_signals is None else mine_signals.merge(register)
         chunks = dict(self.cert_chunks)
         for index, chunk in other.cert_chunks.items():
             mine_chunk = chunks.get(index)
@@ -741,11 +753,13 @@ class GridStateSnapshot:
             _merge_optional(self.gateway, other.gateway),
             _merge_optional(self.metadata, other.metadata),
             chunks,
+            signals,
         )
 
     def items(self) -> tuple[Item, ...]:
         """Every item of the snapshot, sorted by lane and key."""
         items = [encode_provider(self.site, state) for state in self.providers.values()]
+        items.extend(encode_signals(self.site, register) for register in self.signals.values())
         if self.gateway is not None:
             items.append(encode_gateway(self.site, self.gateway))
         if self.metadata is not None:

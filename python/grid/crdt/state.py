@@ -10,12 +10,14 @@ from grid.crdt.budget import BudgetLedger, BudgetStatus
 from grid.crdt.clock import RevisionClock, wall_millis
 from grid.crdt.lww import LWWRegister, Stamp
 from grid.crdt.records import GatewayRecord, ProviderRecord, SiteMetadata, check_site_id
+from grid.crdt.signals import SignalsState, SignalThresholds, decode_signals
 from grid.crdt.snapshot import (
     CERT_LANE,
     GATEWAY_KEY,
     GATEWAY_LANE,
     METADATA_KEY,
     METADATA_LANE,
+    SIGNALS_PREFIX,
     STATE_LANE,
     CertChunk,
     CertChunkUpdate,
@@ -29,22 +31,29 @@ from grid.crdt.snapshot import (
     assemble_cert,
     cert_chunks,
     cert_key,
+    check_keyed_provider_name,
     decode_item,
     encode_cert_chunk,
     encode_gateway,
     encode_metadata,
     encode_provider,
+    encode_signals,
     encode_spend,
     provider_key,
+    signals_key,
 )
 from grid.errors import CrdtDecodeError, CrdtLimitError, CrdtValueError
 
 R = TypeVar("R", LWWRegister[GatewayRecord], LWWRegister[SiteMetadata])
 
+_PLAIN_NOW = 9e12
+"""Times (seconds) up to here pass :func:`~grid.crdt.clock.wall_millis`'s checks."""
+
 MAX_SITES = 1024
 """Most sites (this one included) whose records are held."""
 MAX_PROVIDERS_PER_SITE = 4096
-"""Most provider records (tombstones included) held per site."""
+"""Most provider catalogues (tombstones included), and as many signals registers, held per
+site."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +63,8 @@ class ProviderEntry:
     site: str
     record: ProviderRecord
     updated_at: float
-    """The writer's clock (seconds) at the record's latest change."""
+    """The writer's clock (seconds) at the latest change of the provider's catalogue or
+    signals."""
     received_at: float
     """This site's clock (seconds) when that change arrived, or was written here: what
     staleness is judged by."""
@@ -64,6 +74,10 @@ class ProviderEntry:
 class _SiteRecords:
     providers: dict[str, ProviderState] = field(default_factory=dict)
     received_at: dict[str, float] = field(default_factory=dict)
+    signals: dict[str, SignalsState] = field(default_factory=dict)
+    signals_received_at: dict[str, float] = field(default_factory=dict)
+    entries: dict[str, ProviderEntry | None] = field(default_factory=dict)
+    """Providers as last read, dropped on every change of their catalogue or signals."""
     gateway: LWWRegister[GatewayRecord] | None = None
     metadata: LWWRegister[SiteMetadata] | None = None
     cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
@@ -117,48 +131,112 @@ class GridState:
     # -- writing this site's records ------------------------------------------------------
 
     def put_provider(
-        self, record: ProviderRecord, now: float, *, refresh_after: float | None = None
+        self,
+        record: ProviderRecord,
+        now: float,
+        *,
+        refresh_after: float | None = None,
+        thresholds: SignalThresholds | None = None,
     ) -> bool:
-        """Write one of this site's providers; whether it was written. An unchanged record
-        is written again (under a new version) once ``refresh_after`` seconds have passed
-        since it was last written, so peers can tell a live site's quiet provider from a
-        stale one. Raises :class:`~grid.errors.CrdtLimitError` (changing nothing) if the
-        record would not fit one item."""
+        """Write one of this site's providers; whether anything was written.
+
+        The catalogue (spec, models, tools, agents) is written when it changed. The signals
+        (phase and metrics) are written when the phase changed or, with ``thresholds``,
+        when the metrics moved enough to publish (without, on any change); and, whatever
+        moved, once ``refresh_after`` seconds have passed since they were last written, so
+        peers can tell a live site's quiet provider from a stale one and no published value
+        stays behind for longer. Raises :class:`~grid.errors.CrdtLimitError` (changing
+        nothing) if the catalogue would not fit one item."""
         if not isinstance(record, ProviderRecord):
             raise CrdtValueError("put_provider takes a ProviderRecord")
+        if thresholds is not None and not isinstance(thresholds, SignalThresholds):
+            raise CrdtValueError("thresholds must be SignalThresholds")
+        wall_millis(now)
         own = self._own
-        current = own.providers.get(record.name)
-        if current is not None and current.record() == record:
-            written = own.received_at.get(record.name, now)
-            if refresh_after is None or now - written < refresh_after:
-                return False
+        name = check_keyed_provider_name(record.name)
+        current = own.providers.get(name)
+        published = own.signals.get(name)
+        new = current is None or current.removed
+        write_catalogue = current is None or current.removed or not current.holds(record)
+        write_signals = (
+            new
+            or published is None
+            or published.metrics is None
+            or published.phase != record.phase
+            or (
+                published.metrics != record.metrics
+                and (
+                    thresholds is None
+                    or thresholds.worth_publishing(published.metrics, record.metrics)
+                )
+            )
+            or (
+                refresh_after is not None
+                and now - own.signals_received_at.get(name, now) >= refresh_after
+            )
+        )
+        if not write_catalogue and not write_signals:
+            return False
         if current is None:
-            _check_room(own, self._site)
+            _check_room(own.providers, self._site)
+        if published is None:
+            _check_room(own.signals, self._site)
         stamp, at_ms = self._stamp(now)
-        if current is None:
-            state = ProviderState.created(record, stamp, at_ms)
-        else:
-            state = current.written(record, stamp, at_ms)
-        item = encode_provider(self._site, state)
-        own.providers[record.name] = state
-        own.received_at[record.name] = now
-        self._publish(item)
+        catalogue = None
+        if write_catalogue:
+            state = (
+                ProviderState.created(record, stamp, at_ms)
+                if current is None
+                else current.written(record, stamp, at_ms)
+            )
+            catalogue = (state, encode_provider(self._site, state))
+        signals = None
+        if write_signals:
+            register = SignalsState.written(
+                self._site, name, stamp.revision, at_ms, record.phase, record.metrics
+            )
+            signals = (register, encode_signals(self._site, register))
+        self._commit(name, catalogue, signals, now)
         return True
 
     def remove_provider(self, name: str, now: float) -> bool:
-        """Remove one of this site's providers (publishing a small tombstone); whether it was
-        there."""
+        """Remove one of this site's providers (publishing a small tombstone of its
+        catalogue and a void signals item); whether it was there."""
         own = self._own
         current = own.providers.get(name)
         if current is None or current.removed:
             return False
+        if name not in own.signals:
+            _check_room(own.signals, self._site)
         stamp, at_ms = self._stamp(now)
         state = current.tombstone(stamp, at_ms)
-        item = encode_provider(self._site, state)
-        own.providers[name] = state
-        own.received_at[name] = now
-        self._publish(item)
+        void = SignalsState.written(self._site, name, stamp.revision, at_ms, None, None)
+        self._commit(
+            name,
+            (state, encode_provider(self._site, state)),
+            (void, encode_signals(self._site, void)),
+            now,
+        )
         return True
+
+    def _commit(
+        self,
+        name: str,
+        catalogue: tuple[ProviderState, Item] | None,
+        signals: tuple[SignalsState, Item] | None,
+        now: float,
+    ) -> None:
+        # Everything was encoded (and so checked) before this: a refusal changes nothing.
+        own = self._own
+        if catalogue is not None:
+            own.providers[name] = catalogue[0]
+            own.received_at[name] = now
+            self._publish(catalogue[1])
+        if signals is not None:
+            own.signals[name] = signals[0]
+            own.signals_received_at[name] = now
+            self._publish(signals[1])
+        own.entries.pop(name, None)
 
     def own_provider_names(self) -> tuple[str, ...]:
         """This site's live providers, including any recovered from an earlier life, so a
@@ -248,7 +326,10 @@ class GridState:
         site other than ``origin``) and :class:`~grid.errors.CrdtLimitError` past a bound;
         either way nothing changes.
         """
-        wall_millis(now)
+        if type(now) is not float or not 0.0 <= now <= _PLAIN_NOW:
+            wall_millis(now)  # the full check, for anything but a plain time
+        if lane == STATE_LANE and type(key) is str and key.startswith(SIGNALS_PREFIX):
+            return self._apply_signals(origin, key, version, payload, now)
         fragment = decode_item(origin, lane, key, version, payload)
         if origin == self._site:
             self._clock.observe(version)
@@ -263,6 +344,33 @@ class GridState:
         self._sites[origin] = records
         return changed
 
+    def _apply_signals(
+        self, origin: str, key: str, version: int, payload: bytes, now: float
+    ) -> bool:
+        # The hot path of a large mesh: almost every item is a signals item. Origins and
+        # names already held were checked when first seen.
+        name = key[len(SIGNALS_PREFIX) :]
+        records = self._sites.get(origin)
+        current = None if records is None else records.signals.get(name)
+        if current is None:
+            try:
+                check_site_id(origin, "origin")
+                check_keyed_provider_name(name, "key provider name")
+            except CrdtValueError as exc:
+                raise CrdtDecodeError(str(exc)) from None
+        incoming = decode_signals(origin, name, version, payload)
+        if origin == self._site:
+            self._clock.observe(version)
+            return self._recover(incoming, Item(STATE_LANE, key, version, payload), now)
+        if records is None:
+            if len(self._sites) >= MAX_SITES:
+                raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
+            records = _SiteRecords()
+            self._sites[origin] = records
+        changed = _merge_signals(records, origin, incoming, now)
+        records.last_received_at = now
+        return changed
+
     def _merge(self, records: _SiteRecords, origin: str, fragment: Fragment, now: float) -> bool:
         if isinstance(fragment, ProviderState):
             merged = _merged_provider(records, origin, fragment)
@@ -270,7 +378,10 @@ class GridState:
                 return False
             records.providers[fragment.name] = merged
             records.received_at[fragment.name] = now
+            records.entries.pop(fragment.name, None)
             return True
+        if isinstance(fragment, SignalsState):
+            return _merge_signals(records, origin, fragment, now)
         if isinstance(fragment, SpendSlot):
             return self._ledger.merge_slot(
                 fragment.tenant, fragment.window, origin, fragment.epoch, fragment.spend
@@ -306,6 +417,7 @@ class GridState:
                 self._dirty.add(key)
             own.providers[fragment.name] = merged
             own.received_at[fragment.name] = now
+            own.entries.pop(fragment.name, None)
         elif not self._merge(own, self._site, fragment, now):
             return False
         if isinstance(fragment, SpendSlot):
@@ -320,7 +432,9 @@ class GridState:
         return tuple(sorted(self._sites))
 
     def providers(self, site: str | None = None) -> tuple[ProviderEntry, ...]:
-        """Live providers of every site (or of ``site``), sorted by site and name."""
+        """Live providers of every site (or of ``site``), sorted by site and name. A
+        provider is seen whole: once both its catalogue and its signals are held, and not
+        after its removal."""
         names = [site] if site is not None else sorted(self._sites)
         entries: list[ProviderEntry] = []
         for name in names:
@@ -330,7 +444,7 @@ class GridState:
         return tuple(entries)
 
     def provider(self, site: str, name: str) -> ProviderEntry | None:
-        """One live provider, or None."""
+        """One live provider whose catalogue and signals are both held, or None."""
         records = self._sites.get(site)
         if records is None or name not in records.providers:
             return None
@@ -364,7 +478,12 @@ class GridState:
         if records is None:
             return GridStateSnapshot(check_site_id(name))
         return GridStateSnapshot(
-            name, records.providers, records.gateway, records.metadata, records.cert_chunks
+            name,
+            records.providers,
+            records.gateway,
+            records.metadata,
+            records.cert_chunks,
+            records.signals,
         )
 
     def budget_spend(self, tenant: str, window: str) -> int:
@@ -390,6 +509,7 @@ class GridState:
         if records is None:
             return ()
         items = [(STATE_LANE, provider_key(name)) for name in records.providers]
+        items += [(STATE_LANE, signals_key(name)) for name in records.signals]
         if records.gateway is not None:
             items.append((GATEWAY_LANE, GATEWAY_KEY))
         if records.metadata is not None:
@@ -407,23 +527,33 @@ class GridState:
         return self._ledger.forget_window(window)
 
     def prune_tombstones(self, before: float) -> int:
-        """Drop tombstones of providers removed before ``before`` (writer's clock, seconds);
-        how many were dropped. A tombstone only has to outlive stragglers of the record it
-        replaced, so once that many seconds have passed it can go."""
+        """Drop tombstones of providers removed before ``before`` (writer's clock, seconds),
+        with their void signals, and signals held without any catalogue that were written
+        before then; how many providers were dropped. A tombstone only has to outlive
+        stragglers of the record it replaced, so once that many seconds have passed it can
+        go."""
         pruned = 0
         for site, records in self._sites.items():
-            stale = [
+            stale = {
                 name
                 for name, state in records.providers.items()
                 if state.removed and state.updated_at < before
-            ]
+            }
+            stale.update(
+                name
+                for name, signals in records.signals.items()
+                if name not in records.providers and signals.at_ms / 1000 < before
+            )
             for name in stale:
-                del records.providers[name]
+                records.providers.pop(name, None)
                 records.received_at.pop(name, None)
+                records.signals.pop(name, None)
+                records.signals_received_at.pop(name, None)
+                records.entries.pop(name, None)
                 if site == self._site:
-                    key = (STATE_LANE, provider_key(name))
-                    self._own_items.pop(key, None)
-                    self._dirty.discard(key)
+                    for key in ((STATE_LANE, provider_key(name)), (STATE_LANE, signals_key(name))):
+                        self._own_items.pop(key, None)
+                        self._dirty.discard(key)
             pruned += len(stale)
         return pruned
 
@@ -439,8 +569,8 @@ class GridState:
         self._dirty.add(key)
 
 
-def _check_room(records: _SiteRecords, site: str) -> None:
-    if len(records.providers) >= MAX_PROVIDERS_PER_SITE:
+def _check_room(held: dict[str, ProviderState] | dict[str, SignalsState], site: str) -> None:
+    if len(held) >= MAX_PROVIDERS_PER_SITE:
         raise CrdtLimitError(
             f"site {site!r} already holds {MAX_PROVIDERS_PER_SITE} provider records"
         )
@@ -452,10 +582,24 @@ def _merged_provider(
     """The merge of ``incoming`` into ``records``, or None if it changes nothing."""
     current = records.providers.get(incoming.name)
     if current is None:
-        _check_room(records, site)
+        _check_room(records.providers, site)
         return incoming
     merged = current.merge(incoming)
     return None if merged == current else merged
+
+
+def _merge_signals(records: _SiteRecords, site: str, incoming: SignalsState, now: float) -> bool:
+    """Merge ``incoming`` into ``records``; whether it changed them."""
+    name = incoming.name
+    current = records.signals.get(name)
+    if current is None:
+        _check_room(records.signals, site)
+    elif current.merge(incoming) is current:
+        return False
+    records.signals[name] = incoming
+    records.signals_received_at[name] = now
+    records.entries.pop(name, None)
+    return True
 
 
 def _merged_register(current: R | None, incoming: R) -> R | None:
@@ -492,11 +636,21 @@ def _assembled_or_none(chunks: dict[int, LWWRegister[CertChunk]]) -> str | None:
 
 
 def _entry(site: str, name: str, records: _SiteRecords) -> ProviderEntry | None:
+    if name in records.entries:
+        return records.entries[name]
     state = records.providers[name]
-    record = state.record()
-    if record is None:
-        return None
-    return ProviderEntry(site, record, state.updated_at, records.received_at[name])
+    signals = records.signals.get(name)
+    record = state.record(signals)
+    entry = None
+    if record is not None and signals is not None:
+        entry = ProviderEntry(
+            site,
+            record,
+            max(state.header.value, signals.at_ms) / 1000,
+            max(records.received_at[name], records.signals_received_at[name]),
+        )
+    records.entries[name] = entry
+    return entry
 
 
 def _entries(site: str, records: _SiteRecords) -> Iterable[ProviderEntry]:

@@ -32,7 +32,14 @@ from grid.engine.candidates import (
     local_candidates,
     remote_candidates,
 )
-from grid.engine.records import gateway_record, provider_metrics, provider_record, site_metadata
+from grid.engine.records import (
+    gateway_record,
+    provider_metrics,
+    provider_record,
+    signal_thresholds,
+    signals_refresh_seconds,
+    site_metadata,
+)
 from grid.engine.targets import (
     ObservationTarget,
     ProbeTarget,
@@ -705,6 +712,8 @@ class SiteEngine:
     def _write_own_records(self, now: datetime) -> None:
         moment = now.timestamp()
         published: set[str] = set()
+        thresholds = signal_thresholds(self._network.spec)
+        refresh = signals_refresh_seconds(self._network.spec)
         for provider in self._observed_providers():
             name = provider.metadata.name
             observed = self._observed[name]
@@ -719,10 +728,9 @@ class SiteEngine:
                 record = provider_record(
                     provider, phase, provider_metrics(observed.signals, view.healthy)
                 )
-                # Rewritten unchanged three times per TTL, so peers never take a live
-                # site's quiet provider for a stale one.
-                refresh = self._network.spec.stale_candidate_ttl_seconds / 3
-                self._state.put_provider(record, moment, refresh_after=refresh)
+                self._state.put_provider(
+                    record, moment, refresh_after=refresh, thresholds=thresholds
+                )
             except (CrdtValueError, CrdtLimitError) as error:
                 observed.publish_error = str(error)
                 continue

@@ -4,6 +4,7 @@ about itself, and the resource-side form of what peers publish. Pure."""
 from __future__ import annotations
 
 from grid.crdt.records import (
+    MAX_RATIO_PPM,
     CredentialRef,
     GatewayRecord,
     ModelEntry,
@@ -15,6 +16,8 @@ from grid.crdt.records import (
     TokenCost,
 )
 from grid.crdt.records import LabelSelector as RecordSelector
+from grid.crdt.signals import SignalThresholds
+from grid.models.network import GridNetworkSpec
 from grid.models.provider import InferenceProvider, InferenceProviderPhase
 from grid.models.selectors import LabelSelector
 from grid.models.site import GridSite
@@ -87,6 +90,40 @@ def provider_metrics(signals: Signals | None, healthy: bool | None) -> ProviderM
         prefix_cache_hit_ratio=signals.prefix_cache_hit_ratio,
         p99_latency_ms=signals.p99_latency_ms,
     )
+
+
+def signal_thresholds(spec: GridNetworkSpec) -> SignalThresholds | None:
+    """When this site republishes its providers' signals, from the network's
+    ``signalPublishing`` steps in the units of the wire, and the levels its admission
+    decides at; None publishes every change."""
+    publishing = spec.signal_publishing
+    if not publishing.enabled:
+        return None
+    scales = spec.scoring.scales
+    admission = spec.scoring.admission
+    levels = [(admission.queue_depth, admission.kv_utilization)]
+    if admission.hysteresis.enabled:
+        hysteresis = admission.hysteresis
+        levels.append((hysteresis.queue_depth_exit, hysteresis.kv_utilization_exit))
+    return SignalThresholds(
+        queue_depth_milli=round(publishing.queue_depth_step * scales.queue_capacity * 1_000),
+        kv_cache_ppm=round(publishing.kv_cache_step * MAX_RATIO_PPM),
+        prefix_cache_ppm=round(publishing.prefix_cache_step * MAX_RATIO_PPM),
+        p99_latency_us=round(publishing.latency_step * scales.latency_ceiling_ms * 1_000),
+        queue_capacity=scales.queue_capacity,
+        queue_levels=tuple(sorted({queue for queue, _ in levels})),
+        kv_levels=tuple(sorted({kv for _, kv in levels})),
+    )
+
+
+def signals_refresh_seconds(spec: GridNetworkSpec) -> float:
+    """How long a provider's signals may go unpublished: three times per stale-candidate
+    TTL (so peers never take a live site's quiet provider for a stale one), and at most
+    ``signalPublishing.maxInterval`` (so a change below a step is not kept back longer)."""
+    refresh = spec.stale_candidate_ttl_seconds / 3
+    if spec.signal_publishing.enabled:
+        refresh = min(refresh, spec.signal_publishing.max_interval.seconds)
+    return refresh
 
 
 def site_metadata(site: GridSite | None, grid_id: str | None) -> SiteMetadata:

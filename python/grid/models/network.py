@@ -231,6 +231,36 @@ class TenantBudget(GridModel):
     )
 
 
+class SignalPublishing(GridModel):
+    """When a site republishes a provider's load signals to its peers.
+
+    Always when the phase or health changes, when a signal appears or disappears, and when
+    the queue depth or KV-cache utilization crosses a level admission decides at
+    (``scoring.admission`` and its hysteresis exits); otherwise only when a signal moved by
+    at least its step since it was last published, so the published value is never further
+    than one step from the measured one. Steps are shares of the range scoring spreads a
+    signal over (it scores linearly in each). ``maxInterval`` bounds how long a change
+    smaller than a step goes unpublished.
+    """
+
+    enabled: bool = Field(
+        True, description="Apply the steps below; false publishes every change of a signal."
+    )
+    queue_depth_step: float = Field(
+        0.02, ge=0, le=1, description="Share of scoring.scales.queueCapacity."
+    )
+    kv_cache_step: float = Field(0.02, ge=0, le=1, description="KV-cache utilization, 0..1.")
+    prefix_cache_step: float = Field(0.02, ge=0, le=1, description="Prefix-cache hit ratio, 0..1.")
+    latency_step: float = Field(
+        0.02, ge=0, le=1, description="Share of scoring.scales.latencyCeilingMs (P99)."
+    )
+    max_interval: Annotated[Duration, within(1, 3600)] = Field(
+        Duration.parse("60s"),
+        description="Longest time a provider's signals go without being republished "
+        "(staleCandidateTtlSeconds / 3 when that is shorter).",
+    )
+
+
 class GridNetworkSpec(GridModel):
     """Desired state of a GridNetwork."""
 
@@ -257,6 +287,7 @@ class GridNetworkSpec(GridModel):
         "every change).",
     )
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
+    signal_publishing: SignalPublishing = Field(default_factory=SignalPublishing)
     budgets: Annotated[list[TenantBudget], unique_by("tenant"), list_map("tenant")] = Field(
         default_factory=list, max_length=1024
     )
