@@ -1,7 +1,8 @@
 """The agent's HTTP endpoints: ``/healthz`` (200 while every network's SWIM node runs),
 ``/status`` (JSON: membership, trust, overlays, phases, recent events), ``/metrics``
 (Prometheus, from the agent's own registry; docs/observability.md lists the families) and
-the live view, ``/`` and ``/view.json`` (:mod:`grid.view`).
+the live view, ``/`` and ``/view.json`` (:mod:`grid.view`), with the Grid Booklet at
+``/booklet/``.
 Label values and documents carry names, addresses, revisions and public key ids only:
 never a key, a token or a private key."""
 
@@ -14,6 +15,7 @@ from prometheus_client import CollectorRegistry
 
 from grid import __version__
 from grid.agent.network import NetworkRuntime
+from grid.booklet.serve import booklet_routes
 from grid.errors import AgentConfigError, GridError
 from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, NetworkView
@@ -196,8 +198,8 @@ def network_source(runtime: NetworkRuntime) -> NetworkSource:
 
 
 class StatusServer:
-    """``/healthz``, ``/status``, ``/metrics`` and the live view (``/``, ``/view.json``)
-    on ``host:port`` (port 0 picks one)."""
+    """``/healthz``, ``/status``, ``/metrics``, the live view (``/``, ``/view.json``) and
+    the booklet (``/booklet/``) on ``host:port`` (port 0 picks one)."""
 
     def __init__(self, agent: Agent, address: str) -> None:
         host, _, port = address.rpartition(":")
@@ -213,9 +215,11 @@ class StatusServer:
         self.view = LiveView(
             "agent",
             lambda: [network_source(runtime) for _, runtime in sorted(agent.networks.items())],
+            links={"Grid Booklet": "/booklet/"},
         )
         routes = {
             **self.view.routes(),
+            **booklet_routes("/booklet"),
             "/healthz": health_handler(self._health),
             "/status": self._status,
             "/metrics": metrics_handler(self.registry),

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from grid.booklet.serve import booklet_routes
 from grid.errors import KubernetesApiError, OperatorConfigError
 from grid.models.network import GatewayRef
 from grid.operator.cache import ResourceCache, valid_network
@@ -29,6 +30,7 @@ from grid.operator.runtime import NetworkRuntime, PostEvent, Shared, utc_now
 from grid.operator.status import dump_status, orphan_status
 from grid.operator.writes import StatusWriter, delete_managed_configmap
 from grid.runtime.http import Endpoint
+from grid.view import LiveView, NetworkSource, NodeInfo
 
 _log = logging.getLogger("grid.operator")
 
@@ -62,6 +64,11 @@ class Operator:
         self.failure: str | None = None
         """Why the operator could not start (a port in use), once it could not."""
         self.metrics.watch(lambda: list(self.runtimes.values()))
+        self.view = LiveView(
+            "operator",
+            lambda: [network_source(runtime) for _, runtime in sorted(self.runtimes.items())],
+            links={"Grid Booklet": "/booklet/"},
+        )
 
     def __repr__(self) -> str:
         return f"Operator(server={self.kube.server!r}, networks={sorted(self.runtimes)})"
@@ -87,9 +94,12 @@ class Operator:
         try:
             if self.options.metrics_address is not None:
                 self._metrics_endpoint = metrics_endpoint(
-                    self.options.metrics_address, self.metrics.registry
+                    self.options.metrics_address,
+                    self.metrics.registry,
+                    {**self.view.routes(), **booklet_routes("/booklet")},
                 )
                 await self._metrics_endpoint.start()
+                await self.view.start()
             if self.options.health_address is not None:
                 self._health_endpoint = health_endpoint(self.options.health_address, self.health)
                 await self._health_endpoint.start()
@@ -121,6 +131,7 @@ class Operator:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._orphans_task = self._api_task = None
+        await self.view.stop()
         for endpoint in (self._metrics_endpoint, self._health_endpoint):
             if endpoint is not None:
                 await endpoint.stop()
@@ -293,6 +304,35 @@ class Operator:
             )
             if problem is not None:
                 _log.warning("%s %s: %s", entry.kind, entry.name, problem)
+
+
+def network_source(runtime: NetworkRuntime) -> NetworkSource:
+    """What the live view shows of one network: until the cluster's site is known there
+    is no engine, and the view says so."""
+    node = runtime.node
+    engine = runtime.engine
+    swim_error = runtime.mesh.error
+    status = runtime.network_status
+    if swim_error is None and status is not None:
+        # A missing Secret or a taken port: the network's status says why SWIM is not up.
+        swim_error = next(
+            (
+                condition.message
+                for condition in status.conditions
+                if condition.type == "MembershipReady" and str(condition.status) == "False"
+            ),
+            None,
+        )
+    return NetworkSource(
+        runtime.name,
+        engine,
+        None
+        if node is None
+        else NodeInfo(node.running, node.address, node.generation, tuple(node.key_ids())),
+        swim_error,
+        held_back=lambda overlay: overlay.message or runtime.write_message(*overlay.key),
+        problem=None if engine is not None else "this cluster's site is not known yet",
+    )
 
 
 def _targets(spec: Mapping[str, Any] | None) -> set[Target]:

@@ -108,11 +108,22 @@ def swim_part(source: NetworkSource) -> dict[str, Any]:
     return part
 
 
-def members_part(engine: SiteEngine) -> list[dict[str, Any]]:
-    """Every peer as SWIM last reported it (down and left ones included), by name."""
-    return [
+def members_part(engine: SiteEngine, node: NodeInfo | None) -> list[dict[str, Any]]:
+    """This site first (``alive`` while its SWIM node runs, else ``stopped``), then every
+    peer as SWIM last reported it (down and left ones included), by name."""
+    running = node is not None and node.running
+    own = {
+        "site": engine.site,
+        "self": True,
+        "address": None if node is None else node.address,
+        "state": "alive" if running else "stopped",
+        "generation": None if node is None else node.generation,
+        "since": None,
+    }
+    return [own] + [
         {
             "site": member.site,
+            "self": False,
             "address": member.address,
             "state": member.state.value,
             "generation": member.generation,
@@ -404,7 +415,7 @@ def network_document(
     if matrix is None:
         matrix = route_matrix(engine.ranking, consumers(engine), engine.network, now)
     return document | {
-        "members": members_part(engine),
+        "members": members_part(engine, source.node),
         "history": history_part(history),
         "trust": trust_part(engine),
         "trustedSites": sorted(engine.trusted_sites),

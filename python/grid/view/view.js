@@ -1,7 +1,8 @@
 "use strict";
 (() => {
   const POLL_MS = 1000;
-  const WINDOW_S = 600; // the member timeline covers the last ten minutes
+  const WINDOW_MIN_S = 60; // the member timeline spans the history it has, within these
+  const WINDOW_MAX_S = 600;
   const HISTORY_SHOWN = 40;
   const SIGNALS = ["locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost"];
   const STATES = ["alive", "suspect", "down", "left"];
@@ -29,9 +30,9 @@
     for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
     return node;
   };
-  const table = (headers, rows, numeric) => {
+  const table = (headers, rows, numeric, attrs) => {
     const head = el("tr", {}, ...headers.map((h, i) => el("th", { class: numeric && numeric.has(i) ? "num" : null, text: h })));
-    return el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows));
+    return el("table", attrs || {}, el("thead", {}, head), el("tbody", {}, ...rows));
   };
   const serverNow = () => Date.now() + offsetMs;
   function age(iso) {
@@ -85,21 +86,25 @@
     const rows = data.members.map((member) => el("tr", {
       class: "member", "data-site": member.site, "data-state": member.state,
     },
-    el("td", { text: member.site }),
+    el("td", {}, member.site, member.self ? el("span", { class: "muted", text: " (this site)" }) : null),
     el("td", {}, badge(member.state)),
-    el("td", { class: "mono", text: member.address }),
-    el("td", { class: "num", text: member.generation }),
-    el("td", {}, since(member.since)),
+    el("td", { class: "mono", text: member.address || "–" }),
+    el("td", { class: "num", text: member.generation ?? "–" }),
+    el("td", {}, member.self ? "–" : since(member.since)),
     el("td", { class: "timeline-cell", "data-site": member.site })));
     const legend = el("p", { class: "legend" }, ...STATES.map((state) =>
-      el("span", {}, el("i", { class: `state-${state}` }), state)), el("span", { class: "muted", text: `timeline: last ${WINDOW_S / 60} min` }));
+      el("span", {}, el("i", { class: `state-${state}` }), state)), el("span", { class: "muted window" }));
     return [el("h3", { text: `Members (${data.members.length})` }), legend,
-      el("div", { class: "scroll" }, table(["site", "state", "address", "generation", "since", "timeline"], rows, new Set([3])))];
+      el("div", { class: "scroll" }, table(["site", "state", "address", "generation", "since", "timeline"], rows, new Set([3]), { class: "nowrap" }))];
   }
 
   function drawTimelines(container, network) {
     const end = serverNow();
-    const start = end - WINDOW_S * 1000;
+    const earliest = Math.min(end, ...network.history.transitions.map((change) => Date.parse(change.at)));
+    const span = Math.min(Math.max((end - earliest) * 1.1, WINDOW_MIN_S * 1000), WINDOW_MAX_S * 1000);
+    const start = end - span;
+    const label = container.querySelector(".window");
+    if (label) label.textContent = `timeline: the last ${span < 120000 ? `${Math.round(span / 1000)} s` : `${(span / 60000).toFixed(1)} min`}`;
     const bySite = new Map();
     for (const change of network.history.transitions) {
       if (!bySite.has(change.site)) bySite.set(change.site, []);
@@ -107,8 +112,9 @@
     }
     for (const cell of container.querySelectorAll("td.timeline-cell")) {
       const member = network.members.find((m) => m.site === cell.dataset.site);
+      if (!member || member.self) continue;
       const changes = (bySite.get(cell.dataset.site) || []).slice();
-      if (member && !changes.some((c) => c.to === member.state && c.at === member.since)) {
+      if (!changes.some((c) => c.to === member.state && c.at === member.since)) {
         changes.push({ to: member.state, at: member.since });
       }
       changes.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
@@ -191,7 +197,7 @@
     const numeric = new Set([0, 8, 10, 11, 12, 13, 14, 15]);
     parts.push(legend, el("div", { class: "scroll" }, table(
       ["rank", "model", "provider", "site", "cluster", "admission", "tier", "fresh", "score", "breakdown", ...SIGNALS, "above the next by"],
-      rows, numeric)));
+      rows, numeric, { class: "nowrap" })));
     return parts;
   }
 
