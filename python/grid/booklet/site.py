@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import html
 import json
+import struct
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +77,14 @@ class Site:
         """What opening a chapter loads: its page, the shared and its own assets, its data
         (for SWIM: every recorded run, as the controls can load them all)."""
         own = chapter.page.removesuffix(".html")
-        names = {chapter.page, "booklet.css", "booklet.js", f"{own}.js", *chapter.data}
+        names = {
+            chapter.page,
+            "favicon.png",
+            "booklet.css",
+            "booklet.js",
+            f"{own}.js",
+            *chapter.data,
+        }
         if own == "swim":
             names |= {name for name in self.files if name.startswith("data/swim-")}
         return sum(len(self.files[name]) for name in names)
@@ -110,6 +119,7 @@ def _page(name: str, title: str, body: str, scripts: tuple[str, ...]) -> bytes:
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)} · Grid Booklet</title>
+<link rel="icon" type="image/png" href="favicon.png">
 <link rel="stylesheet" href="booklet.css">
 </head>
 <body>
@@ -125,6 +135,32 @@ code: see <code>grid docs booklet</code>.</footer>
 </body>
 </html>
 """.encode()
+
+
+def _favicon() -> bytes:
+    """A 16x16 PNG: four green members on dark blue."""
+    dark, green = b"\x18\x20\x2e", b"\x2e\x9d\x5b"
+    rows = b"".join(
+        b"\x00"
+        + b"".join(green if 2 <= x % 8 <= 5 and 2 <= y % 8 <= 5 else dark for x in range(16))
+        for y in range(16)
+    )
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body))
+            + kind
+            + body
+            + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+        )
+
+    header = struct.pack(">IIBBBBB", 16, 16, 8, 2, 0, 0, 0)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _index() -> bytes:
@@ -152,7 +188,7 @@ run.</p>
 def build_site() -> Site:
     """Run the real code for every chapter and assemble the booklet."""
     started = time.perf_counter()
-    files: dict[str, bytes] = {"index.html": _index()}
+    files: dict[str, bytes] = {"index.html": _index(), "favicon.png": _favicon()}
     for chapter in CHAPTERS:
         own = chapter.page.removesuffix(".html")
         body = (ASSETS_DIR / chapter.page).read_text(encoding="utf-8")

@@ -34,9 +34,10 @@
 
   function build() {
     const weights = keys.filter((key) => key.startsWith("weight."));
-    $("scoring-weights").replaceChildren(...weights.map((key) => slider(key, key.slice(7).replace("_", " "))));
+    const weightCard = Booklet.el("div", { class: "panel", id: "scoring-weights" },
+      Booklet.el("h2", {}, "weights"), ...weights.map((key) => slider(key, key.slice(7).replace("_", " "))));
     const providers = [...new Set(keys.filter((key) => !key.startsWith("weight.")).map((key) => key.slice(0, key.lastIndexOf("."))))];
-    $("scoring-providers").replaceChildren(...providers.map((provider) =>
+    $("scoring-providers").replaceChildren(weightCard, ...providers.map((provider) =>
       Booklet.el("div", { class: "panel", "data-provider-card": provider },
         Booklet.el("h2", {}, provider), Booklet.el("div", { class: "muted", "data-provider-place": provider }),
         ...keys.filter((key) => key.startsWith(provider + ".")).map((key) => slider(key, SIGNAL_LABELS[key.slice(provider.length + 1)])))));
@@ -116,6 +117,7 @@
         cell(candidate.tier, { "data-col": "tier" }),
         cell(candidate.fresh ? "yes" : "no", { "data-col": "fresh" }),
         cell(Booklet.fixed(candidate.score, 6), { class: "num", "data-col": "score" }),
+
         ...["locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost", "total"].map((name) =>
           cell(Booklet.fixed(b[name], 6), { class: "num", "data-col": name })));
     });
