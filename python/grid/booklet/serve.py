@@ -85,7 +85,10 @@ def booklet_routes(prefix: str = "/booklet") -> dict[str, Handler]:
         content_type = (
             _TYPES.get(suffix) or mimetypes.guess_type(name)[0] or "application/octet-stream"
         )
-        return web.Response(body=content, headers=_headers(content_type))
+        response = web.Response(body=content, headers=_headers(content_type))
+        # The recorded runs and tables are repetitive JSON: gzip makes them a tenth.
+        response.enable_compression()
+        return response
 
     async def scoring_api(request: web.Request) -> web.StreamResponse:
         try:
