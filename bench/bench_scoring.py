@@ -7,11 +7,9 @@ Measures, as medians over repeated runs:
 - rendering and digesting a 1,024-candidate overlay (``render_overlay``), against a
   baseline that serializes the same document with ``json.dumps`` and hashes it (the cost of
   a non-canonical digest);
-- the digest alone: ``rendered_content_digest`` (what ``render_overlay`` uses) against
-  ``content_digest`` (one ``rfc8785.dumps`` of the whole content) over the same candidates,
-  which must agree.
 
-Target: under 50 ms each. Run with ``.venv/bin/python bench/bench_scoring.py``.
+Target: under 50 ms each. ``bench/bench_render.py`` compares rendering with the previous,
+pure-Python implementation. Run with ``.venv/bin/python bench/bench_scoring.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ from functools import partial
 
 from grid.models.common import BackendKind, ScoringConfig
 from grid.models.selectors import LabelSelector
-from grid.render.digest import content_digest, rendered_content_digest
 from grid.render.overlay import OverlayScope, OverlaySource, render_overlay
 from grid.scoring.inputs import (
     CandidateInput,
@@ -136,19 +133,3 @@ def main() -> None:
         f"{render_ms:.1f} ms; baseline json.dumps+sha256 of the same document {plain_ms:.1f} ms; "
         f"ratio {render_ms / plain_ms:.1f}x"
     )
-
-    overlay = document["overlay"]
-    content = (overlay["network"], overlay["local_site"], overlay["candidates"])
-    if rendered_content_digest(*content) != content_digest(*content):
-        raise SystemExit("rendered_content_digest disagrees with content_digest")
-    reused_ms = median_ms(lambda: rendered_content_digest(*content), args.runs)
-    reference_ms = median_ms(lambda: content_digest(*content), args.runs)
-    print(
-        f"digest of the {count} candidates: median {reused_ms:.1f} ms reusing rfc8785's output "
-        f"for shared parts; {reference_ms:.1f} ms with one rfc8785.dumps; "
-        f"ratio {reused_ms / reference_ms:.2f}x"
-    )
-
-
-if __name__ == "__main__":
-    main()

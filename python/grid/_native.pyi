@@ -9,12 +9,19 @@ __all__ = [
     "LANES",
     "MAX_FRAME_LEN",
     "MAX_ITEM_LEN",
+    "MAX_JSON_DEPTH",
     "MAX_KEY_LEN",
     "Keyring",
     "Simulation",
     "SwimNode",
     "__version__",
+    "canonical_digest",
+    "canonical_json",
     "check_site_credentials",
+    "compact_json",
+    "compact_json_and_digest",
+    "fnv1a_32",
+    "stable_id",
 ]
 
 __version__: str
@@ -24,6 +31,33 @@ MAX_FRAME_LEN: int
 MAX_ITEM_LEN: int
 MAX_KEY_LEN: int
 LANES: list[str]
+MAX_JSON_DEPTH: int
+
+# --- JSON (rust/grid-py/src/canonical.rs) ----------------------------------------------
+# Values are dict (str keys), list, str, int, float, bool and None, subclasses included;
+# anything else, NaN, infinities and nesting deeper than MAX_JSON_DEPTH raise
+# grid.errors.CanonicalJsonError, naming the problem and its place ("... at $.a[2].b").
+
+def canonical_json(value: object) -> bytes:
+    """RFC 8785 canonical JSON; integers beyond ±(2**53 - 1) are refused."""
+
+def canonical_digest(value: object) -> str:
+    """Lowercase hex SHA-256 of ``canonical_json(value)``."""
+
+def compact_json(value: object) -> bytes:
+    """``json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()``."""
+
+def compact_json_and_digest(
+    document: object, holder: str, content: Sequence[str], digest_placeholder: object
+) -> tuple[bytes, str]:
+    """``compact_json(document)`` with the digest written where ``digest_placeholder`` (by
+    identity) stands, and ``canonical_digest({name: document[holder][name] for name in
+    content})``, from one walk."""
+
+# --- stable_id (rust/grid-py/src/fingerprint.rs) ----------------------------------------
+
+def fnv1a_32(data: bytes) -> int: ...
+def stable_id(kind: str, name: str, site: str, cluster: str) -> str: ...
 
 # Events: (kind, site, address, generation) for member_up / member_down / member_left;
 # ("member_renamed", site, address, generation, previous_generation);

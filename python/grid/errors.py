@@ -53,6 +53,14 @@ class CertificateRejected(TrustError):
         return str(self.args[1])
 
 
+class CanonicalJsonError(GridError, ValueError):
+    """A value has no JSON serialization Grid will write: NaN or an infinity, an integer
+    beyond ±(2**53 - 1) in canonical JSON, an object key that is not a str, a type JSON does
+    not have (tuple, set, bytes, any other object), a string with a lone surrogate, or
+    nesting deeper than ``grid._native.MAX_JSON_DEPTH``. The message says which, and where:
+    ``... at $.candidates[3].score``."""
+
+
 class ScoringInputError(ConfigError):
     """A scoring input is unusable: a metric out of range, a malformed label selector, two
     candidates with the same (provider, model, site). The message names the provider and the

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -11,7 +10,7 @@ from typing import Any
 
 from grid import __version__
 from grid.errors import EmptyOverlayError, OverlayRenderError, ScoringInputError
-from grid.render.digest import rendered_content_digest, stable_id
+from grid.render.digest import document_json_and_digest, stable_id
 from grid.scoring.inputs import CredentialStrategy, SecretRef, check_name
 from grid.scoring.ranking import LeftOut, LeftOutReason, RankedCandidate, Ranking
 
@@ -28,6 +27,8 @@ CREDENTIAL_STRATEGY = BEARER_TOKEN_STRATEGY
 ``strategy`` (and ``header``) is what counts: see :func:`credential_document`."""
 MAX_CANDIDATES = 1024
 MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
+_DIGEST_PENDING = object()
+"""Where the content digest goes in a document being rendered, until it is known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,19 +145,18 @@ def credential_document(credential: SecretRef) -> dict[str, Any]:
 def candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
     """One candidate as the contract spells it."""
     candidate = entry.candidate
+    name, site, cluster = candidate.model, candidate.site, candidate.cluster
     document: dict[str, Any] = {
         "kind": KIND_INFERENCE_MODEL,
-        "name": candidate.model,
-        "site": candidate.site,
-        "cluster": candidate.cluster,
+        "name": name,
+        "site": site,
+        "cluster": cluster,
         "fresh": entry.fresh,
     }
     credential = candidate.credential
     if credential is not None:
         document["credential"] = credential_document(credential)
-    document["stable_id"] = stable_id(
-        KIND_INFERENCE_MODEL, candidate.model, candidate.site, candidate.cluster
-    )
+    document["stable_id"] = stable_id(KIND_INFERENCE_MODEL, name, site, cluster)
     document["admission_state"] = entry.admission.wire
     document["selection_tier"] = entry.tier.wire
     document["score"] = entry.score
@@ -200,12 +200,13 @@ def render_overlay(
         )
     kept, cut = select_candidates(ranking.candidates, max_candidates)
     candidates = [candidate_document(entry, rank) for rank, entry in enumerate(kept)]
-    digest = rendered_content_digest(scope.network, scope.local_site, candidates)
     rendered_at = rfc3339(now)
+    revision = {"kind": "content_addressed", "algorithm": "sha256", "value": _DIGEST_PENDING}
+    content_digest = {"algorithm": "sha256", "value": _DIGEST_PENDING}
     document = {
         "schema_version": SCHEMA_VERSION,
-        "revision": {"kind": "content_addressed", "algorithm": "sha256", "value": digest},
-        "content_digest": {"algorithm": "sha256", "value": digest},
+        "revision": revision,
+        "content_digest": content_digest,
         "scope": {
             "network": scope.network,
             "gateway": scope.gateway,
@@ -227,12 +228,13 @@ def render_overlay(
             "generated_at": rendered_at,
         },
     }
-    text = json.dumps(document, ensure_ascii=False, separators=(",", ":"))
-    size = len(text.encode("utf-8"))
+    encoded, digest = document_json_and_digest(document, _DIGEST_PENDING)
+    revision["value"] = content_digest["value"] = digest
+    size = len(encoded)
     if size > MAX_DOCUMENT_BYTES:
         raise OverlayRenderError(
             f"the overlay would be {size} bytes, over the contract's {MAX_DOCUMENT_BYTES}"
         )
     return RenderedOverlay(
-        document=document, text=text, revision=digest, candidates=kept, truncated=cut
+        document=document, text=encoded.decode(), revision=digest, candidates=kept, truncated=cut
     )

@@ -33,8 +33,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-import rfc8785
-
+from grid.errors import CanonicalJsonError
 from grid.models.provider import HTTP_HEADER_NAME_PATTERN, MAX_HEADER_NAME_LENGTH
 from grid.render.digest import content_digest
 from grid.render.overlay import (
@@ -200,7 +199,7 @@ def _judge(document: object, size: int, expected: ExpectedScope) -> Verdict:
         recomputed = content_digest(
             overlay["network"], overlay["local_site"], overlay["candidates"]
         )
-    except rfc8785.CanonicalizationError as error:
+    except CanonicalJsonError as error:
         raise _malformed(f"the overlay has no canonical form: {error}") from None
     if recomputed != digest["value"]:
         raise _Rejected(

@@ -8,10 +8,14 @@
 //! - [`timers`]: the single ordered timer queue.
 //! - [`driver`]: the sans-IO driver around foca (also used by simulations).
 //! - [`node`]: a real node: the driver on its own thread with a UDP socket.
+//! - [`canonical`]: RFC 8785 canonical JSON and compact JSON for the routing overlay.
+//! - [`fnv`]: FNV-1a, for the overlay's `stable_id`.
 
 pub mod auth;
+pub mod canonical;
 pub mod config;
 pub mod driver;
+pub mod fnv;
 pub mod frame;
 pub mod identity;
 pub mod lanes;

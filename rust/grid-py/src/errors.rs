@@ -12,3 +12,4 @@ import_exception!(grid.errors, PrivateKeyMaterial);
 import_exception!(grid.errors, NodeStateError);
 import_exception!(grid.errors, NodeStopped);
 import_exception!(grid.errors, SiteCredentialsError);
+import_exception!(grid.errors, CanonicalJsonError);

@@ -3,7 +3,9 @@
 
 use pyo3::prelude::*;
 
+mod canonical;
 mod errors;
+mod fingerprint;
 mod frame;
 mod sim;
 mod swim;
@@ -11,6 +13,8 @@ mod swim;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    canonical::register(m)?;
+    fingerprint::register(m)?;
     frame::register(m)?;
     swim::register(m)?;
     sim::register(m)?;

@@ -1,0 +1,533 @@
+//! JSON serialization of Python values: RFC 8785 canonical JSON and its SHA-256, and
+//! compact JSON in document order. Values are walked directly (dict, list, str, int,
+//! float, bool, None and their subclasses); anything else is refused with
+//! `grid.errors.CanonicalJsonError`, whose message names the problem and where it is.
+
+use std::fmt::{self, Write as _};
+
+use grid_core::canonical::{
+    sha256_hex, utf16_order, write_integer, write_safe_integer, write_string, FiniteNumber,
+    NumberError, MAX_DEPTH,
+};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString};
+
+use crate::errors::CanonicalJsonError;
+
+/// Which serialization is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Style {
+    /// RFC 8785: members by UTF-16 code units, ECMAScript numbers, safe integers only.
+    Canonical,
+    /// Python's `json.dumps(value, ensure_ascii=False, separators=(",", ":"))`: members in
+    /// document order, floats as `repr` writes them, any integer.
+    Compact,
+}
+
+/// What made a value unserializable.
+enum Problem {
+    Number(NumberError),
+    /// An integer that does not even fit 64 bits.
+    HugeInteger,
+    LoneSurrogate,
+    NonStringKey(String),
+    Unsupported(String),
+    TooDeep,
+    /// A member the caller asked for is absent.
+    Missing(String),
+    /// Python raised while the value was read (a `__repr__` or `__index__` of a subclass).
+    Python(String),
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Number(error) => write!(f, "{error}"),
+            Problem::HugeInteger => f.write_str(
+                "an integer beyond ±(2**53 - 1), the integers a JSON number carries exactly",
+            ),
+            Problem::LoneSurrogate => f.write_str(
+                "a string holds a lone surrogate (U+D800..U+DFFF), which UTF-8 cannot carry",
+            ),
+            Problem::NonStringKey(type_name) => {
+                write!(f, "an object key is a {type_name}, not a str")
+            }
+            Problem::Unsupported(type_name) => write!(
+                f,
+                "a {type_name} is not a JSON value (JSON has dict, list, str, int, float, \
+                 bool and None)"
+            ),
+            Problem::TooDeep => write!(f, "arrays and objects nest deeper than {MAX_DEPTH} levels"),
+            Problem::Missing(name) => write!(f, "the object has no member {name:?}"),
+            Problem::Python(message) => f.write_str(message),
+        }
+    }
+}
+
+/// One step from a container to the value that failed.
+enum Step {
+    Member(String),
+    Index(usize),
+}
+
+/// A problem and the path to it, gathered while the walk unwinds.
+struct Failure {
+    problem: Problem,
+    /// Innermost step first.
+    steps: Vec<Step>,
+}
+
+impl From<Problem> for Failure {
+    fn from(problem: Problem) -> Self {
+        Failure {
+            problem,
+            steps: Vec::new(),
+        }
+    }
+}
+
+impl Failure {
+    fn within(mut self, step: Step) -> Self {
+        self.steps.push(step);
+        self
+    }
+
+    /// `<problem> at $.candidates[3].score`: member names that are not plain words are
+    /// written as JSON strings in brackets.
+    fn into_pyerr(self) -> PyErr {
+        let mut message = self.problem.to_string();
+        message.push_str(" at $");
+        for step in self.steps.iter().rev() {
+            match step {
+                Step::Index(index) => {
+                    let _ = write!(message, "[{index}]");
+                }
+                Step::Member(name) if is_plain_word(name) => {
+                    message.push('.');
+                    message.push_str(name);
+                }
+                Step::Member(name) => {
+                    let mut quoted = Vec::new();
+                    write_string(&mut quoted, name);
+                    message.push('[');
+                    message.push_str(&String::from_utf8_lossy(&quoted));
+                    message.push(']');
+                }
+            }
+        }
+        CanonicalJsonError::new_err(message)
+    }
+}
+
+fn is_plain_word(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')
+}
+
+struct Writer<'py> {
+    out: Vec<u8>,
+    style: Style,
+    /// Buffers to reuse for the canonical forms of an object's members (see
+    /// [`Writer::write_both`]).
+    spare: Vec<Vec<u8>>,
+    /// A compact value written as a string of [`DIGEST_LEN`] bytes to be filled in later,
+    /// at the offsets kept in `pending`.
+    placeholder: Option<Bound<'py, PyAny>>,
+    pending: Vec<usize>,
+}
+
+/// Hex digits in a SHA-256 digest.
+const DIGEST_LEN: usize = 64;
+
+/// An object's members: each name (checked to be a str) with its value.
+type Members<'py> = Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>;
+
+impl<'py> Writer<'py> {
+    fn new(style: Style) -> Self {
+        Writer {
+            out: Vec::with_capacity(64 * 1024),
+            style,
+            spare: Vec::new(),
+            placeholder: None,
+            pending: Vec::new(),
+        }
+    }
+
+    /// `value` in this writer's style.
+    fn write(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> Result<(), Failure> {
+        if let Ok(text) = value.cast::<PyString>() {
+            write_string(&mut self.out, to_str(text)?);
+        } else if let Ok(number) = value.cast::<PyFloat>() {
+            let number = FiniteNumber::new(number.value()).map_err(Problem::Number)?;
+            match self.style {
+                Style::Canonical => number.write_jcs(&mut self.out),
+                Style::Compact => number.write_python(&mut self.out),
+            }
+        } else if let Ok(object) = value.cast::<PyDict>() {
+            self.write_object(object, depth + 1)?;
+        } else if let Ok(flag) = value.cast::<PyBool>() {
+            self.out.extend_from_slice(bool_text(flag));
+        } else if let Ok(integer) = value.cast::<PyInt>() {
+            self.write_int(integer)?;
+        } else if let Ok(array) = value.cast::<PyList>() {
+            self.write_array(array, depth + 1)?;
+        } else if value.is_none() {
+            self.out.extend_from_slice(b"null");
+        } else if self.placeholder.as_ref().is_some_and(|held| value.is(held)) {
+            self.out.push(b'"');
+            self.pending.push(self.out.len());
+            self.out.resize(self.out.len() + DIGEST_LEN, b'0');
+            self.out.push(b'"');
+        } else {
+            return Err(Problem::Unsupported(type_name(value)).into());
+        }
+        Ok(())
+    }
+
+    /// Writes `digest` where the placeholder was met.
+    fn fill_in(&mut self, digest: &str) {
+        for &offset in &self.pending {
+            self.out[offset..offset + DIGEST_LEN].copy_from_slice(digest.as_bytes());
+        }
+    }
+
+    fn write_int(&mut self, integer: &Bound<'_, PyInt>) -> Result<(), Failure> {
+        match (integer.extract::<i64>(), self.style) {
+            (Ok(value), Style::Canonical) => {
+                write_safe_integer(&mut self.out, value).map_err(Problem::Number)?;
+            }
+            (Ok(value), Style::Compact) => write_integer(&mut self.out, value),
+            (Err(_), Style::Canonical) => return Err(Problem::HugeInteger.into()),
+            (Err(_), Style::Compact) => {
+                // What `json.dumps` writes for any int, subclasses included.
+                let digits = integer
+                    .py()
+                    .get_type::<PyInt>()
+                    .call_method1("__repr__", (integer,))
+                    .and_then(|text| text.extract::<String>())
+                    .map_err(|error| Problem::Python(error.to_string()))?;
+                self.out.extend_from_slice(digits.as_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    fn write_array(&mut self, array: &Bound<'_, PyList>, depth: usize) -> Result<(), Failure> {
+        check_depth(depth)?;
+        self.out.push(b'[');
+        for (index, element) in array.iter().enumerate() {
+            if index > 0 {
+                self.out.push(b',');
+            }
+            self.write(&element, depth)
+                .map_err(|failure| failure.within(Step::Index(index)))?;
+        }
+        self.out.push(b']');
+        Ok(())
+    }
+
+    fn write_object(&mut self, object: &Bound<'_, PyDict>, depth: usize) -> Result<(), Failure> {
+        check_depth(depth)?;
+        let members = members(object)?;
+        let mut named = Vec::with_capacity(members.len());
+        for (name, value) in &members {
+            named.push((to_str(name)?, value));
+        }
+        if self.style == Style::Canonical {
+            named.sort_unstable_by(|(a, _), (b, _)| utf16_order(a, b));
+        }
+        self.out.push(b'{');
+        for (index, (name, value)) in named.into_iter().enumerate() {
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_string(&mut self.out, name);
+            self.out.push(b':');
+            self.write(value, depth)
+                .map_err(|failure| failure.within(Step::Member(name.to_owned())))?;
+        }
+        self.out.push(b'}');
+        Ok(())
+    }
+
+    /// `value` compact into this writer (whose style is [`Style::Compact`]) and canonical
+    /// into `canonical`, in one walk: each string and number is read from Python once.
+    fn write_both(
+        &mut self,
+        value: &Bound<'_, PyAny>,
+        depth: usize,
+        canonical: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        if let Ok(text) = value.cast::<PyString>() {
+            let text = to_str(text)?;
+            write_string(&mut self.out, text);
+            write_string(canonical, text);
+        } else if let Ok(number) = value.cast::<PyFloat>() {
+            let number = FiniteNumber::new(number.value()).map_err(Problem::Number)?;
+            number.write_python(&mut self.out);
+            number.write_jcs(canonical);
+        } else if let Ok(object) = value.cast::<PyDict>() {
+            self.write_object_both(object, depth + 1, canonical)?;
+        } else if let Ok(flag) = value.cast::<PyBool>() {
+            self.out.extend_from_slice(bool_text(flag));
+            canonical.extend_from_slice(bool_text(flag));
+        } else if let Ok(integer) = value.cast::<PyInt>() {
+            let value = integer.extract::<i64>().map_err(|_| Problem::HugeInteger)?;
+            write_safe_integer(canonical, value).map_err(Problem::Number)?;
+            write_integer(&mut self.out, value);
+        } else if let Ok(array) = value.cast::<PyList>() {
+            check_depth(depth + 1)?;
+            self.out.push(b'[');
+            canonical.push(b'[');
+            for (index, element) in array.iter().enumerate() {
+                if index > 0 {
+                    self.out.push(b',');
+                    canonical.push(b',');
+                }
+                self.write_both(&element, depth + 1, canonical)
+                    .map_err(|failure| failure.within(Step::Index(index)))?;
+            }
+            self.out.push(b']');
+            canonical.push(b']');
+        } else if value.is_none() {
+            self.out.extend_from_slice(b"null");
+            canonical.extend_from_slice(b"null");
+        } else {
+            return Err(Problem::Unsupported(type_name(value)).into());
+        }
+        Ok(())
+    }
+
+    /// An object for [`Writer::write_both`]: members go out compact in document order as
+    /// they are walked, their canonical forms into a spare buffer, from which they are
+    /// then copied in canonical order.
+    fn write_object_both(
+        &mut self,
+        object: &Bound<'_, PyDict>,
+        depth: usize,
+        canonical: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        check_depth(depth)?;
+        let members = members(object)?;
+        let mut forms = self.spare.pop().unwrap_or_default();
+        forms.clear();
+        let mut named = Vec::with_capacity(members.len());
+        self.out.push(b'{');
+        for (index, (name, value)) in members.iter().enumerate() {
+            let name = to_str(name)?;
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_string(&mut self.out, name);
+            self.out.push(b':');
+            let start = forms.len();
+            self.write_both(value, depth, &mut forms)
+                .map_err(|failure| failure.within(Step::Member(name.to_owned())))?;
+            named.push((name, start..forms.len()));
+        }
+        self.out.push(b'}');
+        named.sort_unstable_by(|(a, _), (b, _)| utf16_order(a, b));
+        canonical.push(b'{');
+        for (index, (name, form)) in named.into_iter().enumerate() {
+            if index > 0 {
+                canonical.push(b',');
+            }
+            write_string(canonical, name);
+            canonical.push(b':');
+            canonical.extend_from_slice(&forms[form]);
+        }
+        canonical.push(b'}');
+        self.spare.push(forms);
+        Ok(())
+    }
+
+    /// `document` compact, and the canonical form of the object made of the members
+    /// `content` of its member `holder` (written to `canonical`).
+    fn write_document(
+        &mut self,
+        document: &Bound<'_, PyAny>,
+        holder: &str,
+        content: &[String],
+        canonical: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        let Ok(document) = document.cast::<PyDict>() else {
+            return Err(Problem::Unsupported(type_name(document)).into());
+        };
+        let mut forms: Vec<Option<Vec<u8>>> = vec![None; content.len()];
+        let mut seen_holder = false;
+        self.out.push(b'{');
+        for (index, (name, value)) in members(document)?.iter().enumerate() {
+            let name = to_str(name)?;
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_string(&mut self.out, name);
+            self.out.push(b':');
+            let written = if name == holder {
+                seen_holder = true;
+                self.write_holder(value, content, &mut forms)
+            } else {
+                self.write(value, 1)
+            };
+            written.map_err(|failure| failure.within(Step::Member(name.to_owned())))?;
+        }
+        self.out.push(b'}');
+        if !seen_holder {
+            return Err(Problem::Missing(holder.to_owned()).into());
+        }
+        let mut named = Vec::with_capacity(content.len());
+        for (name, form) in content.iter().zip(forms) {
+            let Some(form) = form else {
+                return Err(Failure::from(Problem::Missing(name.clone()))
+                    .within(Step::Member(holder.to_owned())));
+            };
+            named.push((name.as_str(), form));
+        }
+        named.sort_unstable_by(|(a, _), (b, _)| utf16_order(a, b));
+        canonical.push(b'{');
+        for (index, (name, form)) in named.into_iter().enumerate() {
+            if index > 0 {
+                canonical.push(b',');
+            }
+            write_string(canonical, name);
+            canonical.push(b':');
+            canonical.extend_from_slice(&form);
+        }
+        canonical.push(b'}');
+        Ok(())
+    }
+
+    /// The member of the document that holds the content: compact, with the canonical
+    /// form of each content member kept in `forms` (in the order of `content`).
+    fn write_holder(
+        &mut self,
+        holder: &Bound<'_, PyAny>,
+        content: &[String],
+        forms: &mut [Option<Vec<u8>>],
+    ) -> Result<(), Failure> {
+        let Ok(holder) = holder.cast::<PyDict>() else {
+            return Err(Problem::Unsupported(type_name(holder)).into());
+        };
+        self.out.push(b'{');
+        for (index, (name, value)) in members(holder)?.iter().enumerate() {
+            let name = to_str(name)?;
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_string(&mut self.out, name);
+            self.out.push(b':');
+            let written = match content.iter().position(|wanted| wanted == name) {
+                Some(slot) => {
+                    let mut form = Vec::new();
+                    let written = self.write_both(value, 2, &mut form);
+                    forms[slot] = Some(form);
+                    written
+                }
+                None => self.write(value, 2),
+            };
+            written.map_err(|failure| failure.within(Step::Member(name.to_owned())))?;
+        }
+        self.out.push(b'}');
+        Ok(())
+    }
+}
+
+fn check_depth(depth: usize) -> Result<(), Failure> {
+    if depth > MAX_DEPTH {
+        return Err(Problem::TooDeep.into());
+    }
+    Ok(())
+}
+
+fn to_str<'a>(text: &'a Bound<'_, PyString>) -> Result<&'a str, Failure> {
+    Ok(text.to_str().map_err(|_| Problem::LoneSurrogate)?)
+}
+
+fn bool_text(flag: &Bound<'_, PyBool>) -> &'static [u8] {
+    if flag.is_true() {
+        b"true"
+    } else {
+        b"false"
+    }
+}
+
+/// `object`'s members, refusing a name that is not a str.
+fn members<'py>(object: &Bound<'py, PyDict>) -> Result<Members<'py>, Failure> {
+    let mut members = Vec::with_capacity(object.len());
+    for (key, value) in object.iter() {
+        let Ok(name) = key.cast::<PyString>() else {
+            return Err(Problem::NonStringKey(type_name(&key)).into());
+        };
+        members.push((name.clone(), value));
+    }
+    Ok(members)
+}
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|name| name.to_string())
+        .unwrap_or_else(|_| "value of unknown type".to_owned())
+}
+
+fn serialize(value: &Bound<'_, PyAny>, style: Style) -> PyResult<Vec<u8>> {
+    let mut writer = Writer::new(style);
+    writer.write(value, 0).map_err(Failure::into_pyerr)?;
+    Ok(writer.out)
+}
+
+/// The RFC 8785 canonical JSON of `value`.
+#[pyfunction]
+fn canonical_json<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let canonical = serialize(value, Style::Canonical)?;
+    Ok(PyBytes::new(value.py(), &canonical))
+}
+
+/// Lowercase hex SHA-256 of the RFC 8785 canonical JSON of `value`.
+#[pyfunction]
+fn canonical_digest(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let canonical = serialize(value, Style::Canonical)?;
+    Ok(py.detach(|| sha256_hex(&canonical)))
+}
+
+/// `value` as `json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()`
+/// writes it, for JSON values (NaN and infinities refused).
+#[pyfunction]
+fn compact_json<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    let compact = serialize(value, Style::Compact)?;
+    Ok(PyBytes::new(value.py(), &compact))
+}
+
+/// `compact_json(document)` and `canonical_digest({name: document[holder][name] for name
+/// in content})`, from one walk of the document; `digest_placeholder` (by identity) stands
+/// for the digest in the document and is written as it.
+#[pyfunction]
+fn compact_json_and_digest<'py>(
+    document: &Bound<'py, PyAny>,
+    holder: &str,
+    content: Vec<String>,
+    digest_placeholder: Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyBytes>, String)> {
+    let mut writer = Writer::new(Style::Compact);
+    writer.placeholder = Some(digest_placeholder);
+    let mut canonical = Vec::with_capacity(64 * 1024);
+    writer
+        .write_document(document, holder, &content, &mut canonical)
+        .map_err(Failure::into_pyerr)?;
+    let py = document.py();
+    let digest = py.detach(|| sha256_hex(&canonical));
+    writer.fill_in(&digest);
+    Ok((PyBytes::new(py, &writer.out), digest))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(canonical_json, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(compact_json, m)?)?;
+    m.add_function(wrap_pyfunction!(compact_json_and_digest, m)?)?;
+    m.add("MAX_JSON_DEPTH", MAX_DEPTH)?;
+    Ok(())
+}
