@@ -153,6 +153,16 @@
       " --gateway " + data.scope.gateway + " --now " + data.now + " --metrics metrics.yaml --json";
   }
 
+  /* Tick marks at the values tables were computed for. */
+  function markStops() {
+    for (const key of keys) {
+      const id = "stops-" + key.replace(/[^A-Za-z0-9-]/g, "-");
+      const list = Booklet.el("datalist", { id }, ...data.sliders[key].stops.map((stop) => Booklet.el("option", { value: stop })));
+      document.body.append(list);
+      inputs[key].input.setAttribute("list", id);
+    }
+  }
+
   async function start() {
     build();
     if (Booklet.served()) {
@@ -171,6 +181,7 @@
         /* No API where the pages are served from: fall back to the tables below. */
       }
     }
+    markStops();
     $("scoring-mode").textContent = "Opened without the booklet's server, the page uses tables Grid computed when the booklet was built: " +
       "each slider moves alone, from the scenario's values, over its marked stops (moving one puts the others back). " +
       "Serve the booklet (grid booklet --serve, or /booklet on an agent or operator) to combine any values.";
