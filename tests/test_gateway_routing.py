@@ -247,6 +247,98 @@ def test_upstream_headers_carry_the_credential_and_the_endpoint_host(tmp_path: P
     }
 
 
+CLIENT_CREDENTIALS = {
+    "Authorization": "Bearer client-canary",
+    "Proxy-Authorization": "Basic client-canary",
+    "X-Api-Key": "client-canary",
+    "X-Goog-Api-Key": "client-canary",
+}
+
+
+def _gateway(what_if: WhatIf, settings: ConsumerConfig) -> GatewayModel:
+    config = consumer_config(what_if.plan, settings, overlay_key="routing-overlay.json")
+    return GatewayModel(config, {OVERLAY_PATH: _overlay(what_if, NOW).text})
+
+
+def test_a_client_credential_never_reaches_a_backend_grid_gives_no_credential(
+    tmp_path: Path,
+) -> None:
+    resources = _mesh(tmp_path, ConsumerMode.OVERLAY)
+    sent = {**CLIENT_CREDENTIALS, "X-Request-Note": "kept"}
+    idle = _what_if(resources, {})
+    gateway = _gateway(idle, _settings(idle))
+    local = gateway.request("llama", headers=sent)
+    assert local.cluster == "llama-east"
+    assert local.headers == {"x-request-note": "kept", "host": "10.0.0.10:8000"}
+
+    east_down = _what_if(resources, {"llama-east": {"healthy": False}})
+    gateway = _gateway(east_down, _settings(east_down))
+    egress = gateway.request("llama", headers=sent)
+    assert egress.cluster == "site-central"
+    assert egress.headers == {"x-request-note": "kept", "host": "central.mesh.example:8443"}
+
+    # API providers get Grid's credential, in place of the client's.
+    gpt = gateway.request("gpt-4o", headers=sent)
+    assert gpt.headers == {
+        "x-request-note": "kept",
+        "authorization": "Bearer <file:/etc/grid/credentials/openai-key/token>",
+        "host": "api.openai.com",
+    }
+    claude = gateway.request("claude-sonnet", headers=sent)
+    assert claude.headers == {
+        "x-request-note": "kept",
+        "x-api-key": "<file:/etc/grid/credentials/anthropic-key/api-key>",
+        "host": "api.anthropic.com",
+    }
+
+
+def test_forwarding_client_credentials_sends_them_to_every_backend(tmp_path: Path) -> None:
+    what_if = _what_if(_mesh(tmp_path, ConsumerMode.OVERLAY), {})
+    settings = _settings(what_if).model_copy(update={"forward_client_credentials": True})
+    gateway = _gateway(what_if, settings)
+    local = gateway.request("llama", headers=CLIENT_CREDENTIALS)
+    assert local.headers["authorization"] == "Bearer client-canary"
+    assert local.headers["x-api-key"] == "client-canary"
+    gpt = gateway.request("gpt-4o", headers=CLIENT_CREDENTIALS)
+    assert gpt.headers["authorization"] == "Bearer <file:/etc/grid/credentials/openai-key/token>"
+    assert gpt.headers["x-api-key"] == "client-canary"
+
+
+def test_the_model_applies_header_removals_before_sets_and_additions() -> None:
+    config = {
+        "filter_chains": [
+            {
+                "name": "grid",
+                "filters": [
+                    {
+                        "filter": "headers",
+                        "request_remove": ["X-Tag", "X-Gone"],
+                        "request_set": [{"name": "X-Tag", "value": "set"}],
+                        "request_add": [
+                            {"name": "X-Gone", "value": "added"},
+                            {"name": "X-New", "value": "new"},
+                        ],
+                    },
+                    {
+                        "filter": "intelligent_route",
+                        "local_site": "a",
+                        "candidates": [
+                            {"kind": "inference_model", "name": "m", "site": "a", "cluster": "c"}
+                        ],
+                    },
+                    {"filter": "load_balancer", "clusters": [{"name": "c", "endpoints": ["c:80"]}]},
+                ],
+            }
+        ]
+    }
+    upstream = GatewayModel(config, {}).request("m", headers={"X-Tag": "client", "X-Gone": "old"})
+    # An addition to a header the client sent keeps the client's value beside it.
+    assert upstream.headers == {"x-tag": "set", "x-gone": "old,added", "x-new": "new"}
+    config["filter_chains"][0]["filters"][0]["request_drop"] = ["x"]
+    with pytest.raises(Refused, match="unknown field request_drop"):
+        GatewayModel(config, {})
+
+
 def test_inline_mode_never_embeds_a_candidate_closed_to_new_requests(tmp_path: Path) -> None:
     resources = _mesh(tmp_path, ConsumerMode.INLINE)
     for name, metrics in STEPS:

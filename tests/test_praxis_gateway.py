@@ -62,14 +62,21 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 class EchoBackend:
-    """An OpenAI-style backend that answers every request with what reached it."""
+    """An OpenAI-style backend that answers every request with what reached it and records
+    the headers of each."""
 
     def __init__(self, name: str, tls: ssl.SSLContext | None = None) -> None:
         self.name = name
         self.tls = tls
         self.port = _free_port()
+        self.received: list[dict[str, list[str]]] = []
+        """Per request, each header's values by lowercase name, in arrival order."""
 
     async def _echo(self, request: web.Request) -> web.Response:
+        headers: dict[str, list[str]] = {}
+        for name, value in request.headers.items():
+            headers.setdefault(name.lower(), []).append(value)
+        self.received.append(headers)
         body = await request.read()
         return web.json_response(
             {
@@ -132,6 +139,7 @@ spec:
         tlsMountPath: {root}/tls
         reloadDebounceMs: 100
         allowPrivateEndpoints: true
+        forwardClientCredentials: {forward}
 ---
 apiVersion: grid.praxis-proxy.io/v1alpha1
 kind: GridSite
@@ -165,7 +173,7 @@ spec:
   gridNetworkRef: mesh
   backendKind: local
   providerKind: self_hosted
-  models: [{{name: llama}}]
+  models: [{{name: llama}}, {{name: mistral}}]
   endpoint: http://10.1.0.10:8000
   siteSelector: {{matchLabels: {{site: central}}}}
 ---
@@ -188,7 +196,9 @@ spec:
 class Deployment:
     """The files a gateway pod would see, and the gateway process reading them."""
 
-    def __init__(self, root: Path, binary: str, mode: str = "overlay") -> None:
+    def __init__(
+        self, root: Path, binary: str, mode: str = "overlay", *, forward_credentials: bool = False
+    ) -> None:
         self.root = root
         self.binary = binary
         self.listener = _free_port()
@@ -218,6 +228,7 @@ class Deployment:
             MESH.format(
                 key=OVERLAY_KEY,
                 mode=mode,
+                forward=json.dumps(forward_credentials),
                 listener=self.listener,
                 admin=self.admin,
                 root=root,
@@ -312,10 +323,16 @@ class Deployment:
                 self.process.kill()
                 self.process.wait(10)
 
-    def ask(self, model: str, session: str | None = None) -> tuple[int, dict[str, Any]]:
-        """POST a chat completion for ``model``; the status and the echoed JSON."""
+    def ask(
+        self,
+        model: str,
+        session: str | None = None,
+        credentials: dict[str, str] | None = None,
+    ) -> tuple[int, dict[str, Any]]:
+        """POST a chat completion for ``model`` with the client's ``credentials`` headers
+        (a bearer token by default); the status and the echoed JSON."""
         headers = {
-            "Authorization": "Bearer client-token",
+            **(credentials or {"Authorization": "Bearer client-token"}),
             "Host": "gateway.example",
             "Content-Type": "application/json",
         }
@@ -394,7 +411,7 @@ def _check_routing(gateway: Deployment, config: str) -> None:
     assert local["backend"] == "llama-east"
     assert local["path"] == "/v1/chat/completions"
     assert local["host"] == f"127.0.0.1:{gateway.east.port}"
-    assert local["authorization"] in (None, "Bearer client-token")
+    assert local["authorization"] is None
     # The API provider gets the mounted token as a bearer token and its own Host, over TLS
     # verified against the server name (the endpoint is an IP address).
     status, api = gateway.ask("gpt-4o")
@@ -467,3 +484,55 @@ def test_inline_mode_never_sends_a_new_request_to_an_existing_only_backend(
                 assert gateway.backend("llama", session=f"s-{attempt}") not in (None, "llama-east")
         finally:
             gateway.stop()
+
+
+CLIENT_CANARY = {"Authorization": "Bearer client-canary", "X-Api-Key": "client-canary"}
+
+
+def _received(gateway: Deployment, model: str, backend: EchoBackend) -> dict[str, list[str]]:
+    """The headers ``backend`` received for a request for ``model`` carrying the client's
+    canary credentials."""
+    before = len(backend.received)
+    status, echoed = gateway.ask(model, credentials=CLIENT_CANARY)
+    assert status == 200, model
+    assert echoed["backend"] == backend.name, model
+    assert len(backend.received) == before + 1, model
+    return backend.received[-1]
+
+
+@pytest.mark.parametrize("forward", [False, True], ids=["default", "forwardClientCredentials"])
+def test_client_credentials_stop_at_the_gateway(
+    pod_dir: Path, praxis_binary: str, forward: bool
+) -> None:
+    gateway = Deployment(pod_dir, praxis_binary, forward_credentials=forward)
+    config, overlay = gateway.render({}, NOW)
+    removal = yaml.safe_load(config)["filter_chains"][0]["filters"][0]
+    assert (removal["filter"] == "headers") is not forward
+    gateway.publish(overlay.text)
+    with serving([gateway.east, gateway.central, gateway.openai]):
+        gateway.start(config)
+        try:
+            wait_for(lambda: gateway.backend("llama") is not None, 60, "the gateway serves")
+            local = _received(gateway, "llama", gateway.east)
+            egress = _received(gateway, "mistral", gateway.central)
+            api = _received(gateway, "gpt-4o", gateway.openai)
+        except BaseException:
+            print(gateway.log.read_text()[-8000:])
+            raise
+        finally:
+            gateway.stop()
+    # Grid's token replaces the client's at the API provider either way.
+    assert api["authorization"] == [f"Bearer {TOKEN}"]
+    if forward:
+        # The documented opt-out: the client's credentials go to every backend.
+        for received in (local, egress):
+            assert received["authorization"] == ["Bearer client-canary"]
+            assert received["x-api-key"] == ["client-canary"]
+        assert api["x-api-key"] == ["client-canary"]
+    else:
+        for received in (local, egress, api):
+            assert "x-api-key" not in received
+            values = [value for values in received.values() for value in values]
+            assert all("client-canary" not in value for value in values)
+        assert "authorization" not in local and "authorization" not in egress
+    assert TOKEN not in gateway.log.read_text()

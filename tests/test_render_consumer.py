@@ -119,6 +119,10 @@ def by_filter(config: dict[str, Any], name: str) -> dict[str, Any]:
     return entry
 
 
+def route_of(config: dict[str, Any]) -> dict[str, Any]:
+    return by_filter(config, "grid_route")
+
+
 def test_the_configuration_has_one_listener_one_chain_and_the_admin_listener() -> None:
     config = render(ConsumerConfig(listener_port=8081))
     assert config["listeners"] == [
@@ -126,13 +130,14 @@ def test_the_configuration_has_one_listener_one_chain_and_the_admin_listener() -
     ]
     assert config["admin"] == {"address": "127.0.0.1:9901"}
     assert [entry["filter"] for entry in filters(config)] == [
+        "headers",
         "json_body_field",
         "grid_route",
         "grid_credential_inject",
         "credential_injection",
         "load_balancer",
     ]
-    assert filters(config)[0] == {
+    assert filters(config)[1] == {
         "filter": "json_body_field",
         "field": "model",
         "header": "X-Model",
@@ -142,7 +147,7 @@ def test_the_configuration_has_one_listener_one_chain_and_the_admin_listener() -
 
 def test_overlay_mode_reads_the_published_overlay_with_its_scope_and_reloads_it() -> None:
     settings = ConsumerConfig(overlay_mount_path="/mnt/overlay/", reload_debounce_ms=250)
-    route = filters(render(settings))[1]
+    route = route_of(render(settings))
     assert route == {
         "filter": "grid_route",
         "overlay_file": "/mnt/overlay/routing-overlay.json",
@@ -164,9 +169,9 @@ def test_overlay_mode_does_not_depend_on_the_ranking() -> None:
 
 def test_session_affinity_follows_the_settings() -> None:
     cookie = SessionAffinity(header=None, cookie="grid_session", ttl_seconds=60)
-    route = filters(render(ConsumerConfig(session_affinity=cookie)))[1]
+    route = route_of(render(ConsumerConfig(session_affinity=cookie)))
     assert route["session_affinity"] == {"enabled": True, "ttl_secs": 60, "cookie": "grid_session"}
-    off = filters(render(ConsumerConfig(session_affinity=None)))[1]
+    off = route_of(render(ConsumerConfig(session_affinity=None)))
     assert "session_affinity" not in off
     with pytest.raises(ValueError, match="needs a header or a cookie"):
         SessionAffinity(header=None)
@@ -174,7 +179,7 @@ def test_session_affinity_follows_the_settings() -> None:
 
 def test_inline_mode_embeds_the_candidates_with_the_static_fields_only() -> None:
     rendered = mesh_overlay()
-    route = filters(render(INLINE, overlay=rendered))[1]
+    route = route_of(render(INLINE, overlay=rendered))
     assert route["local_site"] == "east"
     assert route["model_header"] == "X-Model"
     assert "overlay_file" not in route and "session_affinity" not in route
@@ -192,7 +197,7 @@ def test_inline_mode_leaves_out_candidates_closed_to_new_requests() -> None:
         c["cluster"]: c["admission_state"] for c in rendered.document["overlay"]["candidates"]
     }
     assert states == {"vllm": "existing_only", "openai": "new_and_existing"}
-    route = filters(render(INLINE, overlay=rendered))[1]
+    route = route_of(render(INLINE, overlay=rendered))
     assert [c["cluster"] for c in route["candidates"]] == ["openai"]
 
 
@@ -238,6 +243,7 @@ def test_one_secret_used_with_two_strategies_is_refused() -> None:
 def test_no_credential_filter_without_credentials() -> None:
     config = render(ConsumerConfig(), plan=GatewayPlan(SCOPE, {"vllm": ENDPOINTS["vllm"]}))
     assert [entry["filter"] for entry in filters(config)] == [
+        "headers",
         "json_body_field",
         "grid_route",
         "credential_injection",
@@ -353,9 +359,9 @@ def test_filter_names_and_model_header_are_configurable() -> None:
         credential_filter="credential_inject",
     )
     names = [entry["filter"] for entry in filters(config)]
-    assert names[1:3] == ["intelligent_route", "credential_inject"]
-    assert filters(config)[0]["header"] == "X-AI-Model"
-    assert filters(config)[1]["model_header"] == "X-AI-Model"
+    assert names[2:4] == ["intelligent_route", "credential_inject"]
+    assert by_filter(config, "json_body_field")["header"] == "X-AI-Model"
+    assert by_filter(config, "intelligent_route")["model_header"] == "X-AI-Model"
 
 
 def test_the_yaml_is_the_configuration() -> None:
@@ -379,3 +385,52 @@ def test_secret_references_that_would_leave_the_mount_are_refused(name: str, key
 def test_sni_defaults_to_the_endpoint_host() -> None:
     assert ClusterEndpoint("api.example.com:443", EgressTlsMode.TLS).sni == "api.example.com"
     assert ClusterEndpoint("[fd00::1]:443", EgressTlsMode.TLS).sni == "fd00::1"
+
+
+def test_client_credentials_are_removed_before_routing_and_injection() -> None:
+    config = render(ConsumerConfig())
+    names = [entry["filter"] for entry in filters(config)]
+    assert names.index("headers") < names.index("grid_route")
+    assert names.index("headers") < names.index("grid_credential_inject")
+    assert by_filter(config, "headers") == {
+        "filter": "headers",
+        "request_remove": ["authorization", "proxy-authorization", "x-api-key", "x-goog-api-key"],
+    }
+
+
+def test_every_api_key_header_of_the_plan_is_removed_too() -> None:
+    custom = SecretRef("vllm-key", "grid-system", "key", CredentialStrategy.API_KEY, "X-Vllm-Key")
+    anthropic = SecretRef(
+        "anthropic-key", "grid-system", "api-key", CredentialStrategy.API_KEY, "X-API-Key"
+    )
+    config = render(ConsumerConfig(), plan=plan(None, OPENAI_KEY, custom, anthropic))
+    assert by_filter(config, "headers")["request_remove"] == [
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "x-goog-api-key",
+        "x-vllm-key",
+    ]
+
+
+def test_inline_candidates_api_key_headers_are_removed() -> None:
+    key = SecretRef("inline-key", "grid-system", "key", CredentialStrategy.API_KEY, "x-inline-key")
+    rendered = overlay(
+        candidate("vllm", "llama", backend_kind=BackendKind.API_PROVIDER, credential=key)
+    )
+    config = render(INLINE, overlay=rendered, plan=plan(None, OPENAI_KEY))
+    assert by_filter(config, "headers")["request_remove"][-1] == "x-inline-key"
+
+
+def test_forwarding_client_credentials_is_an_explicit_opt_out() -> None:
+    settings = ConsumerConfig.model_validate({"forwardClientCredentials": True})
+    assert settings.forward_client_credentials
+    names = [entry["filter"] for entry in filters(render(settings))]
+    assert names == [
+        "json_body_field",
+        "grid_route",
+        "grid_credential_inject",
+        "credential_injection",
+        "load_balancer",
+    ]
+    assert not ConsumerConfig().forward_client_credentials

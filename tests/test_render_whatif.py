@@ -258,6 +258,7 @@ def test_render_prints_the_gateway_configuration(capsys: pytest.CaptureFixture[s
     config = yaml.safe_load(out)
     names = [entry["filter"] for entry in config["filter_chains"][0]["filters"]]
     assert names == [
+        "headers",
         "json_body_field",
         "intelligent_route",
         "credential_inject",
@@ -265,10 +266,10 @@ def test_render_prints_the_gateway_configuration(capsys: pytest.CaptureFixture[s
         "load_balancer",
     ]
     assert config["listeners"][0]["address"] == "0.0.0.0:8081"
-    route = config["filter_chains"][0]["filters"][1]
+    route = config["filter_chains"][0]["filters"][2]
     assert route["overlay_file"] == "/etc/grid/overlay/routing-overlay.json"
     assert route["expected_overlay_scope"]["local_site"] == "alpha"
-    inject = config["filter_chains"][0]["filters"][2]
+    inject = config["filter_chains"][0]["filters"][3]
     assert inject["credentials"][0]["file"] == "/run/secrets/grid-credentials/openai-api-key/token"
     clusters = {c["name"] for c in config["filter_chains"][0]["filters"][-1]["clusters"]}
     assert {"site-beta", "site-gamma"} <= clusters, "every other site's egress is declared"

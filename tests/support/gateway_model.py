@@ -1,10 +1,13 @@
 """A model of how the Praxis AI gateway routes a request with a configuration Grid renders,
-written from the gateway's documentation (its ``intelligent_route``, ``credential_inject``,
-``credential_injection`` and ``load_balancer`` filters and its configuration checks).
+written from the gateway's documentation (its ``headers``, ``intelligent_route``,
+``credential_inject``, ``credential_injection`` and ``load_balancer`` filters and its
+configuration checks).
 
 It is a judge of Grid's output in tests that cannot run the gateway itself: a
 configuration the gateway would refuse raises :class:`Refused`; a request gets the status,
-cluster and upstream headers the gateway would give it. The real gateway remains the
+cluster and upstream headers the gateway would give it. Filters do not edit a request's
+headers one after the other: each queues removals, sets and additions, and the gateway
+applies all removals, then all sets, then all additions. The real gateway remains the
 reference (see docs/overlay.md for how Grid's output was run through it).
 """
 
@@ -25,6 +28,14 @@ _DNS_NAME = re.compile(
 )
 _STATIC_CANDIDATE_FIELDS = {"kind", "name", "site", "cluster", "fresh", "credential"}
 _STRATEGIES = {"bearer_token", "apikey"}
+_HEADER_RULES = {
+    "request_add",
+    "request_remove",
+    "request_set",
+    "response_add",
+    "response_remove",
+    "response_set",
+}
 
 
 class Refused(Exception):
@@ -39,8 +50,27 @@ class Upstream:
     cluster: str | None = None
     candidate: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    """Headers the gateway sets on the upstream request (names lowercase); secret values
-    appear as ``<file:path>``."""
+    """Headers the upstream request carries of those the client sent and those the gateway
+    sets (names lowercase); secret values appear as ``<file:path>``."""
+
+
+@dataclass
+class _Mutations:
+    """A request's queued header mutations, applied remove -> set -> add."""
+
+    remove: list[str] = field(default_factory=list)
+    set: list[tuple[str, str]] = field(default_factory=list)
+    add: list[tuple[str, str]] = field(default_factory=list)
+
+    def apply(self, headers: Mapping[str, str]) -> dict[str, str]:
+        result = dict(headers)
+        for name in self.remove:
+            result.pop(name, None)
+        for name, value in self.set:
+            result[name] = value
+        for name, value in self.add:
+            result[name] = value
+        return result
 
 
 def _sensitive(host: str) -> bool:
@@ -112,6 +142,13 @@ class GatewayModel:
                         raise Refused("credential_inject: header goes with apikey only")
                     key = (credential["namespace"], credential["name"], credential["key"])
                     self.credentials[key] = credential
+        self.header_rules: list[Mapping[str, Any]] = []
+        for entry in filters:
+            if entry["filter"] == "headers":
+                unknown = set(entry) - {"filter", *_HEADER_RULES}
+                if unknown:
+                    raise Refused(f"headers: unknown field {sorted(unknown)[0]}")
+                self.header_rules.append(entry)
         self.host_headers: dict[str, tuple[str, str]] = {}
         if "credential_injection" in by_name:
             for rule in by_name["credential_injection"]["clusters"]:
@@ -170,8 +207,29 @@ class GatewayModel:
         self.revision = document.get("revision", {}).get("value")
         return True
 
-    def request(self, model: str, *, session: str | None = None) -> Upstream:
-        """Route one request for ``model``, with the session key when the client sends one."""
+    def request(
+        self,
+        model: str,
+        *,
+        session: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Upstream:
+        """Route one request for ``model``, with the session key when the client sends one
+        and the client's own ``headers``."""
+        client = {name.lower(): value for name, value in (headers or {}).items()}
+        mutations = _Mutations()
+        for rules in self.header_rules:
+            mutations.remove += [name.lower() for name in rules.get("request_remove", ())]
+            mutations.set += [
+                (pair["name"].lower(), pair["value"]) for pair in rules.get("request_set", ())
+            ]
+            for pair in rules.get("request_add", ()):
+                name = pair["name"].lower()
+                # An addition to a header the client sent is queued as a set of both values.
+                if name in client:
+                    mutations.set.append((name, f"{client[name]},{pair['value']}"))
+                else:
+                    mutations.add.append((name, pair["value"]))
         key = session if self.affinity and self.affinity.get("enabled") else None
         matching = [
             c for c in self.snapshot if c.get("kind") == "inference_model" and c["name"] == model
@@ -195,7 +253,6 @@ class GatewayModel:
         cluster = chosen["cluster"]
         if cluster not in self.clusters:
             return Upstream(500, cluster, chosen)
-        headers: dict[str, str] = {}
         credential = chosen.get("credential")
         if credential is not None:
             ref = credential["secretRef"]
@@ -204,13 +261,14 @@ class GatewayModel:
                 return Upstream(503, cluster, chosen)
             secret = f"<file:{entry['file']}>"
             if credential["strategy"] == "apikey":
-                headers[credential["header"].lower()] = secret
+                mutations.set.append((credential["header"].lower(), secret))
             else:
-                headers["authorization"] = f"Bearer {secret}"
+                mutations.remove.append("authorization")
+                mutations.set.append(("authorization", f"Bearer {secret}"))
         host = self.host_headers.get(cluster)
         if host is not None:
-            headers[host[0]] = host[1]
-        return Upstream(200, cluster, chosen, headers)
+            mutations.add.append(host)
+        return Upstream(200, cluster, chosen, mutations.apply(client))
 
 
 def _is_ip(value: str) -> bool:

@@ -106,6 +106,15 @@ class ConsumerConfig(GridModel):
         description="Let the gateway reach endpoints it deems sensitive (loopback, "
         "link-local, localhost, *.local such as *.svc.cluster.local, *.internal).",
     )
+    forward_client_credentials: bool = Field(
+        False,
+        description="Pass the client's own credential headers (Authorization, "
+        "Proxy-Authorization, x-api-key, x-goog-api-key and every ApiKey provider's header) "
+        "upstream. Default false: the gateway removes them, so a client's credential stops "
+        "at the gateway and backends only ever see the credentials Grid injects. true sends "
+        "every client's credentials to every backend the request is routed to, self-hosted "
+        "servers and other sites' egress gateways included.",
+    )
     listener_port: int = Field(8080, ge=1, le=65535, description="Public listener port.")
     admin_address: HostPort = Field(
         "127.0.0.1:9901", description="Address of the gateway's admin listener."

@@ -1,7 +1,15 @@
 """The complete gateway configuration (``consumerConfig``): one public listener, one filter
-chain (model extractor, routing filter, credential injectors, load balancer) and the admin
-listener, as the gateway reads it. It carries paths to mounted Secret files, never their
-contents.
+chain (client credential removal, model extractor, routing filter, credential injectors,
+load balancer) and the admin listener, as the gateway reads it. It carries paths to mounted
+Secret files, never their contents.
+
+Client credentials stop at the gateway: unless ``forwardClientCredentials`` is set, the
+chain opens with the gateway's ``headers`` filter removing every header a client's
+credential travels in (:data:`CLIENT_CREDENTIAL_HEADERS` and each ApiKey provider's header).
+The gateway otherwise forwards them unchanged to every candidate Grid gives no credential
+(self-hosted servers, other sites' egress gateways); its credential filter only replaces
+``Authorization`` where it injects one. The gateway applies the removals of a request
+before any header a filter sets or adds, so Grid's injected credentials still go upstream.
 
 In ``overlay`` mode (the default) the routing filter reads the overlay document Grid
 publishes, checks its digest and scope and hot-reloads it; the configuration itself only
@@ -47,6 +55,10 @@ from grid.render.overlay import OverlayScope, RenderedOverlay
 
 CHAIN_NAME = "grid"
 LISTENER_NAME = "grid"
+HEADERS_FILTER = "headers"
+CLIENT_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "x-goog-api-key")
+"""Headers clients send their credentials in, removed before routing unless
+``forwardClientCredentials`` is set; every ApiKey provider's own header is added to them."""
 MODEL_EXTRACTOR_FILTER = "json_body_field"
 HOST_HEADER_FILTER = "credential_injection"
 """The gateway's per-cluster header injection: the only filter that sets a header for the
@@ -222,6 +234,13 @@ def _credential_entries(
     return [entries[key] for key in sorted(entries)]
 
 
+def _client_credential_headers(entries: Iterable[Mapping[str, Any]]) -> list[str]:
+    names = list(CLIENT_CREDENTIAL_HEADERS)
+    provider_headers = {entry["header"].lower() for entry in entries if "header" in entry}
+    names += sorted(provider_headers - set(names))
+    return names
+
+
 def _route_filter(
     plan: GatewayPlan,
     settings: ConsumerConfig,
@@ -291,13 +310,18 @@ def consumer_config(
     """
     clusters = _checked_clusters(plan, settings)
     route = _route_filter(plan, settings, route_filter, overlay, overlay_key)
-    filters: list[dict[str, Any]] = [
-        {"filter": MODEL_EXTRACTOR_FILTER, "field": "model", "header": settings.model_header},
-        route,
-    ]
     credentials = list(plan.credentials)
     credentials += [c["credential"] for c in route.get("candidates", ()) if "credential" in c]
     entries = _credential_entries(credentials, settings)
+    filters: list[dict[str, Any]] = []
+    if not settings.forward_client_credentials:
+        filters.append(
+            {"filter": HEADERS_FILTER, "request_remove": _client_credential_headers(entries)}
+        )
+    filters += [
+        {"filter": MODEL_EXTRACTOR_FILTER, "field": "model", "header": settings.model_header},
+        route,
+    ]
     if entries:
         filters.append({"filter": credential_filter, "credentials": entries})
     filters.append(
