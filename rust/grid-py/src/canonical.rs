@@ -50,12 +50,12 @@ impl fmt::Display for Problem {
                 "a string holds a lone surrogate (U+D800..U+DFFF), which UTF-8 cannot carry",
             ),
             Problem::NonStringKey(type_name) => {
-                write!(f, "an object key is a {type_name}, not a str")
+                write!(f, "an object key of type {type_name} (keys must be str)")
             }
             Problem::Unsupported(type_name) => write!(
                 f,
-                "a {type_name} is not a JSON value (JSON has dict, list, str, int, float, \
-                 bool and None)"
+                "a value of type {type_name} has no JSON form (JSON has dict, list, str, \
+                 int, float, bool and None)"
             ),
             Problem::TooDeep => write!(f, "arrays and objects nest deeper than {MAX_DEPTH} levels"),
             Problem::Missing(name) => write!(f, "the object has no member {name:?}"),
