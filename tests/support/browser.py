@@ -118,7 +118,7 @@ def wait_for(
     while True:
         try:
             value = condition()
-        except Exception as error:  # noqa: BLE001 - the page may be mid-update; retry
+        except Exception as error:  # the page may be mid-update: retry until the deadline
             last_error = error
             value = None
         if value:
