@@ -22,6 +22,7 @@ import os
 import resource
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -150,8 +151,18 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
     deadline = started + config["converge_timeout_s"]
     while counters.candidates() < expected:
         if time.monotonic() > deadline:
+            ranking = engine.ranking
+            per_site = Counter(
+                entry.candidate.site for entry in (ranking.candidates if ranking else ())
+            )
+            refused = dict(engine.refused_items)
+            reasons = sorted({reason for _, reason in engine.not_offered})[:5]
             await agent.stop()
-            return {"error": f"only {counters.candidates()} of {expected} candidates ranked"}
+            return {
+                "error": f"only {counters.candidates()} of {expected} candidates ranked "
+                f"(by site: {dict(sorted(per_site.items()))}; items refused: {refused or 'none'}; "
+                f"not offered: {reasons or 'none'})"
+            }
         emit("converging", candidates=counters.candidates(), expected=expected)
         await asyncio.sleep(_SAMPLE_S)
     emit("converged", seconds=time.monotonic() - started)

@@ -52,7 +52,8 @@ SITE_LABEL = "grid.praxis-proxy.io/site"
 GATEWAY = {"name": "edge-gateway", "namespace": "grid-system"}
 PROBE_SITE = "probe"
 PROBE_MODEL = "probe-model"
-MODELS = 8
+MODELS = 16
+"""Models served in the mesh; provider j of each site serves model j mod 16."""
 MAX_PEERS_ONE_EACH = 10
 """Up to this many sites, every other site is a peer of its own."""
 DEFAULT_PEERS = 4
@@ -104,8 +105,11 @@ class MeshPlan:
 
     @property
     def candidates(self) -> int:
-        """Every provider of the mesh, the probe's included: what the site ranks."""
-        return self.sites * self.providers_per_site + 1
+        """What the site ranks: a candidate per own provider, one per model of every other
+        site (a site's providers of one model are reached through its egress, as one
+        candidate), and the probe's."""
+        others = (self.sites - 1) * min(self.providers_per_site, MODELS)
+        return self.providers_per_site + others + 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,176 @@
+"""``grid bench mesh`` through the CLI: a small real run (real agent process, real SWIM
+peers, today's design from git beside it) whose report holds measured numbers, a real PNG,
+and refusals before any run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grid.meshbench.run import MeshPlan, probe_latencies, verdicts
+
+GRID = [sys.executable, "-m", "grid.cli"]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+QUICK = [
+    "bench",
+    "mesh",
+    "--sites",
+    "5",
+    "--providers-per-site",
+    "3",
+    "--scrape-interval",
+    "2s",
+    "--duration",
+    "6s",
+    "--warmup",
+    "1s",
+]
+FIGURES = (
+    "cpu_share",
+    "rss_mb_median",
+    "bytes_in_per_s",
+    "bytes_out_per_s",
+    "items_applied_per_s",
+    "apply_us_mean",
+    "renders_per_s",
+    "render_ms_p50",
+    "latency_ms_p50",
+    "latency_ms_p99",
+)
+
+
+def grid(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*GRID, *args], capture_output=True, text=True, timeout=600, env=env, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path]:
+    plot = tmp_path_factory.mktemp("mesh") / "mesh.png"
+    done = grid(*QUICK, "--json", "--plot", str(plot))
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout), plot
+
+
+def test_the_report_holds_figures_measured_for_both_designs(
+    quick_run: tuple[dict[str, Any], Path],
+) -> None:
+    report, _ = quick_run
+    assert report["plan"]["sites"] == 5 and report["plan"]["candidates"] == 16
+    assert report["baseline"]["ran"], report["baseline"]["reason"]
+    for label in ("current", "baseline"):
+        run = report["runs"][label]
+        assert run["candidates"] == 16
+        assert 5.5 < run["window_s"] < 60
+        for figure in FIGURES:
+            assert isinstance(run[figure], float) and run[figure] > 0, (label, figure)
+        assert 0 < run["cpu_share"] < 2
+        assert 10 < run["rss_mb_median"] <= run["rss_mb_max"] < 2000
+        # Every peer publishes as its providers move: the site takes items in all along.
+        assert run["items_applied_per_s"] > 1
+        assert run["renders"] >= 1
+        assert run["probes_seen"] >= 1 and run["probes_missed"] == 0
+        assert run["latency_ms_p50"] <= run["latency_ms_p99"] < 10_000
+    current, baseline = report["runs"]["current"], report["runs"]["baseline"]
+    # Measured, not constants: the two designs (and their memory samples) differ.
+    assert current["cpu_share"] != baseline["cpu_share"]
+    assert current["bytes_in_per_s"] != baseline["bytes_in_per_s"]
+    assert [t["target"] for t in report["targets"]] == [
+        "cpu",
+        "memory",
+        "gossip_in",
+        "gossip_out",
+        "latency_p99",
+    ]
+    assert not any(t["at_target_size"] for t in report["targets"])
+
+
+def test_the_plot_is_a_real_png(quick_run: tuple[dict[str, Any], Path]) -> None:
+    _, plot = quick_run
+    data = plot.read_bytes()
+    assert data.startswith(PNG_MAGIC)
+    assert b"<svg" not in data
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert width >= 800 and height >= 400
+
+
+def test_the_text_report_names_the_targets_met_or_missed(tmp_path: Path) -> None:
+    done = grid(*QUICK[:-4], "--duration", "3s", "--warmup", "0s", "--no-baseline")
+    assert done.returncode == 0, done.stderr
+    assert "today's design did not run: not asked for (--no-baseline)" in done.stdout
+    lines = done.stdout.split("targets (issue 16", 1)[1].splitlines()[1:6]
+    assert len(lines) == 5, done.stdout
+    assert all(line.endswith((" met", " MISSED")) for line in lines), lines
+
+
+def test_without_matplotlib_a_png_plot_exits_2_before_the_run(tmp_path: Path) -> None:
+    plot = tmp_path / "mesh.png"
+    # The CLI in a Python where matplotlib cannot be imported (as without the plot extra).
+    blocked = "import sys; sys.modules['matplotlib'] = None; from grid.cli import main; "
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            blocked + "sys.exit(main(sys.argv[1:]))",
+            *QUICK,
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "PNG needs the plot extra" in done.stderr
+    assert "grid bench mesh:" in done.stderr and not plot.exists()
+
+
+@pytest.mark.parametrize(
+    ("options", "reason"),
+    [
+        (["--sites", "1"], "--sites must be at least 2"),
+        (["--providers-per-site", "0"], "--providers-per-site must be from 1 to 1000"),
+        (["--scrape-interval", "soon"], "--scrape-interval must be a duration"),
+        (["--duration", "0s"], "--duration must be at least 1 s"),
+        (["--sites", "5", "--peers", "9"], "--peers must be from 1 to 4"),
+        (["--plot", "mesh.svg"], "the mesh plot is a PNG"),
+    ],
+)
+def test_bad_options_exit_2_saying_why(options: list[str], reason: str) -> None:
+    done = grid("bench", "mesh", *options)
+    assert done.returncode == 2
+    assert reason in done.stderr
+
+
+def test_probe_latency_is_matched_to_the_change_it_follows() -> None:
+    probes = [{"t": 10.0, "queue": 500.0}, {"t": 12.0, "queue": 0.0}, {"t": 14.0, "queue": 500.0}]
+    seen = [(9.0, 3.0), (10.2, 1.0), (12.5, 3.0)]
+    latencies, missed = probe_latencies(probes, seen, end=20.0)
+    assert latencies == pytest.approx([0.2, 0.5])
+    assert missed == 1  # the last change never reached the overlay, 6 s before the end
+
+
+def test_a_missed_change_fails_the_latency_target() -> None:
+    plan = MeshPlan(sites=100, providers_per_site=100, scrape_interval_s=15.0)
+    figures = {
+        "cpu_share": 0.05,
+        "rss_mb_median": 120.0,
+        "bytes_in_per_s": 1e5,
+        "bytes_out_per_s": 3e5,
+        "latency_ms_p99": None,
+    }
+    met = {t["target"]: t["met"] for t in verdicts(plan, figures)}
+    assert met == {
+        "cpu": True,
+        "memory": True,
+        "gossip_in": True,
+        "gossip_out": False,
+        "latency_p99": False,
+    }
