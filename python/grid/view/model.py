@@ -205,7 +205,8 @@ def _why(status: GridSiteStatus, pins: Sequence[str], own: bool) -> str:
 
 
 def trust_part(engine: SiteEngine) -> list[dict[str, Any]]:
-    """Per GridSite of the network: whether its certificate matched its pin, and why."""
+    """Per GridSite of the network (this site first): whether its certificate matched its
+    pin, and why."""
     pins = engine.site_pins()
     trusted = engine.trusted_sites
     rows = []
@@ -215,7 +216,7 @@ def trust_part(engine: SiteEngine) -> list[dict[str, Any]]:
         rows.append(
             _trust_row(name, status, pins.get(name, ()), name in trusted, name == engine.site)
         )
-    return rows
+    return sorted(rows, key=lambda row: (not row["self"], row["site"]))
 
 
 def gateway_part(

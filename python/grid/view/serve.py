@@ -7,8 +7,9 @@ only its own script and style (by hash), talks only to its own origin, and is ne
 
 Keeping the view cheap for a busy site: the member history is sampled a few times a
 second; the gateways' explanations are computed again only when the engine ranked anew;
-the route matrix (one real ranking per consuming site) at most every
-``matrix_interval_s``; both off the event loop, from immutable values."""
+the route matrix (one real ranking per consuming site) at once when a consuming site comes
+or goes, else at most every ``matrix_interval_s`` for new signals; both off the event loop,
+from immutable values."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ class _Cached:
     ranked: dict[str, Any]
     matrix: dict[str, Any] | None = None
     matrix_ranking: Ranking | None = None
+    matrix_sites: tuple[str, ...] = ()
     matrix_at: float = float("-inf")
 
 
@@ -179,14 +181,21 @@ class LiveView:
             if previous is not None:
                 cached.matrix = previous.matrix
                 cached.matrix_ranking = previous.matrix_ranking
+                cached.matrix_sites = previous.matrix_sites
                 cached.matrix_at = previous.matrix_at
         moment = now.timestamp()
+        sites = consumers(engine)
+        # A site that came or went changes the rows at once; new signals wait their turn.
         due = moment - cached.matrix_at >= self._matrix_interval_s
-        if cached.matrix is None or (cached.matrix_ranking is not ranking and due):
-            sites = consumers(engine)
+        if (
+            cached.matrix is None
+            or tuple(sites) != cached.matrix_sites
+            or (cached.matrix_ranking is not ranking and due)
+        ):
             matrix = await asyncio.to_thread(route_matrix, ranking, sites, engine.network, now)
             cached.matrix = matrix | {"computedAt": now.isoformat()}
             cached.matrix_ranking, cached.matrix_at = ranking, moment
+            cached.matrix_sites = tuple(sites)
         return network_document(source, history, now, ranked=cached.ranked, matrix=cached.matrix)
 
     # -- HTTP ---------------------------------------------------------------------------

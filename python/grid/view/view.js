@@ -4,11 +4,15 @@
   const WINDOW_MIN_S = 60; // the member timeline spans the history it has, within these
   const WINDOW_MAX_S = 600;
   const HISTORY_SHOWN = 40;
+  const ROWS_SHOWN = 100; // candidates per gateway until "show all" is pressed
   const SIGNALS = ["locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost"];
+  const SIGNAL_LABELS = ["locality", "queue", "kv cache", "prefix", "latency", "cost"];
   const STATES = ["alive", "suspect", "down", "left"];
   const sections = new Map(); // "network/part" -> serialized data last drawn
   let offsetMs = 0; // server clock minus this browser's clock
   let rendered = false;
+  let lastView = null;
+  const expanded = new Set(); // gateways whose every candidate is shown
 
   // -- small DOM helpers: text only, never markup from the document --------------------
   function el(tag, attrs, ...children) {
@@ -172,9 +176,11 @@
     return bar;
   }
 
-  function drawGateway(gateway) {
+  function drawGateway(gateway, key) {
     const why = new Map(gateway.order.map((pair) => [pair.above, `${pair.decided_by}: ${pair.why}`]));
-    const rows = gateway.candidates.map((c) => el("tr", { class: "candidate", "data-site": c.site, "data-rank": c.rank },
+    const all = expanded.has(key);
+    const shown = all ? gateway.candidates : gateway.candidates.slice(0, ROWS_SHOWN);
+    const rows = shown.map((c) => el("tr", { class: "candidate", "data-site": c.site, "data-rank": c.rank },
       el("td", { class: "num", text: c.rank }),
       el("td", { text: c.model }),
       el("td", { text: c.provider }),
@@ -196,8 +202,17 @@
     const legend = el("p", { class: "legend" }, ...SIGNALS.map((name) => el("span", {}, el("i", { class: `sig-${name}` }), name)));
     const numeric = new Set([0, 8, 10, 11, 12, 13, 14, 15]);
     parts.push(legend, el("div", { class: "scroll" }, table(
-      ["rank", "model", "provider", "site", "cluster", "admission", "tier", "fresh", "score", "breakdown", ...SIGNALS, "above the next by"],
+      ["rank", "model", "provider", "site", "cluster", "admission", "tier", "fresh", "score", "breakdown", ...SIGNAL_LABELS, "above the next by"],
       rows, numeric, { class: "nowrap" })));
+    if (gateway.candidates.length > ROWS_SHOWN) {
+      const toggle = el("button", { type: "button", text: all ? `show the first ${ROWS_SHOWN}` : `show all ${gateway.candidates.length}` });
+      toggle.addEventListener("click", () => {
+        if (all) expanded.delete(key); else expanded.add(key);
+        sections.clear();
+        if (lastView) apply(lastView);
+      });
+      parts.push(el("p", {}, toggle));
+    }
     return parts;
   }
 
@@ -255,7 +270,7 @@
     for (const gateway of network.gateways) {
       const key = `gateway:${gateway.namespace}/${gateway.name}`;
       seen.add(key);
-      section(gateways, key, gateway, drawGateway);
+      section(gateways, key, gateway, (data) => drawGateway(data, `${network.name}/${key}`));
     }
     for (const holder of gateways.querySelectorAll(":scope > [data-part]")) {
       if (!seen.has(holder.dataset.part)) {
@@ -269,6 +284,7 @@
   }
 
   function apply(view) {
+    lastView = view;
     offsetMs = Date.parse(view.now) - Date.now();
     document.getElementById("role").textContent = `live view (${view.role} ${view.version})`;
     const links = document.getElementById("links");
