@@ -214,6 +214,8 @@ def _watch_a_site_go_down(url: str, kill: Callable[[], float], bound: float) -> 
             what="every site's candidates in the ranking",
         )
         assert driver.execute_script("return document.body.dataset.rendered") == "true"
+        booklet = driver.find_element("link text", "Grid Booklet").get_attribute("href")
+        assert booklet == url + "booklet/"
         converged_errors = console_errors(driver)
         save_screenshot(driver, "live-view-converged")
         # Marks this document: a reload would lose it.
@@ -253,6 +255,8 @@ async def _page_loads_nothing_from_elsewhere(http: str) -> None:
     assert "src=" not in page  # no script, style, image or frame from anywhere
     assert "https://" not in page
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    async with aiohttp.ClientSession() as session, session.get(f"http://{http}/booklet/") as got:
+        assert got.status == 200  # the page links the booklet, served beside it
 
 
 async def test_the_live_view_shows_the_mesh_and_a_killed_site_going_down(agents: Agents) -> None:

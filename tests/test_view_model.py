@@ -362,6 +362,20 @@ def test_each_gateway_lists_its_candidates_as_grid_explain_computes_them(tmp_pat
     ]
 
 
+def test_a_gateway_held_back_says_why() -> None:
+    a = mesh()["site-a"]
+    for name in ("site-b", "site-c"):
+        a.member_down(name, f"{name}.test:7946", 1, T0 + timedelta(seconds=1))
+    a.set_resources(network(), SITES, [])  # and this site's own providers are gone
+    a.refresh(T0 + timedelta(seconds=2))
+    (gateway,) = document(a)["gateways"]
+    assert gateway["message"].startswith("no candidate for site 'site-a'")
+    assert gateway["revision"] == a.overlays[GATEWAY].revision  # the last good one serves
+    source = NetworkSource(NETWORK, a, NODE, held_back=lambda overlay: "ConfigMap not written")
+    (written,) = network_document(source, MemberHistory(), T0)["gateways"]
+    assert written["message"] == "ConfigMap not written"
+
+
 def test_providers_left_out_say_why() -> None:
     view = document(mesh()["site-a"])
     reasons = {(entry["provider"], entry["reason"]) for entry in view["leftOut"]}
