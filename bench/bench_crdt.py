@@ -2,9 +2,15 @@
 
 - merges per second of two snapshots of 1,000 providers, against a cache that only keeps
   the newest version of each key;
-- received items applied per second (decode, checks, merge), against bare ``json.loads``
-  of the same payloads;
-- encoded bytes per item;
+- received items applied per second at one site (decode, checks, merge), for the items a
+  large mesh sends (signals items from 100 sites, a few catalogue changes among them),
+  through ``GridState.apply_item`` and through ``SiteEngine.receive_item``; against the
+  same changes applied as catalogue items (the strict JSON reader every load change went
+  through when a provider travelled whole) and against bare ``json.loads`` of the whole
+  records those changes used to be;
+- encoded bytes per item: a signals item (typical and worst case) against the whole record;
+- signals items published per scrape by 1,000 providers whose load follows a random walk,
+  with the default ``signalPublishing`` steps against publishing every change;
 - OR-Set metadata after 100,000 add/remove operations, against an OR-Set that keeps a
   tombstone per removed tag.
 
@@ -14,11 +20,14 @@ Run: ``.venv/bin/python bench/bench_crdt.py`` (``--repeat N`` for more timing ro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import random
 import statistics
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 from grid.crdt import (
     MAX_ITEM_BYTES,
@@ -26,6 +35,7 @@ from grid.crdt import (
     Dot,
     GatewayRecord,
     GridState,
+    Item,
     LabelSelector,
     ModelEntry,
     ORSet,
@@ -35,11 +45,28 @@ from grid.crdt import (
     SiteMetadata,
     TokenCost,
 )
-from grid.crdt.codec import item_bytes
+from grid.crdt.codec import MAX_SAFE_INT, canonical_json, item_bytes
+from grid.crdt.records import MAX_AMOUNT
+from grid.crdt.signals import SignalsState
+from grid.crdt.snapshot import MAX_PROVIDER_NAME
+from grid.engine import SiteEngine
+from grid.engine.records import signal_thresholds, signals_refresh_seconds
+from grid.models import GridNetwork, load_resource
 
 NOW = 1_750_000_000.0
 PROVIDERS = 1_000
 CHURN_OPERATIONS = 100_000
+MESH_SITES = 100
+MESH_PROVIDERS = 100
+"""Providers per site in the mesh whose items one site receives."""
+STREAM_ITEMS = 20_000
+CATALOGUE_SHARE = 0.01
+"""Share of catalogue changes among the received items (edits of models, tools, spec).
+Signals are refreshed and republished on their own, so catalogues change only when a
+resource is edited or a site starts afresh: at one edit per provider per hour, a mesh of
+this size would send 1 catalogue item per 200 signals items."""
+SCRAPES = 80
+SCRAPE_INTERVAL_S = 15.0
 
 
 def record(index: int, rnd: random.Random) -> ProviderRecord:
@@ -61,16 +88,20 @@ def record(index: int, rnd: random.Random) -> ProviderRecord:
             access_policy=LabelSelector({"grid.example.com/tier": "gold"}),
         ),
         phase="Available",
-        metrics=ProviderMetrics.from_measurements(
-            healthy=True,
-            queue_depth=rnd.uniform(0, 40),
-            kv_cache_utilization=rnd.random(),
-            prefix_cache_hit_ratio=rnd.random(),
-            p99_latency_ms=rnd.uniform(50, 5000),
-        ),
+        metrics=random_load(rnd),
         models=tuple(models),
         tools=("web-search", "code-interpreter"),
         agents=("planner",),
+    )
+
+
+def random_load(rnd: random.Random) -> ProviderMetrics:
+    return ProviderMetrics.from_measurements(
+        healthy=True,
+        queue_depth=rnd.uniform(0, 40),
+        kv_cache_utilization=rnd.random(),
+        prefix_cache_hit_ratio=rnd.random(),
+        p99_latency_ms=rnd.uniform(50, 5000),
     )
 
 
@@ -111,41 +142,158 @@ def bench_merges(repeat: int) -> None:
         f"baseline newest-version cache {baseline * 1e3:.3f} ms, ratio {crdt / baseline:.1f}x"
     )
 
-    payloads = [item.payload for item in after.items()]
-    items = after.items()
 
-    def apply_all() -> object:
-        receiver = GridState("site-b")
-        for item in items:
-            receiver.apply_item("site-a", item.lane, item.key, item.version, item.payload, NOW)
+def _mesh_network() -> GridNetwork:
+    resource = load_resource(
+        {
+            "apiVersion": "grid.praxis-proxy.io/v1alpha1",
+            "kind": "GridNetwork",
+            "metadata": {"name": "mesh"},
+            "spec": {},
+        }
+    )
+    assert isinstance(resource, GridNetwork)
+    return resource
+
+
+def _whole_record(catalogue: Item, signals: SignalsState) -> bytes:
+    """The payload a provider's change made when it travelled whole (format 1): the
+    catalogue's fields plus phase and metrics registers."""
+    body = json.loads(catalogue.payload[1:])
+    assert signals.metrics is not None
+    body["phase"] = [0, signals.phase]
+    body["metrics"] = [0, signals.metrics.to_wire()]
+    body["rev"] = body["at"] = signals.version
+    return b"\x01" + canonical_json(body)
+
+
+def mesh_stream() -> tuple[list[tuple[str, Item]], list[tuple[str, Item]], list[bytes]]:
+    """What one site receives from a mesh of MESH_SITES sites of MESH_PROVIDERS providers:
+    every site's catalogue and signals once (the start), then a stream of changes, mostly
+    signals; and each change as the whole-record payload it used to be."""
+    rnd = random.Random(5)
+    writers = {f"site-{i:03d}": GridState(f"site-{i:03d}") for i in range(MESH_SITES)}
+    start: list[tuple[str, Item]] = []
+    latest: dict[tuple[str, str], Item] = {}
+    declared = {index: record(index, rnd) for index in range(MESH_PROVIDERS)}
+    for name, writer in writers.items():
+        for entry in declared.values():
+            writer.put_provider(entry, NOW)
+        start += [(name, item) for item in writer.items_to_publish()]
+    stream: list[tuple[str, Item]] = []
+    whole: list[bytes] = []
+    now = NOW
+    for name, item in start:
+        latest[(name, item.key)] = item
+    while len(stream) < STREAM_ITEMS:
+        now += 0.01
+        name = rnd.choice(list(writers))
+        writer = writers[name]
+        current = writer.provider(name, f"provider-{rnd.randrange(MESH_PROVIDERS):04d}")
+        assert current is not None
+        current = dataclasses.replace(current.record, metrics=random_load(rnd))
+        if rnd.random() < CATALOGUE_SHARE:
+            tools = ("web-search", f"tool-{rnd.randrange(9)}")
+            current = dataclasses.replace(current, tools=tools)
+        writer.put_provider(current, now)
+        for item in writer.items_to_publish():
+            stream.append((name, item))
+            latest[(name, item.key)] = item
+        catalogue = latest[(name, f"provider/{current.name}")]
+        whole.append(_whole_record(catalogue, writer.snapshot().signals[current.name]))
+    return start, stream, whole
+
+
+def bench_apply(repeat: int) -> None:
+    start, stream, whole = mesh_stream()
+    signals_share = sum(item.key.startswith("signals/") for _, item in stream) / len(stream)
+    catalogue_items = [(name, item) for name, item in start if item.key.startswith("provider/")]
+
+    def primed() -> GridState:
+        receiver = GridState("site-x")
+        for name, item in start:
+            receiver.apply_item(name, item.lane, item.key, item.version, item.payload, NOW)
         return receiver
 
-    def parse_all() -> object:
-        return [json.loads(payload[1:]) for payload in payloads]
+    signals_only = [(name, item) for name, item in stream if item.key.startswith("signals/")]
+    receivers = [primed() for _ in range(2 * repeat)]
+    engines = []
+    network = _mesh_network()
+    moment = datetime.fromtimestamp(NOW + 1_000, UTC)
+    for _ in range(repeat):
+        engine = SiteEngine(network, "site-x")
+        for name, item in start:
+            engine.receive_item(name, item.lane, item.key, item.version, item.payload, moment)
+        engines.append(engine)
 
-    applied = median_seconds(apply_all, repeat)
-    parsed = median_seconds(parse_all, repeat)
-    print(f"apply_item, {PROVIDERS} provider items: median {applied * 1e3:.1f} ms")
+    def apply_stream() -> object:
+        receiver = receivers.pop()
+        for name, item in stream:
+            receiver.apply_item(name, item.lane, item.key, item.version, item.payload, NOW + 1)
+        return receiver
+
+    def apply_signals() -> object:
+        receiver = receivers.pop()
+        for name, item in signals_only:
+            receiver.apply_item(name, item.lane, item.key, item.version, item.payload, NOW + 1)
+        return receiver
+
+    def receive_stream() -> object:
+        engine = engines.pop()
+        for name, item in stream:
+            engine.receive_item(name, item.lane, item.key, item.version, item.payload, moment)
+        return engine
+
+    def apply_catalogues() -> object:
+        # Catalogue items at their first arrival: the strict JSON reader, merge included.
+        receiver = GridState("site-x")
+        for name, item in catalogue_items[: STREAM_ITEMS // 4]:
+            receiver.apply_item(name, item.lane, item.key, item.version, item.payload, NOW)
+        return receiver
+
+    def parse_whole() -> object:
+        return [json.loads(payload[1:]) for payload in whole]
+
+    applied = median_seconds(apply_stream, repeat)
+    signals_rate = len(signals_only) / median_seconds(apply_signals, repeat)
+    received = median_seconds(receive_stream, repeat)
+    catalogue = median_seconds(apply_catalogues, repeat) * 4 * len(stream) / STREAM_ITEMS
+    parsed = median_seconds(parse_whole, repeat) * len(stream) / len(whole)
+    rate = len(stream) / applied
     print(
-        f"  {PROVIDERS / applied:,.0f} items/s; baseline json.loads only "
-        f"{parsed * 1e3:.2f} ms, ratio {applied / parsed:.1f}x"
+        f"received items applied at one site ({MESH_SITES} sites x {MESH_PROVIDERS} providers, "
+        f"{len(stream):,} items, {signals_share:.0%} signals):"
+    )
+    print(f"  GridState.apply_item      {rate:,.0f} items/s (median {applied * 1e3:.1f} ms)")
+    print(f"  SiteEngine.receive_item   {len(stream) / received:,.0f} items/s")
+    print(f"  signals items alone       {signals_rate:,.0f} items/s")
+    print(
+        f"  baseline: as catalogue items (strict JSON reader) {len(stream) / catalogue:,.0f} "
+        f"items/s, ratio {catalogue / applied:.1f}x; bare json.loads of the whole records "
+        f"{len(stream) / parsed:,.0f} items/s, ratio {parsed / applied:.2f}x"
     )
 
 
-def bench_sizes() -> None:
+def bench_sizes() -> float:
+    """Prints the sizes; returns the median size of a whole record (format 1)."""
     rnd = random.Random(2)
     site = GridState("eu-west-1.grid.example")
-    sizes = []
-    framed = []
+    catalogue_sizes, signals_sizes, whole_sizes, framed = [], [], [], []
     for index in range(200):
         site.put_provider(record(index, rnd), NOW)
-        (item,) = site.items_to_publish()
-        sizes.append(len(item.payload))
-        framed.append(item_bytes(site.site, item.key, item.payload))
-    site.put_provider(record(0, rnd), NOW + 1)
+        catalogue, signals = site.items_to_publish()
+        catalogue_sizes.append(len(catalogue.payload))
+        signals_sizes.append(len(signals.payload))
+        whole_sizes.append(
+            len(_whole_record(catalogue, site.snapshot().signals[record(index, rnd).name]))
+        )
+        framed.append(item_bytes(site.site, signals.key, signals.payload))
+    site.put_provider(
+        dataclasses.replace(record(0, random.Random(2)), metrics=random_load(rnd)), NOW + 1
+    )
     (update,) = site.items_to_publish()
     site.remove_provider("provider-0001", NOW + 2)
-    (tombstone,) = site.items_to_publish()
+    tombstone, void = site.items_to_publish()
     site.set_gateway(GatewayRecord("gw.eu-west-1.grid.example:8443", "mtls"), NOW)
     site.set_metadata(
         SiteMetadata("eu-west-1", "eu-west-1a", "eu", {"grid.example.com/tier": "gold"}, "g-1"),
@@ -154,16 +302,118 @@ def bench_sizes() -> None:
     site.add_spend("acme-corp", "2025-06", 1_234_567, NOW)
     other = {item.lane + ":" + item.key.split("/")[0]: len(item.payload)
              for item in site.items_to_publish()}  # fmt: skip
+    worst = SignalsState.written(
+        "s" * 63,
+        "p" * MAX_PROVIDER_NAME,
+        MAX_SAFE_INT,
+        0,
+        "Unavailable",
+        ProviderMetrics(False, MAX_AMOUNT, 1_000_000, 1_000_000, MAX_AMOUNT),
+    )
+    signals_median = statistics.median(signals_sizes)
+    whole_median = statistics.median(whole_sizes)
     print(
-        "bytes per provider item (2-3 models, credential ref, policy, all metrics): "
-        f"min {min(sizes)}, median {statistics.median(sizes):.0f}, max {max(sizes)}; "
-        f"metrics update {len(update.payload)}; tombstone {len(tombstone.payload)}"
+        f"bytes per signals item: median {signals_median:.0f} (min {min(signals_sizes)}, "
+        f"max {max(signals_sizes)}, worst case {len(worst.payload)} of 128); load update "
+        f"{len(update.payload)}; framed median {statistics.median(framed):.0f}"
     )
     print(
-        f"  as framed by the transport (origin {site.site!r}, key, version): median "
-        f"{statistics.median(framed):.0f} of the {MAX_ITEM_BYTES} bytes allowed"
+        f"  baseline whole record (format 1) median {whole_median:.0f} bytes, "
+        f"ratio {whole_median / signals_median:.1f}x; catalogue item median "
+        f"{statistics.median(catalogue_sizes):.0f} (max {max(catalogue_sizes)} of "
+        f"{MAX_ITEM_BYTES}); tombstone {len(tombstone.payload)}, void signals {len(void.payload)}"
     )
     print("bytes per other item: " + ", ".join(f"{k} {v}" for k, v in sorted(other.items())))
+    return whole_median
+
+
+@dataclasses.dataclass
+class Walk:
+    """One provider's load as scrapes see it: a utilization level that drifts (the share
+    of its capacity in use, starting anywhere in 0..1 across the fleet) and readings
+    around it, each with its own noise. As in vLLM, requests wait only once the running
+    batch is full, so the integer waiting-queue gauge reads 0 until the level nears
+    saturation (0.8) and then grows fast; KV-cache use follows the level; P99 latency
+    grows with it."""
+
+    rnd: random.Random
+    level: float
+    prefix: float = 0.5
+    healthy: bool = True
+
+    def step(self) -> ProviderMetrics:
+        rnd = self.rnd
+        self.level = min(1.0, max(0.0, self.level + rnd.gauss(0, 0.02)))
+        level = self.level
+        mean_queue = 48 * (max(0.0, level - 0.8) / 0.2) ** 2
+        queue = max(0, round(rnd.gauss(mean_queue, math.sqrt(mean_queue))))
+        kv = min(1.0, max(0.0, 0.1 + 0.85 * level + rnd.gauss(0, 0.015)))
+        self.prefix = min(1.0, max(0.0, self.prefix + rnd.gauss(0, 0.005)))
+        p99 = 300 * (1 + 4 * level**2) * math.exp(rnd.gauss(0, 0.1))
+        if rnd.random() < 0.001:
+            self.healthy = not self.healthy
+        return ProviderMetrics.from_measurements(
+            healthy=self.healthy,
+            queue_depth=queue,
+            kv_cache_utilization=kv,
+            prefix_cache_hit_ratio=self.prefix,
+            p99_latency_ms=p99,
+        )
+
+
+def published_per_scrape(seed: int, step: float | None) -> tuple[float, float]:
+    """Signals items published per provider per scrape with every ``signalPublishing``
+    step at ``step`` (None: publish every change), and their mean size."""
+    spec = _mesh_network().spec
+    if step is None:
+        spec.signal_publishing.enabled = False
+    else:
+        for name in ("queue_depth_step", "kv_cache_step", "prefix_cache_step", "latency_step"):
+            setattr(spec.signal_publishing, name, step)
+    thresholds = signal_thresholds(spec)
+    refresh = signals_refresh_seconds(spec)
+    rnd = random.Random(seed)
+    site = GridState("site-a")
+    base = [record(index, rnd) for index in range(PROVIDERS)]
+    walks = [Walk(random.Random(seed * 10_000 + i), rnd.random()) for i in range(PROVIDERS)]
+    for entry, walk in zip(base, walks, strict=True):
+        site.put_provider(dataclasses.replace(entry, metrics=walk.step()), NOW)
+    site.items_to_publish()
+    published, size = 0, 0
+    for scrape in range(1, SCRAPES + 1):
+        now = NOW + scrape * SCRAPE_INTERVAL_S
+        for entry, walk in zip(base, walks, strict=True):
+            current = dataclasses.replace(entry, metrics=walk.step())
+            site.put_provider(current, now, refresh_after=refresh, thresholds=thresholds)
+        items = site.items_to_publish()
+        published += len(items)
+        size += sum(len(item.payload) for item in items)
+    return published / (SCRAPES * PROVIDERS), size / max(published, 1)
+
+
+def bench_publishing(whole_record_bytes: float) -> None:
+    seeds = range(1, 6)
+    rates = {}
+    sizes = []
+    for step in (None, 0.02, 0.05):
+        runs = [published_per_scrape(seed, step) for seed in seeds]
+        rates[step] = statistics.median(rate for rate, _ in runs)
+        sizes += [size for _, size in runs]
+    every = rates[None]
+    print(
+        f"signals items published per provider per scrape ({PROVIDERS} providers, {SCRAPES} "
+        f"scrapes of {SCRAPE_INTERVAL_S:.0f} s, random-walk load, median of 5 seeds): "
+        f"{rates[0.02]:.3f} with the default steps (2 %), ratio {every / rates[0.02]:.1f}x; "
+        f"{rates[0.05]:.3f} with steps of 5 %, ratio {every / rates[0.05]:.1f}x; baseline "
+        f"{every:.3f} publishing every change"
+    )
+    per_site = MESH_PROVIDERS / SCRAPE_INTERVAL_S
+    item_size = statistics.median(sizes)
+    print(
+        f"  one site of {MESH_PROVIDERS} providers, default steps: {per_site * rates[0.02]:.2f} "
+        f"signals items/s, {per_site * rates[0.02] * item_size:,.0f} payload bytes/s before "
+        f"relaying; whole records on every change: {per_site * every * whole_record_bytes:,.0f} bytes/s"
+    )
 
 
 class TombstoneORSet:
@@ -235,7 +485,7 @@ def bench_churn() -> None:
         )
         sizes.extend(len(item.payload) for item in site.items_to_publish())
     print(
-        f"provider item across {CHURN_OPERATIONS // 10:,} tool add/remove writes: "
+        f"provider catalogue item across {CHURN_OPERATIONS // 10:,} tool add/remove writes: "
         f"first {sizes[0]} bytes, max {max(sizes)}, last {sizes[-1]}"
     )
 
@@ -245,7 +495,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15, help="timing rounds per figure")
     args = parser.parse_args()
     bench_merges(args.repeat)
-    bench_sizes()
+    bench_apply(args.repeat)
+    bench_publishing(bench_sizes())
     bench_churn()
 
 

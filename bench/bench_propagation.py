@@ -102,7 +102,7 @@ async def one_change(
     publish_at = next(
         at
         for at, site, item in recorder.published[published_from:]
-        if site == source and item.key == f"provider/{provider}"
+        if site == source and item.key == f"signals/{provider}"
     )
     delays = []
     for site in others:

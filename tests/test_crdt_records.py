@@ -586,7 +586,7 @@ def test_an_item_about_another_site_is_refused_as_forged() -> None:
         _decode(payload, version, key, origin="site-b")
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(st.data(), st.sampled_from(["provider", "signals"]))
 def test_random_corruption_is_refused_or_decodes_to_a_valid_item(
     data: st.DataObject, kind: str
@@ -732,7 +732,7 @@ def signals_lists(draw: st.DrawFn) -> list[object]:
     return entries
 
 
-@settings(max_examples=500)
+@settings(max_examples=500, deadline=None)
 @given(
     signals_lists(),
     st.sampled_from([(",", ":"), (",", ":"), (", ", ": ")]),

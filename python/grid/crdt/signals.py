@@ -28,7 +28,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple, NoReturn
+from typing import NamedTuple, NoReturn, TypeAlias
 
 from grid.crdt.codec import (
     MAX_SAFE_INT,
@@ -54,6 +54,10 @@ _SIGNALS_PAYLOAD = re.compile(
     + rb")?\]"
 )
 _HEALTHY = {b"null": None, b"true": True, b"false": False}
+
+Load: TypeAlias = tuple[bool | None, int | None, int | None, int | None, int | None]
+"""Healthy, queue depth (thousandths), KV-cache utilization and prefix-cache hit ratio
+(parts per million), P99 latency (microseconds); None where not reported."""
 _HEALTHY_WIRE = {None: "null", True: "true", False: "false"}
 
 
@@ -68,7 +72,7 @@ def site_tag(site: str) -> int:
 
 class SignalsState(NamedTuple):
     """The replicated signals of one provider at one site: a last-writer-wins register
-    whose stamp is ``version``. ``phase`` and ``metrics`` are None in the void register a
+    whose stamp is ``version``. ``phase`` and ``load`` are None in the void register a
     removal writes. ``payload`` is the register's canonical encoding, which also breaks
     ties between two values under one version (the greater bytes win, as in
     :class:`~grid.crdt.lww.LWWRegister`)."""
@@ -78,13 +82,20 @@ class SignalsState(NamedTuple):
     at_ms: int
     """The writer's clock (milliseconds) when the signals were written."""
     phase: str | None
-    metrics: ProviderMetrics | None
+    load: Load | None
+    """The fields of the :attr:`metrics`, kept as plain values: receiving is the hot path,
+    and most received signals are superseded before anyone reads them."""
     payload: bytes
 
     @property
     def void(self) -> bool:
         """Whether this is the signals register of a removed provider."""
         return self.phase is None
+
+    @property
+    def metrics(self) -> ProviderMetrics | None:
+        """The health and load signals; None when void."""
+        return None if self.load is None else ProviderMetrics.from_checked(*self.load)
 
     @classmethod
     def written(  # noqa: PLR0917 - one register's fields
@@ -117,7 +128,14 @@ class SignalsState(NamedTuple):
                 _number(metrics.p99_latency_us),
             )
         )
-        return cls(name, version, at_ms, phase, metrics, _framed(body))
+        load = (
+            metrics.healthy,
+            metrics.queue_depth_milli,
+            metrics.kv_cache_utilization_ppm,
+            metrics.prefix_cache_hit_ppm,
+            metrics.p99_latency_us,
+        )
+        return cls(name, version, at_ms, phase, load, _framed(body))
 
     def merge(self, other: SignalsState) -> SignalsState:
         """The join of two registers of the same provider: the later write."""
@@ -144,36 +162,37 @@ def decode_signals(origin: str, name: str, version: int, payload: object) -> Sig
     match = _SIGNALS_PAYLOAD.fullmatch(payload)
     if match is None:
         _explain(origin, payload)
-    rev = int(match[1])
+    raw_rev, raw_tag, raw_offset, raw_phase, raw_healthy, *raw_load = match.groups()
+    rev = int(raw_rev)
     if type(version) is not int or rev != version:
         read_int(version, "version", 1)
         fail("rev", "differs from the item version")
-    if not 1 <= rev <= MAX_SAFE_INT:
+    if rev > MAX_SAFE_INT:
         fail("rev", f"must be between 1 and {MAX_SAFE_INT}")
-    if int(match[2]) != site_tag(origin):
+    if int(raw_tag) != site_tag(origin):
         raise CrdtForgedItemError(f"a signals item sent by {origin!r} carries another site's tag")
-    offset = int(match[3])
-    if offset > rev:
+    at_ms = rev - int(raw_offset)
+    if at_ms < 0:
         fail("at offset", f"must be between 0 and {rev}")
-    if match[4] is None:
-        return SignalsState(name, rev, rev - offset, None, None, payload)
-    metrics = ProviderMetrics.from_checked(
-        _HEALTHY[match[5]],
-        _bounded(match[6], "queue", MAX_AMOUNT),
-        _bounded(match[7], "kv", MAX_RATIO_PPM),
-        _bounded(match[8], "prefix", MAX_RATIO_PPM),
-        _bounded(match[9], "p99", MAX_AMOUNT),
-    )
-    return SignalsState(name, rev, rev - offset, PHASES[int(match[4])], metrics, payload)
-
-
-def _bounded(raw: bytes, where: str, high: int) -> int | None:
-    if raw == b"null":
-        return None
-    value = int(raw)
-    if value > high:
-        fail(where, f"must be between 0 and {high}")
-    return value
+    if raw_phase is None:
+        return SignalsState(name, rev, at_ms, None, None, payload)
+    raw_queue, raw_kv, raw_prefix, raw_p99 = raw_load
+    queue = None if raw_queue == b"null" else int(raw_queue)
+    kv = None if raw_kv == b"null" else int(raw_kv)
+    prefix = None if raw_prefix == b"null" else int(raw_prefix)
+    p99 = None if raw_p99 == b"null" else int(raw_p99)
+    # The grammar bounds the digits; only the longest numbers can exceed a bound.
+    if len(raw_queue) == 13 or len(raw_kv) == 7 or len(raw_prefix) == 7 or len(raw_p99) == 13:
+        for value, high, where in (
+            (queue, MAX_AMOUNT, "queue"),
+            (kv, MAX_RATIO_PPM, "kv"),
+            (prefix, MAX_RATIO_PPM, "prefix"),
+            (p99, MAX_AMOUNT, "p99"),
+        ):
+            if value is not None and value > high:
+                fail(where, f"must be between 0 and {high}")
+    load = (_HEALTHY[raw_healthy], queue, kv, prefix, p99)
+    return SignalsState(name, rev, at_ms, PHASES[int(raw_phase)], load, payload)
 
 
 _FIELDS = ("rev", "site tag", "at offset", "phase", "healthy", "queue", "kv", "prefix", "p99")

@@ -258,13 +258,14 @@ class ProviderState:
         """The provider as readers see it, whole: None for a removed provider and for one
         whose signals have not arrived (or are void)."""
         spec = self.spec.value
-        if spec is None or signals is None or signals.phase is None or signals.metrics is None:
+        metrics = None if signals is None else signals.metrics
+        if spec is None or signals is None or signals.phase is None or metrics is None:
             return None
         return ProviderRecord(
             name=self.name,
             spec=spec,
             phase=signals.phase,
-            metrics=signals.metrics,
+            metrics=metrics,
             models=_one_per_name(self.models.elements),
             tools=tuple(self.tools.elements),
             agents=tuple(self.agents.elements),

@@ -156,19 +156,17 @@ class GridState:
         name = check_keyed_provider_name(record.name)
         current = own.providers.get(name)
         published = own.signals.get(name)
+        shown = None if published is None else published.metrics
         new = current is None or current.removed
         write_catalogue = current is None or current.removed or not current.holds(record)
         write_signals = (
             new
             or published is None
-            or published.metrics is None
+            or shown is None
             or published.phase != record.phase
             or (
-                published.metrics != record.metrics
-                and (
-                    thresholds is None
-                    or thresholds.worth_publishing(published.metrics, record.metrics)
-                )
+                shown != record.metrics
+                and (thresholds is None or thresholds.worth_publishing(shown, record.metrics))
             )
             or (
                 refresh_after is not None
@@ -358,6 +356,12 @@ class GridState:
                 check_keyed_provider_name(name, "key provider name")
             except CrdtValueError as exc:
                 raise CrdtDecodeError(str(exc)) from None
+        elif current.payload == payload and current.version == version and type(version) is int:
+            # A duplicate (relays deliver items more than once): these very bytes were
+            # checked when they arrived, and merging them again changes nothing.
+            if origin != self._site:
+                records.last_received_at = now  # type: ignore[union-attr]
+            return False
         incoming = decode_signals(origin, name, version, payload)
         if origin == self._site:
             self._clock.observe(version)
