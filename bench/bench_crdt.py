@@ -409,10 +409,11 @@ def bench_publishing(whole_record_bytes: float) -> None:
     )
     per_site = MESH_PROVIDERS / SCRAPE_INTERVAL_S
     item_size = statistics.median(sizes)
+    whole = per_site * every * whole_record_bytes
     print(
         f"  one site of {MESH_PROVIDERS} providers, default steps: {per_site * rates[0.02]:.2f} "
         f"signals items/s, {per_site * rates[0.02] * item_size:,.0f} payload bytes/s before "
-        f"relaying; whole records on every change: {per_site * every * whole_record_bytes:,.0f} bytes/s"
+        f"relaying; whole records on every change: {whole:,.0f} bytes/s"
     )
 
 
