@@ -155,13 +155,16 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
             per_site = Counter(
                 entry.candidate.site for entry in (ranking.candidates if ranking else ())
             )
+            node = agent.networks[network].node
+            stats = node.stats() if node is not None else {}
+            swim = {k: stats.get(k) for k in ("members", "items_stored", "items_store_full")}
             refused = dict(engine.refused_items)
             reasons = sorted({reason for _, reason in engine.not_offered})[:5]
             await agent.stop()
             return {
                 "error": f"only {counters.candidates()} of {expected} candidates ranked "
-                f"(by site: {dict(sorted(per_site.items()))}; items refused: {refused or 'none'}; "
-                f"not offered: {reasons or 'none'})"
+                f"(by site: {dict(sorted(per_site.items()))}; SWIM: {swim}; "
+                f"items refused: {refused or 'none'}; not offered: {reasons or 'none'})"
             }
         emit("converging", candidates=counters.candidates(), expected=expected)
         await asyncio.sleep(_SAMPLE_S)

@@ -239,8 +239,12 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
         name = _peer_name(index, plan)
         directory, pin = tls(name)
         sites[name] = _site(name, sink, pin)
+        # A peer that stands for several sites names each one's models apart: a site is
+        # ranked as a candidate per model, and the measured site must rank as many as it
+        # would with every site a peer of its own.
+        suffix = len(carried) > 1
         providers = [
-            (f"s{site:03d}-p{j:03d}", f"model-{j % MODELS}")
+            (f"s{site:03d}-p{j:03d}", f"model-{j % MODELS}" + (f".s{site:03d}" if suffix else ""))
             for site in carried
             for j in range(plan.providers_per_site)
         ]
