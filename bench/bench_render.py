@@ -37,6 +37,7 @@ from grid.models.common import ScoringConfig
 from grid.render.digest import content_digest
 from grid.render.overlay import (
     KIND_INFERENCE_MODEL,
+    MAX_CANDIDATES,
     PRODUCER,
     SCHEMA_VERSION,
     OverlayScope,
@@ -46,7 +47,13 @@ from grid.render.overlay import (
     rfc3339,
     select_candidates,
 )
-from grid.scoring.ranking import RankedCandidate, Ranking, rank_candidates
+from grid.scoring.ranking import (
+    LeftOut,
+    LeftOutReason,
+    RankedCandidate,
+    Ranking,
+    rank_candidates,
+)
 
 TARGET_MS = 10.0
 
@@ -116,6 +123,36 @@ class _CanonicalWriter:
         return rfc8785.dumps(value)
 
 
+def _previous_select_candidates(
+    ranked: Sequence[RankedCandidate], limit: int = MAX_CANDIDATES
+) -> tuple[tuple[RankedCandidate, ...], tuple[LeftOut, ...]]:
+    if len(ranked) <= limit:
+        return tuple(ranked), ()
+    chosen: set[int] = set()
+    models: set[str] = set()
+    for index, entry in enumerate(ranked):
+        if len(chosen) == limit:
+            break
+        if entry.candidate.model not in models:
+            models.add(entry.candidate.model)
+            chosen.add(index)
+    for index in range(len(ranked)):
+        if len(chosen) == limit:
+            break
+        chosen.add(index)
+    kept = tuple(entry for index, entry in enumerate(ranked) if index in chosen)
+    cut = tuple(
+        LeftOut(
+            entry.candidate,
+            LeftOutReason.TRUNCATED,
+            f"beyond the overlay's limit of {limit} candidates",
+        )
+        for index, entry in enumerate(ranked)
+        if index not in chosen
+    )
+    return kept, cut
+
+
 def _previous_candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
     candidate = entry.candidate
     document: dict[str, Any] = {
@@ -144,7 +181,7 @@ def previous_render(
 ) -> tuple[str, str]:
     """The previous ``render_overlay``'s text and revision (its checks left out: they
     cost nothing next to the rest)."""
-    kept, _ = select_candidates(ranking.candidates)
+    kept, _ = _previous_select_candidates(ranking.candidates)
     candidates = [_previous_candidate_document(entry, rank) for rank, entry in enumerate(kept)]
     content = {"network": scope.network, "local_site": scope.local_site, "candidates": candidates}
     digest = hashlib.sha256(_CanonicalWriter().serialize(content)).hexdigest()
@@ -202,6 +239,8 @@ def main() -> None:
     rendered = render_overlay(ranking, SCOPE, SOURCE, NOW)
     if (rendered.text, rendered.revision) != previous_render(ranking, SCOPE, SOURCE, NOW):
         raise SystemExit("render_overlay and the previous implementation disagree")
+    if select_candidates(ranking.candidates) != _previous_select_candidates(ranking.candidates):
+        raise SystemExit("select_candidates and the previous implementation disagree")
     count = len(rendered.candidates)
     overlay = rendered.document["overlay"]
     content = (overlay["network"], overlay["local_site"], overlay["candidates"])

@@ -1,7 +1,9 @@
-"""grid._native's JSON: RFC 8785 canonical JSON and its SHA-256 checked byte for byte
-against the ``rfc8785`` package, compact JSON against ``json.dumps``, on seeded random
-documents and on the edges (number notation boundaries, UTF-16 member order, escapes);
-every refusal raises CanonicalJsonError naming the problem and where it is."""
+"""grid._native's part of rendering an overlay: RFC 8785 canonical JSON and its SHA-256
+checked byte for byte against the ``rfc8785`` package, compact JSON against ``json.dumps``,
+on seeded random documents and on the edges (number notation boundaries, UTF-16 member
+order, escapes), every refusal raising CanonicalJsonError naming the problem and where it
+is; stable_id against FNV-1a in Python; score breakdowns bit for bit against
+``score_breakdown``."""
 
 from __future__ import annotations
 
@@ -24,11 +26,12 @@ import rfc8785
 
 from grid import _native
 from grid.errors import CanonicalJsonError
-from grid.models.common import BackendKind, ScoringConfig
+from grid.models.common import BackendKind, ScoringConfig, ScoringWeights
 from grid.render.digest import CONTENT_MEMBERS, content_digest, document_json_and_digest
 from grid.render.overlay import OverlayScope, OverlaySource, render_overlay
 from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography, Metrics, SecretRef
 from grid.scoring.ranking import rank_candidates
+from grid.scoring.signals import DECIMALS, ScoreBreakdown, SignalValues, score_breakdown
 
 MAX_SAFE = 2**53 - 1
 
@@ -363,3 +366,49 @@ def test_native_stub_matches_the_module() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_score_breakdowns_match_score_breakdown() -> None:
+    rng = random.Random(175)
+    weight_choices = [0.0, 1.0, 3.0, 0.5, 1e-7, 2.5e9, 1e12]
+
+    def number(choices: list[float]) -> float:
+        pick = rng.random()
+        if pick < 0.4:
+            return rng.random()
+        if pick < 0.6:  # exact binary fractions: true ties at six decimals
+            return rng.randint(0, 1024) / 128
+        if pick < 0.8:
+            return rng.choice(choices)
+        return rng.uniform(-5, 5) * 10.0 ** rng.randint(-9, 4)
+
+    rows = [
+        (
+            SignalValues(*(number([0.0, 1.0, 0.5, 1e-7]) for _ in SignalValues._fields)),
+            ScoringWeights.model_construct(
+                **{name: number(weight_choices) for name in SignalValues._fields}
+            ),
+        )
+        for _ in range(5000)
+    ]
+    native = _native.score_breakdowns(
+        [signals for signals, _ in rows],
+        [[getattr(weights, name) for name in SignalValues._fields] for _, weights in rows],
+        DECIMALS,
+        ScoreBreakdown._fields,
+    )
+    for (signals, weights), breakdown in zip(rows, native, strict=True):
+        expected = score_breakdown(signals, weights).as_wire()
+        assert list(breakdown) == list(expected)
+        # Bit for bit, so that -0.0 and 0.0 count as different.
+        assert [struct.pack("<d", value) for value in breakdown.values()] == [
+            struct.pack("<d", value) for value in expected.values()
+        ], (signals, weights)
+
+
+def test_score_breakdowns_refuse_rows_that_do_not_fit() -> None:
+    names = ScoreBreakdown._fields
+    with pytest.raises(ValueError, match="1 rows of signals but 0 of weights"):
+        _native.score_breakdowns([[1.0] * 6], [], DECIMALS, names)
+    with pytest.raises(ValueError, match="row 0: 5 signals and 6 weights for 7 names"):
+        _native.score_breakdowns([[1.0] * 5], [[1.0] * 6], DECIMALS, names)

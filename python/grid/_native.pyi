@@ -21,6 +21,7 @@ __all__ = [
     "compact_json",
     "compact_json_and_digest",
     "fnv1a_32",
+    "score_breakdowns",
     "stable_id",
 ]
 
@@ -53,6 +54,18 @@ def compact_json_and_digest(
     """``compact_json(document)`` with the digest written where ``digest_placeholder`` (by
     identity) stands, and ``canonical_digest({name: document[holder][name] for name in
     content})``, from one walk."""
+
+# --- Score breakdowns (rust/grid-py/src/breakdown.rs) ----------------------------------
+
+def score_breakdowns(
+    signals: Sequence[Sequence[float]],
+    weights: Sequence[Sequence[float]],
+    decimals: int,
+    names: tuple[str, ...],
+) -> list[dict[str, float]]:
+    """Per row: ``round(signal * weight, decimals)`` under each of ``names`` but the last,
+    and the rounded sum of those under the last, as ``grid.scoring.signals.score_breakdown``
+    computes them."""
 
 # --- stable_id (rust/grid-py/src/fingerprint.rs) ----------------------------------------
 

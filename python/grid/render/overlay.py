@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import compress, islice
 from typing import Any
 
-from grid import __version__
+from grid import __version__, _native
 from grid.errors import EmptyOverlayError, OverlayRenderError, ScoringInputError
+from grid.models.common import ScoringWeights
 from grid.render.digest import document_json_and_digest, stable_id
 from grid.scoring.inputs import CredentialStrategy, SecretRef, check_name
 from grid.scoring.ranking import LeftOut, LeftOutReason, RankedCandidate, Ranking
+from grid.scoring.signals import DECIMALS, ScoreBreakdown, SignalValues
 
 SCHEMA_VERSION = "1.0.0"
 PRODUCER = "grid"
@@ -99,27 +102,23 @@ def select_candidates(
     the rest. Returns the kept candidates and the ones cut."""
     if len(ranked) <= limit:
         return tuple(ranked), ()
-    chosen: set[int] = set()
-    models: set[str] = set()
+    best_of_model: dict[str, int] = {}
     for index, entry in enumerate(ranked):
-        if len(chosen) == limit:
-            break
-        if entry.candidate.model not in models:
-            models.add(entry.candidate.model)
-            chosen.add(index)
-    for index in range(len(ranked)):
-        if len(chosen) == limit:
-            break
+        best_of_model.setdefault(entry.candidate.model, index)
+    chosen = set(islice(best_of_model.values(), limit))
+    index = 0
+    while len(chosen) < limit:
         chosen.add(index)
-    kept = tuple(entry for index, entry in enumerate(ranked) if index in chosen)
+        index += 1
+    kept_flags = [False] * len(ranked)
+    for index in chosen:
+        kept_flags[index] = True
+    kept = tuple(compress(ranked, kept_flags))
+    detail = f"beyond the overlay's limit of {limit} candidates"
     cut = tuple(
-        LeftOut(
-            entry.candidate,
-            LeftOutReason.TRUNCATED,
-            f"beyond the overlay's limit of {limit} candidates",
-        )
-        for index, entry in enumerate(ranked)
-        if index not in chosen
+        LeftOut(entry.candidate, LeftOutReason.TRUNCATED, detail)
+        for entry, is_kept in zip(ranked, kept_flags, strict=True)
+        if not is_kept
     )
     return kept, cut
 
@@ -142,8 +141,40 @@ def credential_document(credential: SecretRef) -> dict[str, Any]:
     return document
 
 
+def score_breakdown_documents(entries: Sequence[RankedCandidate]) -> list[dict[str, float]]:
+    """Each entry's ``score_breakdown`` object, the numbers of ``entry.breakdown.as_wire()``
+    (the reference), computed for all entries at once in ``grid._native``: done in Python,
+    the rounding of the contributions is most of what rendering 1,024 candidates costs."""
+    weights_rows: list[tuple[float, ...]] = []
+    weights: ScoringWeights | None = None
+    row: tuple[float, ...] = ()
+    for entry in entries:
+        if entry.weights is not weights:  # one ranking shares one weights object
+            weights = entry.weights
+            row = tuple(getattr(weights, name) for name in SignalValues._fields)
+        weights_rows.append(row)
+    return _native.score_breakdowns(
+        [entry.signals for entry in entries], weights_rows, DECIMALS, ScoreBreakdown._fields
+    )
+
+
+def candidate_documents(entries: Sequence[RankedCandidate]) -> list[dict[str, Any]]:
+    """The candidates as the contract spells them, ranked in the order given."""
+    breakdowns = score_breakdown_documents(entries)
+    return [
+        _candidate_document(entry, rank, breakdown)
+        for rank, (entry, breakdown) in enumerate(zip(entries, breakdowns, strict=True))
+    ]
+
+
 def candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
     """One candidate as the contract spells it."""
+    return _candidate_document(entry, rank, score_breakdown_documents([entry])[0])
+
+
+def _candidate_document(
+    entry: RankedCandidate, rank: int, breakdown: dict[str, float]
+) -> dict[str, Any]:
     candidate = entry.candidate
     name, site, cluster = candidate.model, candidate.site, candidate.cluster
     document: dict[str, Any] = {
@@ -160,7 +191,7 @@ def candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
     document["admission_state"] = entry.admission.wire
     document["selection_tier"] = entry.tier.wire
     document["score"] = entry.score
-    document["score_breakdown"] = entry.breakdown.as_wire()
+    document["score_breakdown"] = breakdown
     document["rank"] = rank
     return document
 
@@ -199,7 +230,7 @@ def render_overlay(
             tuple(ranking.left_out),
         )
     kept, cut = select_candidates(ranking.candidates, max_candidates)
-    candidates = [candidate_document(entry, rank) for rank, entry in enumerate(kept)]
+    candidates = candidate_documents(kept)
     rendered_at = rfc3339(now)
     revision = {"kind": "content_addressed", "algorithm": "sha256", "value": _DIGEST_PENDING}
     content_digest = {"algorithm": "sha256", "value": _DIGEST_PENDING}

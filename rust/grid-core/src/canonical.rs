@@ -89,7 +89,7 @@ pub fn write_string(out: &mut Vec<u8>, value: &str) {
     let mut written = 0;
     while let Some(offset) = bytes[written..]
         .iter()
-        .position(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\')
+        .position(|&byte| NEEDS_ESCAPE[usize::from(byte)])
     {
         let index = written + offset;
         out.extend_from_slice(&bytes[written..index]);
@@ -115,6 +115,19 @@ pub fn write_string(out: &mut Vec<u8>, value: &str) {
 }
 
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// The bytes [`write_string`] escapes: control characters, `"` and `\`.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut byte = 0;
+    while byte < 0x20 {
+        table[byte] = true;
+        byte += 1;
+    }
+    table[b'"' as usize] = true;
+    table[b'\\' as usize] = true;
+    table
+};
 
 /// Appends `value` in decimal, refusing integers beyond ±[`MAX_SAFE_INTEGER`].
 pub fn write_safe_integer(out: &mut Vec<u8>, value: i64) -> Result<(), NumberError> {

@@ -10,6 +10,7 @@
 //! - [`node`]: a real node: the driver on its own thread with a UDP socket.
 //! - [`canonical`]: RFC 8785 canonical JSON and compact JSON for the routing overlay.
 //! - [`fnv`]: FNV-1a, for the overlay's `stable_id`.
+//! - [`rounding`]: Python's `round(x, n)`, for the overlay's score breakdown.
 
 pub mod auth;
 pub mod canonical;
@@ -20,6 +21,7 @@ pub mod frame;
 pub mod identity;
 pub mod lanes;
 pub mod node;
+pub mod rounding;
 pub mod session;
 pub mod sim;
 pub mod timers;

@@ -3,6 +3,7 @@
 //! float, bool, None and their subclasses); anything else is refused with
 //! `grid.errors.CanonicalJsonError`, whose message names the problem and where it is.
 
+use std::cell::RefCell;
 use std::fmt::{self, Write as _};
 
 use grid_core::canonical::{
@@ -144,44 +145,132 @@ const DIGEST_LEN: usize = 64;
 /// An object's members: each name (checked to be a str) with its value.
 type Members<'py> = Vec<(Bound<'py, PyString>, Bound<'py, PyAny>)>;
 
+/// What a Python value is to JSON.
+enum Kind<'a, 'py> {
+    String(&'a Bound<'py, PyString>),
+    Float(f64),
+    Object(&'a Bound<'py, PyDict>),
+    Bool(bool),
+    Int(&'a Bound<'py, PyInt>),
+    Array(&'a Bound<'py, PyList>),
+    Null,
+    Other,
+}
+
+impl<'a, 'py> Kind<'a, 'py> {
+    fn of(value: &'a Bound<'py, PyAny>) -> Self {
+        // Exact types first: each is one comparison of the type pointer, where a subclass
+        // check asks the interpreter for the type's flags.
+        if let Ok(text) = value.cast_exact::<PyString>() {
+            Kind::String(text)
+        } else if let Ok(number) = value.cast_exact::<PyFloat>() {
+            Kind::Float(number.value())
+        } else if let Ok(object) = value.cast_exact::<PyDict>() {
+            Kind::Object(object)
+        } else if let Ok(flag) = value.cast_exact::<PyBool>() {
+            Kind::Bool(flag.is_true())
+        } else if let Ok(integer) = value.cast_exact::<PyInt>() {
+            Kind::Int(integer)
+        } else if let Ok(array) = value.cast_exact::<PyList>() {
+            Kind::Array(array)
+        } else if value.is_none() {
+            Kind::Null
+        } else {
+            Self::of_subclass(value)
+        }
+    }
+
+    fn of_subclass(value: &'a Bound<'py, PyAny>) -> Self {
+        if let Ok(text) = value.cast::<PyString>() {
+            Kind::String(text)
+        } else if let Ok(number) = value.cast::<PyFloat>() {
+            Kind::Float(number.value())
+        } else if let Ok(object) = value.cast::<PyDict>() {
+            Kind::Object(object)
+        } else if let Ok(integer) = value.cast::<PyInt>() {
+            Kind::Int(integer)
+        } else if let Ok(array) = value.cast::<PyList>() {
+            Kind::Array(array)
+        } else {
+            Kind::Other
+        }
+    }
+}
+
+/// A thread's buffers, kept from one call to the next: a document's worth of output is
+/// then written without growing a fresh buffer (and faulting its pages in) every time.
+#[derive(Default)]
+struct Buffers {
+    out: Vec<u8>,
+    canonical: Vec<u8>,
+    spare: Vec<Vec<u8>>,
+}
+
+thread_local! {
+    static KEPT: RefCell<Buffers> = RefCell::new(Buffers::default());
+}
+
+/// A buffer that grew beyond this (an unusually large document) is let go, not kept.
+const KEEP_AT_MOST: usize = 8 << 20;
+
+impl Buffers {
+    /// The thread's kept buffers (empty ones if another call holds them).
+    fn take() -> Buffers {
+        KEPT.with(|kept| std::mem::take(&mut *kept.borrow_mut()))
+    }
+
+    fn keep(mut self) {
+        for buffer in [&mut self.out, &mut self.canonical]
+            .into_iter()
+            .chain(self.spare.iter_mut())
+        {
+            buffer.clear();
+            buffer.shrink_to(KEEP_AT_MOST);
+        }
+        KEPT.with(|kept| *kept.borrow_mut() = self);
+    }
+}
+
 impl<'py> Writer<'py> {
-    fn new(style: Style) -> Self {
+    fn new(style: Style, buffers: &mut Buffers) -> Self {
         Writer {
-            out: Vec::with_capacity(64 * 1024),
+            out: std::mem::take(&mut buffers.out),
             style,
-            spare: Vec::new(),
+            spare: std::mem::take(&mut buffers.spare),
             placeholder: None,
             pending: Vec::new(),
         }
     }
 
+    /// Hands the buffers back to `buffers`.
+    fn finish(self, buffers: &mut Buffers) {
+        buffers.out = self.out;
+        buffers.spare = self.spare;
+    }
+
     /// `value` in this writer's style.
     fn write(&mut self, value: &Bound<'_, PyAny>, depth: usize) -> Result<(), Failure> {
-        if let Ok(text) = value.cast::<PyString>() {
-            write_string(&mut self.out, to_str(text)?);
-        } else if let Ok(number) = value.cast::<PyFloat>() {
-            let number = FiniteNumber::new(number.value()).map_err(Problem::Number)?;
-            match self.style {
-                Style::Canonical => number.write_jcs(&mut self.out),
-                Style::Compact => number.write_python(&mut self.out),
+        match Kind::of(value) {
+            Kind::String(text) => write_string(&mut self.out, to_str(text)?),
+            Kind::Float(number) => {
+                let number = FiniteNumber::new(number).map_err(Problem::Number)?;
+                match self.style {
+                    Style::Canonical => number.write_jcs(&mut self.out),
+                    Style::Compact => number.write_python(&mut self.out),
+                }
             }
-        } else if let Ok(object) = value.cast::<PyDict>() {
-            self.write_object(object, depth + 1)?;
-        } else if let Ok(flag) = value.cast::<PyBool>() {
-            self.out.extend_from_slice(bool_text(flag));
-        } else if let Ok(integer) = value.cast::<PyInt>() {
-            self.write_int(integer)?;
-        } else if let Ok(array) = value.cast::<PyList>() {
-            self.write_array(array, depth + 1)?;
-        } else if value.is_none() {
-            self.out.extend_from_slice(b"null");
-        } else if self.placeholder.as_ref().is_some_and(|held| value.is(held)) {
-            self.out.push(b'"');
-            self.pending.push(self.out.len());
-            self.out.resize(self.out.len() + DIGEST_LEN, b'0');
-            self.out.push(b'"');
-        } else {
-            return Err(Problem::Unsupported(type_name(value)).into());
+            Kind::Object(object) => self.write_object(object, depth + 1)?,
+            Kind::Bool(flag) => self.out.extend_from_slice(bool_text(flag)),
+            Kind::Int(integer) => self.write_int(integer)?,
+            Kind::Array(array) => self.write_array(array, depth + 1)?,
+            Kind::Null => self.out.extend_from_slice(b"null"),
+            Kind::Other if self.placeholder.as_ref().is_some_and(|held| value.is(held)) => {
+                self.out.push(b'"');
+                self.pending.push(self.out.len());
+                self.out.resize(self.out.len() + DIGEST_LEN, b'0');
+                self.out.push(b'"');
+            }
+            Kind::Other => return Err(Problem::Unsupported(type_name(value)).into()),
         }
         Ok(())
     }
@@ -260,42 +349,47 @@ impl<'py> Writer<'py> {
         depth: usize,
         canonical: &mut Vec<u8>,
     ) -> Result<(), Failure> {
-        if let Ok(text) = value.cast::<PyString>() {
-            let text = to_str(text)?;
-            write_string(&mut self.out, text);
-            write_string(canonical, text);
-        } else if let Ok(number) = value.cast::<PyFloat>() {
-            let number = FiniteNumber::new(number.value()).map_err(Problem::Number)?;
-            number.write_python(&mut self.out);
-            number.write_jcs(canonical);
-        } else if let Ok(object) = value.cast::<PyDict>() {
-            self.write_object_both(object, depth + 1, canonical)?;
-        } else if let Ok(flag) = value.cast::<PyBool>() {
-            self.out.extend_from_slice(bool_text(flag));
-            canonical.extend_from_slice(bool_text(flag));
-        } else if let Ok(integer) = value.cast::<PyInt>() {
-            let value = integer.extract::<i64>().map_err(|_| Problem::HugeInteger)?;
-            write_safe_integer(canonical, value).map_err(Problem::Number)?;
-            write_integer(&mut self.out, value);
-        } else if let Ok(array) = value.cast::<PyList>() {
-            check_depth(depth + 1)?;
-            self.out.push(b'[');
-            canonical.push(b'[');
-            for (index, element) in array.iter().enumerate() {
-                if index > 0 {
-                    self.out.push(b',');
-                    canonical.push(b',');
-                }
-                self.write_both(&element, depth + 1, canonical)
-                    .map_err(|failure| failure.within(Step::Index(index)))?;
+        match Kind::of(value) {
+            Kind::String(text) => {
+                let text = to_str(text)?;
+                write_string(&mut self.out, text);
+                write_string(canonical, text);
             }
-            self.out.push(b']');
-            canonical.push(b']');
-        } else if value.is_none() {
-            self.out.extend_from_slice(b"null");
-            canonical.extend_from_slice(b"null");
-        } else {
-            return Err(Problem::Unsupported(type_name(value)).into());
+            Kind::Float(number) => {
+                let number = FiniteNumber::new(number).map_err(Problem::Number)?;
+                number.write_python(&mut self.out);
+                number.write_jcs(canonical);
+            }
+            Kind::Object(object) => self.write_object_both(object, depth + 1, canonical)?,
+            Kind::Bool(flag) => {
+                self.out.extend_from_slice(bool_text(flag));
+                canonical.extend_from_slice(bool_text(flag));
+            }
+            Kind::Int(integer) => {
+                let value = integer.extract::<i64>().map_err(|_| Problem::HugeInteger)?;
+                write_safe_integer(canonical, value).map_err(Problem::Number)?;
+                write_integer(&mut self.out, value);
+            }
+            Kind::Array(array) => {
+                check_depth(depth + 1)?;
+                self.out.push(b'[');
+                canonical.push(b'[');
+                for (index, element) in array.iter().enumerate() {
+                    if index > 0 {
+                        self.out.push(b',');
+                        canonical.push(b',');
+                    }
+                    self.write_both(&element, depth + 1, canonical)
+                        .map_err(|failure| failure.within(Step::Index(index)))?;
+                }
+                self.out.push(b']');
+                canonical.push(b']');
+            }
+            Kind::Null => {
+                self.out.extend_from_slice(b"null");
+                canonical.extend_from_slice(b"null");
+            }
+            Kind::Other => return Err(Problem::Unsupported(type_name(value)).into()),
         }
         Ok(())
     }
@@ -445,8 +539,8 @@ fn to_str<'a>(text: &'a Bound<'_, PyString>) -> Result<&'a str, Failure> {
     Ok(text.to_str().map_err(|_| Problem::LoneSurrogate)?)
 }
 
-fn bool_text(flag: &Bound<'_, PyBool>) -> &'static [u8] {
-    if flag.is_true() {
+fn bool_text(flag: bool) -> &'static [u8] {
+    if flag {
         b"true"
     } else {
         b"false"
@@ -457,10 +551,12 @@ fn bool_text(flag: &Bound<'_, PyBool>) -> &'static [u8] {
 fn members<'py>(object: &Bound<'py, PyDict>) -> Result<Members<'py>, Failure> {
     let mut members = Vec::with_capacity(object.len());
     for (key, value) in object.iter() {
-        let Ok(name) = key.cast::<PyString>() else {
-            return Err(Problem::NonStringKey(type_name(&key)).into());
-        };
-        members.push((name.clone(), value));
+        match key.cast_into::<PyString>() {
+            Ok(name) => members.push((name, value)),
+            Err(error) => {
+                return Err(Problem::NonStringKey(type_name(&error.into_inner())).into());
+            }
+        }
     }
     Ok(members)
 }
@@ -473,32 +569,42 @@ fn type_name(value: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "value of unknown type".to_owned())
 }
 
-fn serialize(value: &Bound<'_, PyAny>, style: Style) -> PyResult<Vec<u8>> {
-    let mut writer = Writer::new(style);
-    writer.write(value, 0).map_err(Failure::into_pyerr)?;
-    Ok(writer.out)
+/// `value` in `style`, handed to `consume`.
+fn serialize<T>(
+    value: &Bound<'_, PyAny>,
+    style: Style,
+    consume: impl FnOnce(&[u8]) -> T,
+) -> PyResult<T> {
+    let mut buffers = Buffers::take();
+    let mut writer = Writer::new(style, &mut buffers);
+    let written = writer.write(value, 0);
+    let result = written.map(|()| consume(&writer.out));
+    writer.finish(&mut buffers);
+    buffers.keep();
+    result.map_err(Failure::into_pyerr)
 }
 
 /// The RFC 8785 canonical JSON of `value`.
 #[pyfunction]
 fn canonical_json<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-    let canonical = serialize(value, Style::Canonical)?;
-    Ok(PyBytes::new(value.py(), &canonical))
+    serialize(value, Style::Canonical, |canonical| {
+        PyBytes::new(value.py(), canonical)
+    })
 }
 
 /// Lowercase hex SHA-256 of the RFC 8785 canonical JSON of `value`.
 #[pyfunction]
-fn canonical_digest(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    let canonical = serialize(value, Style::Canonical)?;
-    Ok(py.detach(|| sha256_hex(&canonical)))
+fn canonical_digest(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    serialize(value, Style::Canonical, sha256_hex)
 }
 
 /// `value` as `json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()`
 /// writes it, for JSON values (NaN and infinities refused).
 #[pyfunction]
 fn compact_json<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
-    let compact = serialize(value, Style::Compact)?;
-    Ok(PyBytes::new(value.py(), &compact))
+    serialize(value, Style::Compact, |compact| {
+        PyBytes::new(value.py(), compact)
+    })
 }
 
 /// `compact_json(document)` and `canonical_digest({name: document[holder][name] for name
@@ -511,16 +617,20 @@ fn compact_json_and_digest<'py>(
     content: Vec<String>,
     digest_placeholder: Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyBytes>, String)> {
-    let mut writer = Writer::new(Style::Compact);
+    let mut buffers = Buffers::take();
+    let mut writer = Writer::new(Style::Compact, &mut buffers);
     writer.placeholder = Some(digest_placeholder);
-    let mut canonical = Vec::with_capacity(64 * 1024);
-    writer
-        .write_document(document, holder, &content, &mut canonical)
-        .map_err(Failure::into_pyerr)?;
-    let py = document.py();
-    let digest = py.detach(|| sha256_hex(&canonical));
-    writer.fill_in(&digest);
-    Ok((PyBytes::new(py, &writer.out), digest))
+    let mut canonical = std::mem::take(&mut buffers.canonical);
+    let written = writer.write_document(document, holder, &content, &mut canonical);
+    let result = written.map(|()| {
+        let digest = sha256_hex(&canonical);
+        writer.fill_in(&digest);
+        (PyBytes::new(document.py(), &writer.out), digest)
+    });
+    writer.finish(&mut buffers);
+    buffers.canonical = canonical;
+    buffers.keep();
+    result.map_err(Failure::into_pyerr)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -3,6 +3,7 @@
 
 use pyo3::prelude::*;
 
+mod breakdown;
 mod canonical;
 mod errors;
 mod fingerprint;
@@ -13,6 +14,7 @@ mod swim;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    breakdown::register(m)?;
     canonical::register(m)?;
     fingerprint::register(m)?;
     frame::register(m)?;
