@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import operator
+import os
 import re
 import statistics
 import time
@@ -248,6 +249,7 @@ def main() -> None:
     if content_digest(*content) != hashlib.sha256(rfc8785.dumps(reference)).hexdigest():
         raise SystemExit("content_digest disagrees with rfc8785")
 
+    load_before = os.getloadavg()[0]
     new_ms, previous_ms = alternating_medians(
         [
             lambda: render_overlay(ranking, SCOPE, SOURCE, NOW),
@@ -273,6 +275,11 @@ def main() -> None:
         f"content digest of the {count} candidates: median {native_ms:.2f} ms; "
         f"rfc8785.dumps + sha256 {reference_ms:.2f} ms; ratio {native_ms / reference_ms:.3f}x "
         f"({reference_ms / native_ms:.0f} times faster)"
+    )
+    # Other work on the machine slows both sides; the load says how much there was.
+    print(
+        f"load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after, "
+        f"on {os.cpu_count()} CPUs"
     )
 
 

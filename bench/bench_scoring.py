@@ -133,3 +133,7 @@ def main() -> None:
         f"{render_ms:.1f} ms; baseline json.dumps+sha256 of the same document {plain_ms:.1f} ms; "
         f"ratio {render_ms / plain_ms:.1f}x"
     )
+
+
+if __name__ == "__main__":
+    main()
