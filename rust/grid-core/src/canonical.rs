@@ -87,10 +87,7 @@ pub fn write_string(out: &mut Vec<u8>, value: &str) {
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut written = 0;
-    while let Some(offset) = bytes[written..]
-        .iter()
-        .position(|&byte| NEEDS_ESCAPE[usize::from(byte)])
-    {
+    while let Some(offset) = first_to_escape(&bytes[written..]) {
         let index = written + offset;
         out.extend_from_slice(&bytes[written..index]);
         let byte = bytes[index];
@@ -115,6 +112,31 @@ pub fn write_string(out: &mut Vec<u8>, value: &str) {
 }
 
 const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// The index of the first byte of `bytes` that [`write_string`] escapes, looking at eight
+/// bytes at a time while none is.
+fn first_to_escape(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // A high bit set where a byte of `word` is zero (exact for the lowest such byte, which
+    // is all that matters: any set bit sends the scan to the bytes themselves).
+    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS;
+    let mut start = 0;
+    while let Some(chunk) = bytes.get(start..start + 8) {
+        let word = u64::from_le_bytes(<[u8; 8]>::try_from(chunk).unwrap_or_default());
+        let below_space = word.wrapping_sub(ONES * 0x20) & !word & HIGHS;
+        let quote = has_zero(word ^ (ONES * u64::from(b'"')));
+        let backslash = has_zero(word ^ (ONES * u64::from(b'\\')));
+        if below_space | quote | backslash != 0 {
+            break;
+        }
+        start += 8;
+    }
+    bytes[start..]
+        .iter()
+        .position(|&byte| NEEDS_ESCAPE[usize::from(byte)])
+        .map(|offset| start + offset)
+}
 
 /// The bytes [`write_string`] escapes: control characters, `"` and `\`.
 static NEEDS_ESCAPE: [bool; 256] = {
@@ -492,6 +514,50 @@ mod tests {
         assert_eq!(string("\u{8}\t\n\u{c}\r"), "\"\\b\\t\\n\\f\\r\"");
         assert_eq!(string("\u{0}\u{1f}\u{7f}"), "\"\\u0000\\u001f\u{7f}\"");
         assert_eq!(string("€😀\u{2028}"), "\"€😀\u{2028}\"");
+        // Escapes at every position of an eight-byte word, and after whole clean words.
+        for at in 0..20 {
+            for special in ["\"", "\\", "\n", "\u{1}", "\u{1f}"] {
+                let mut text = "abcdefghijklmnopqrstu".to_owned();
+                text.replace_range(at..=at, special);
+                let mut expected = String::from("\"");
+                for character in text.chars() {
+                    match character {
+                        '"' => expected.push_str("\\\""),
+                        '\\' => expected.push_str("\\\\"),
+                        '\n' => expected.push_str("\\n"),
+                        '\u{1}' => expected.push_str("\\u0001"),
+                        '\u{1f}' => expected.push_str("\\u001f"),
+                        other => expected.push(other),
+                    }
+                }
+                expected.push('"');
+                assert_eq!(string(&text), expected, "{text:?}");
+            }
+        }
+        // Bytes just above the escaped ones, and UTF-8 beyond ASCII, are written as they are.
+        assert_eq!(string(" !#[]~\u{7f}ÿ€"), "\" !#[]~\u{7f}ÿ€\"");
+        // Escapes at every position of an eight-byte word, and after whole clean words.
+        for at in 0..20 {
+            for special in ["\"", "\\", "\n", "\u{1}", "\u{1f}"] {
+                let mut text = "abcdefghijklmnopqrstu".to_owned();
+                text.replace_range(at..=at, special);
+                let mut expected = String::from("\"");
+                for character in text.chars() {
+                    match character {
+                        '"' => expected.push_str("\\\""),
+                        '\\' => expected.push_str("\\\\"),
+                        '\n' => expected.push_str("\\n"),
+                        '\u{1}' => expected.push_str("\\u0001"),
+                        '\u{1f}' => expected.push_str("\\u001f"),
+                        other => expected.push(other),
+                    }
+                }
+                expected.push('"');
+                assert_eq!(string(&text), expected, "{text:?}");
+            }
+        }
+        // Bytes just above the escaped ones, and UTF-8 continuation bytes, are not escaped.
+        assert_eq!(string(" !#[]~\u{7f}ÿ€"), "\" !#[]~\u{7f}ÿ€\"");
     }
 
     #[test]
