@@ -282,6 +282,20 @@ def test_remote_providers_route_only_once_their_site_is_trusted() -> None:
     assert status.observed_fingerprint == FINGERPRINTS["site-b"]  # type: ignore[union-attr]
 
 
+def test_an_access_policy_admits_only_the_sites_it_selects() -> None:
+    only_a = {"matchLabels": {"grid.praxis-proxy.io/site": "site-a"}}
+    a = engine("site-a", [provider("llama-a", "site-a")])
+    b = engine("site-b", [provider("llama-b", "site-b", policy=only_a)])
+    c = engine("site-c", [provider("llama-c", "site-c")])
+    connect([a, b, c], T0)
+    exchange([a, b, c], T0)
+    assert (LLAMA, "site-b", "site-site-b") in routes(a)
+    assert all(site != "site-b" for _, site, _ in routes(c))
+    assert c.ranking is not None
+    [left_out] = c.ranking.left_out
+    assert (left_out.candidate.provider, left_out.reason.value) == ("llama-b", "access_denied")
+
+
 def test_a_site_whose_certificate_does_not_match_its_pin_never_routes() -> None:
     a = engine("site-a", [provider("llama-a", "site-a")])
     b = engine("site-b", [provider("llama-b", "site-b")])

@@ -319,6 +319,11 @@ class LabelSelector:
         unique = {_requirement_order(entry): entry for entry in expressions}
         object.__setattr__(self, "match_expressions", tuple(unique[k] for k in sorted(unique)))
 
+    def __hash__(self) -> int:
+        # The labels are a read-only mapping, which does not hash; rankings key caches by
+        # selector, and a provider spec holding one must hash too.
+        return hash((tuple(sorted(self.match_labels.items())), self.match_expressions))
+
     def as_kubernetes(self) -> dict[str, object]:
         """The selector in its Kubernetes form (``matchLabels``/``matchExpressions``)."""
         return {
