@@ -2,12 +2,12 @@
 //!
 //! - RFC 8785 (JCS) canonical JSON, which the content digest is taken over: members
 //!   ordered by the UTF-16 code units of their names ([`utf16_order`]), numbers as
-//!   ECMAScript writes them ([`write_jcs_number`]), integers only within ±(2⁵³ − 1)
+//!   ECMAScript writes them ([`FiniteNumber::write_jcs`]), integers only within ±(2⁵³ − 1)
 //!   ([`write_safe_integer`]), strings with the minimal escaping JCS prescribes
 //!   ([`write_string`]);
 //! - compact JSON in document order, as Python's `json.dumps(value, ensure_ascii=False,
 //!   separators=(",", ":"))` writes it: the same string escaping, members in the order
-//!   given, floats as Python's `repr` writes them ([`write_python_float`]).
+//!   given, floats as Python's `repr` writes them ([`FiniteNumber::write_python`]).
 //!
 //! Walking a value tree (and refusing what is not JSON) is the caller's part; nesting is
 //! bounded by [`MAX_DEPTH`] so that walking recursively cannot exhaust the stack.
@@ -177,21 +177,6 @@ pub fn write_integer(out: &mut Vec<u8>, value: i64) {
         out.push(b'-');
     }
     out.extend_from_slice(&digits[at..]);
-}
-
-/// Appends `value` as ECMAScript's `Number.prototype.toString` writes it (see
-/// [`FiniteNumber::write_jcs`]); NaN and the infinities are refused.
-pub fn write_jcs_number(out: &mut Vec<u8>, value: f64) -> Result<(), NumberError> {
-    FiniteNumber::new(value)?.write_jcs(out);
-    Ok(())
-}
-
-/// Appends `value` as Python's `repr(float)` writes it (see
-/// [`FiniteNumber::write_python`]); NaN and the infinities are refused (`json.dumps` would
-/// write `NaN` and `Infinity`, which are not JSON).
-pub fn write_python_float(out: &mut Vec<u8>, value: f64) -> Result<(), NumberError> {
-    FiniteNumber::new(value)?.write_python(out);
-    Ok(())
 }
 
 /// A finite double as its shortest round-tripping decimal digits, found once and written
@@ -378,13 +363,13 @@ mod tests {
 
     fn jcs(value: f64) -> String {
         let mut out = Vec::new();
-        write_jcs_number(&mut out, value).unwrap();
+        FiniteNumber::new(value).unwrap().write_jcs(&mut out);
         String::from_utf8(out).unwrap()
     }
 
     fn python(value: f64) -> String {
         let mut out = Vec::new();
-        write_python_float(&mut out, value).unwrap();
+        FiniteNumber::new(value).unwrap().write_python(&mut out);
         String::from_utf8(out).unwrap()
     }
 
@@ -464,13 +449,10 @@ mod tests {
     #[test]
     fn non_finite_numbers_are_refused() {
         for value in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
-            let mut out = Vec::new();
             assert!(matches!(
-                write_jcs_number(&mut out, value),
+                FiniteNumber::new(value),
                 Err(NumberError::NotFinite(_))
             ));
-            assert!(write_python_float(&mut out, value).is_err());
-            assert!(out.is_empty());
         }
         assert_eq!(
             NumberError::NotFinite(f64::NAN).to_string(),

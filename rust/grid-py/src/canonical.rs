@@ -36,7 +36,7 @@ enum Problem {
     TooDeep,
     /// A member the caller asked for is absent.
     Missing(String),
-    /// Python raised while the value was read (a `__repr__` or `__index__` of a subclass).
+    /// Python raised writing an integer too large for 64 bits (`int.__repr__`).
     Python(String),
 }
 
