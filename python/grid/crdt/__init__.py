@@ -24,6 +24,7 @@ from grid.crdt.records import (
     TokenCost,
     micro_usd,
 )
+from grid.crdt.signals import SignalsState, SignalThresholds
 from grid.crdt.snapshot import (
     CERT_LANE,
     GATEWAY_LANE,
@@ -70,6 +71,8 @@ __all__ = [
     "ProviderState",
     "RevisionClock",
     "SelectorRequirement",
+    "SignalThresholds",
+    "SignalsState",
     "SiteMetadata",
     "Stamp",
     "TokenCost",
