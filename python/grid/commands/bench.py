@@ -155,7 +155,7 @@ def _register_mesh(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "as the other sites would, and reports its CPU, memory, gossip bytes, item and "
         "render rates and the metric change -> overlay latency; then the same for today's "
         f"design (commit {BASELINE_COMMIT}) under the same load, and the issue's targets. "
-        "docs/scale.md explains the set-up and the figures. Exit status: 0 done, 1 a run "
+        "`grid docs scale` explains the set-up and the figures. Exit status: 0 done, 1 a run "
         "failed or (with --strict) a target was missed, 2 invalid options, 130 interrupted.",
     )
     mesh.add_argument("--sites", type=int, default=10, help="sites in the mesh (default: 10)")
