@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Runs SWIM scenarios on the deterministic simulator (the real driver, "
         "many times over, on a virtual clock) under Grid's defaults and memberlist's LAN "
         "parameters, and reports p50/p99/max over seeded runs with the epidemic bound and "
-        "the issue's targets. Exit status: 0 done, 1 a target was missed (with --strict) "
+        "the scale targets. Exit status: 0 done, 1 a target was missed (with --strict) "
         "or the speed probe failed, 2 invalid options, 130 interrupted.",
     )
     convergence.add_argument(
@@ -154,7 +154,7 @@ def _register_mesh(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "overlay files) in a process of its own, with real SWIM peers on 127.0.0.1 publishing "
         "as the other sites would, and reports its CPU, memory, gossip bytes, item and "
         "render rates and the metric change -> overlay latency; then the same for today's "
-        f"design (commit {BASELINE_COMMIT}) under the same load, and the issue's targets. "
+        f"design (commit {BASELINE_COMMIT}) under the same load, and the scale targets. "
         "`grid docs scale` explains the set-up and the figures. Exit status: 0 done, 1 a run "
         "failed or (with --strict) a target was missed, 2 invalid options, 130 interrupted.",
     )

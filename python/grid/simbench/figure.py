@@ -1,5 +1,5 @@
 """What the convergence plot shows, whatever draws it: one panel per scenario that ran, axes
-fitted to the data, the protocol's bounds and the issue's targets as labelled reference
+fitted to the data, the protocol's bounds and Grid's targets as labelled reference
 lines, and a caption (seed, runs, network model, Grid version).
 
 Pure: :func:`figure` turns a report (``grid.simbench.runner.run_plan``'s dict, or its
@@ -268,7 +268,7 @@ def _join(rows: Sequence[Row], colours: dict[int, str], targets: Sequence[Row]) 
 
 
 def _failure(rows: Sequence[Row], colours: dict[int, str], targets: Sequence[Row]) -> Panel:
-    del targets  # the issue sets no detection-time target
+    del targets  # no detection-time target is set
     title = "Failure detection: share of live members that marked the crashed one down"
     rows = [row for row in rows if row.get("cdf")]
     curves = tuple(
@@ -432,7 +432,7 @@ def _partition(rows: Sequence[Row], colours: dict[int, str], targets: Sequence[R
     )
 
 
-#: The issue's speed targets (as ``grid.simbench.runner.targets`` checks them): size ->
+#: Grid's speed targets (as ``grid.simbench.runner.targets`` checks them): size ->
 #: (at least this many times real time, label).
 SPEED_TARGETS = {
     1000: (20.0, "target: 1,000 members at >= 20x real time"),

@@ -1,6 +1,6 @@
 """Runs the convergence scenarios for a plan (sizes, runs, seed) under both profiles and
 gathers one report: per-run figures reduced to p50/p99/max, CDFs for plotting, the
-epidemic bound and memberlist-LAN ratios, and the issue's targets checked."""
+epidemic bound and memberlist-LAN ratios, and Grid's targets checked."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ COVERAGE = (("50%", 0.5), ("99%", 0.99), ("100%", 1.0))
 #: cluster, whose forming alone takes 5 to 8 minutes per profile).
 DEFAULT_SIZES = (100, 1000, 10_000)
 QUICK_SIZES = (100, 1000)
-#: The issue's accuracy sizes, losses and duration.
+#: The accuracy sizes, losses and duration.
 ACCURACY_LOSSES = (0.10, 0.20)
 ACCURACY_MAX_SIZE = 1000
 ACCURACY_TARGET_MINUTES = 30.0
@@ -460,7 +460,7 @@ def _percent(value: float) -> str:
 
 
 def targets(report: dict[str, Any]) -> list[Row]:
-    """The issue's targets under Grid's profile, each with the measured figure and its
+    """Grid's convergence targets under Grid's profile, each with the measured figure and its
     verdict. A target whose scenario ran, but not at its size (or profile, or loss), is
     listed as unproven (not run) when the report carries its plan."""
     plan = report.get("plan")
