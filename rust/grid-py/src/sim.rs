@@ -10,8 +10,8 @@ use std::time::Duration;
 use grid_core::config::SwimConfig;
 use grid_core::driver::FOCA_ERROR_KINDS;
 use grid_core::sim::{
-    Change, Jitter, NetModel, SimError, SimSettings, Simulation as CoreSimulation, Start, Traffic,
-    PARALLEL_WORK,
+    Change, Jitter, Learned, MessageRecord, NetModel, SimError, SimSettings,
+    Simulation as CoreSimulation, Start, Traffic, PARALLEL_WORK,
 };
 use pyo3::import_exception;
 use pyo3::prelude::*;
@@ -70,6 +70,47 @@ fn change(name: &str) -> PyResult<Change> {
 
 /// (time, target, incarnation, suspected by, target was alive).
 type SuspicionTuple = (f64, u32, u16, u32, bool);
+
+/// (sent at, from, to, kind, fate, arrives at, about, [(subject, incarnation, state)]).
+type MessageTuple = (
+    f64,
+    u32,
+    Option<u32>,
+    &'static str,
+    &'static str,
+    Option<f64>,
+    Option<u32>,
+    Vec<(u32, u16, &'static str)>,
+);
+
+fn message_tuple(message: MessageRecord) -> MessageTuple {
+    (
+        message.sent_at.as_secs_f64(),
+        message.from,
+        message.to,
+        message.kind.name(),
+        message.fate.name(),
+        message.arrives_at.map(|at| at.as_secs_f64()),
+        message.about,
+        message
+            .updates
+            .iter()
+            .map(|u| (u.subject, u.incarnation, u.state.name()))
+            .collect(),
+    )
+}
+
+/// (time, subject, what was learned, decided by the observer itself, a false positive).
+type RecordTuple = (f64, u32, &'static str, bool, bool);
+
+fn learned_name(learned: Learned) -> &'static str {
+    match learned {
+        Learned::Up => "up",
+        Learned::Down => "down",
+        Learned::Left => "left",
+        Learned::Renamed => "renamed",
+    }
+}
 
 fn as_seconds(list: Vec<Duration>) -> Vec<f64> {
     list.into_iter().map(|d| d.as_secs_f64()).collect()
@@ -286,6 +327,84 @@ impl Simulation {
     /// only look at convergence).
     fn set_recording(&mut self, on: bool) {
         self.inner.set_recording(on);
+    }
+
+    /// Keeps every message the network carries from now on, up to `limit` of them (later
+    /// ones are counted by `messages_dropped`), or stops keeping them. Either way the log
+    /// starts empty. Off by default: it costs a decode of every message.
+    #[pyo3(signature = (on, limit = 100_000))]
+    fn set_message_log(&mut self, on: bool, limit: usize) {
+        self.inner.set_message_log(on.then_some(limit));
+    }
+
+    /// Logged messages sent at or after `since` and before `until`, in sending order:
+    /// (sent at, from, to, kind, fate, arrives at, about, updates). `to` is None for an
+    /// address that is no node; `fate` is "delivered", "lost", "cut" or "undeliverable";
+    /// `about` is the member a ping-req, indirect ping, indirect ack or forwarded ack names;
+    /// `updates` are the membership updates carried, as (subject, incarnation, state).
+    #[pyo3(signature = (since = 0.0, until = None))]
+    fn messages(
+        &self,
+        py: Python<'_>,
+        since: f64,
+        until: Option<f64>,
+    ) -> PyResult<Vec<MessageTuple>> {
+        let since = seconds("since", since)?;
+        let until = until.map_or(Ok(Duration::MAX), |u| seconds("until", u))?;
+        Ok(py
+            .detach(|| self.inner.messages(since, until))
+            .into_iter()
+            .map(message_tuple)
+            .collect())
+    }
+
+    /// Messages the log had no room for since it was last set.
+    fn messages_dropped(&self) -> u64 {
+        self.inner.messages_dropped()
+    }
+
+    /// Refutations at or after `since`: (time, node, its new incarnation).
+    #[pyo3(signature = (since = 0.0))]
+    fn refutations(&self, since: f64) -> PyResult<Vec<(f64, u32, u16)>> {
+        let since = seconds("since", since)?;
+        Ok(self
+            .inner
+            .refutations(since)
+            .into_iter()
+            .map(|r| (r.at.as_secs_f64(), r.node, r.incarnation))
+            .collect())
+    }
+
+    /// What `observer` learned, in order: (time, subject, "up" | "down" | "left" |
+    /// "renamed", decided by itself, a false positive).
+    fn records(&self, observer: u32) -> PyResult<Vec<RecordTuple>> {
+        Ok(self
+            .inner
+            .records(observer)
+            .map_err(sim_error)?
+            .into_iter()
+            .map(|r| {
+                (
+                    r.at().as_secs_f64(),
+                    r.subject,
+                    learned_name(r.learned),
+                    r.own,
+                    r.false_positive,
+                )
+            })
+            .collect())
+    }
+
+    /// Every member `node` knows right now: (member, incarnation, "alive" | "suspect" |
+    /// "down" | "left"); empty while it is not running.
+    fn member_view(&self, node: u32) -> PyResult<Vec<(u32, u16, &'static str)>> {
+        Ok(self
+            .inner
+            .member_view(node)
+            .map_err(sim_error)?
+            .into_iter()
+            .map(|(member, incarnation, state, _)| (member, incarnation, state.name()))
+            .collect())
     }
 
     /// Handles every event up to and including virtual time `t`.

@@ -28,6 +28,7 @@
 //! anything before `P` (its first probe is `P` after `t_i`, and its gossip backlog is
 //! empty), so the lists are installed up front, in parallel, and the clock starts at `P`.
 
+pub mod messages;
 pub mod net;
 pub mod record;
 
@@ -39,7 +40,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use foca::{Codec, Member, Message, State};
+use foca::{Member, State};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -49,10 +50,11 @@ use crate::driver::{Driver, DriverStats, Event, MemberState, Transmit, FOCA_ERRO
 use crate::frame::OVERHEAD;
 use crate::identity::{Interner, NodeId};
 use crate::wire::{
-    encode_member, seal_message, state_byte, WireCodec, KIND_FOCA, KIND_SYNC_RESPONSE,
-    MAX_MESSAGE_LEN, MAX_UNSEALED_LEN, TRAILER_LEN,
+    encode_member, seal_message, state_byte, WireCodec, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
+    MAX_UNSEALED_LEN,
 };
 
+pub use messages::{Fate, MemberUpdate, MessageKind, MessageRecord, Refutation};
 pub use net::{
     check_probability, node_addr, node_index, Jitter, NetModel, SimError, MAX_NODES, SIM_PORT,
 };
@@ -61,6 +63,7 @@ pub use record::{Change, Learned, Record, Suspicion, Traffic};
 /// The simulated wall clock at virtual time 0 (messages carry it for freshness checks).
 pub const SIM_WALL_EPOCH: Duration = Duration::from_millis(1_700_000_000_000);
 
+use messages::{read_sent, Seen};
 use record::{mix, mix_bytes};
 
 /// How the nodes given to [`Simulation::new`] begin.
@@ -192,6 +195,8 @@ struct World {
     net: NetModel,
     link_loss: HashMap<(u32, u32), f64>,
     recording: bool,
+    /// The message log's limit, while it is on.
+    message_log: Option<usize>,
 }
 
 impl World {
@@ -248,14 +253,6 @@ impl Ord for Delivery {
     }
 }
 
-/// A suspicion a node put on the wire.
-struct SeenSuspect {
-    at: Duration,
-    target: u32,
-    generation: u64,
-    incarnation: u16,
-}
-
 /// Everything that belongs to one node.
 struct Slot {
     driver: Option<Driver>,
@@ -267,7 +264,7 @@ struct Slot {
     /// Records already looked at by the running watch.
     scanned: usize,
     outbox: Vec<(u32, Delivery)>,
-    suspects: Vec<SeenSuspect>,
+    seen: Seen,
     traffic: Traffic,
     codec: WireCodec,
     events: u64,
@@ -370,7 +367,7 @@ struct Wire<'a> {
     trace: &'a mut u64,
     traffic: &'a mut Traffic,
     outbox: &'a mut Vec<(u32, Delivery)>,
-    suspects: &'a mut Vec<SeenSuspect>,
+    seen: &'a mut Seen,
     codec: &'a mut WireCodec,
 }
 
@@ -379,23 +376,31 @@ impl Transmit for Wire<'_> {
         self.traffic.sent += 1;
         self.traffic.sent_bytes += (message.len() + OVERHEAD) as u64;
         *self.seq += 1;
-        scan_suspicions(self.codec, message, self.now, self.suspects);
         let world = self.world;
-        let target = node_index(to).filter(|&i| world.is_running(i));
-        let outcome = match target {
+        let reading = read_sent(
+            self.codec,
+            message,
+            self.now,
+            self.from,
+            self.seen,
+            world.message_log.is_some(),
+        );
+        let addressee = node_index(to);
+        let target = addressee.filter(|&i| world.is_running(i));
+        let (fate, arrival) = match target {
             None => {
                 self.traffic.undeliverable += 1;
-                OUTCOME_UNDELIVERABLE
+                (Fate::Undeliverable, None)
             }
             Some(to) if world.group[to as usize] != world.group[self.from as usize] => {
                 self.traffic.cut += 1;
-                OUTCOME_CUT
+                (Fate::Cut, None)
             }
             Some(to) => {
                 let loss = world.loss(self.from, to);
                 if loss > 0.0 && self.rng.random::<f64>() < loss {
                     self.traffic.lost += 1;
-                    OUTCOME_LOST
+                    (Fate::Lost, None)
                 } else {
                     let at = self.now + world.net.sample_delay(self.rng) + world.slow[to as usize];
                     self.outbox.push((
@@ -407,50 +412,31 @@ impl Transmit for Wire<'_> {
                             message: message.into(),
                         },
                     ));
-                    nanos(at)
+                    (Fate::Delivered, Some(at))
                 }
             }
+        };
+        let outcome = match (fate, arrival) {
+            (_, Some(at)) => nanos(at),
+            (Fate::Lost, None) => OUTCOME_LOST,
+            (Fate::Cut, None) => OUTCOME_CUT,
+            (Fate::Delivered | Fate::Undeliverable, None) => OUTCOME_UNDELIVERABLE,
         };
         let hash = mix_bytes(mix(*self.trace, TAG_SEND), message);
         let to_index = target.map_or(u64::MAX, u64::from);
         *self.trace = mix(mix(hash, to_index), outcome);
-    }
-}
-
-/// Notes every suspicion a foca message carries. Reads the message with the same codec
-/// the drivers use.
-fn scan_suspicions(
-    codec: &mut WireCodec,
-    message: &[u8],
-    at: Duration,
-    out: &mut Vec<SeenSuspect>,
-) {
-    let unsealed = &message[..message.len().saturating_sub(TRAILER_LEN)];
-    let Some((&KIND_FOCA, mut body)) = unsealed.split_first() else {
-        return;
-    };
-    let Ok(header) = codec.decode_header(&mut body) else {
-        return;
-    };
-    // Broadcast messages carry items only; every other kind with a tail carries updates.
-    if body.len() < 2 || header.message == Message::Broadcast {
-        return;
-    }
-    let count = u16::from_be_bytes([body[0], body[1]]);
-    body = &body[2..];
-    for _ in 0..count {
-        let Ok(member) = codec.decode_member(&mut body) else {
-            return;
-        };
-        if member.state() != State::Suspect {
-            continue;
-        }
-        if let Some(target) = node_index(member.id().socket_addr()) {
-            out.push(SeenSuspect {
-                at,
-                target,
-                generation: member.id().generation(),
-                incarnation: member.incarnation(),
+        if let Some(reading) = reading {
+            self.seen.messages.push(MessageRecord {
+                sent_at: self.now,
+                from: self.from,
+                to: addressee,
+                seq: *self.seq,
+                kind: reading.kind,
+                about: reading.about,
+                fate,
+                arrives_at: arrival,
+                bytes: (message.len() + OVERHEAD) as u32,
+                updates: reading.updates,
             });
         }
     }
@@ -506,7 +492,7 @@ fn advance(slot: &mut Slot, node: u32, world: &World, end: Duration) {
         trace,
         records,
         outbox,
-        suspects,
+        seen,
         traffic,
         codec,
         events,
@@ -555,7 +541,7 @@ fn advance(slot: &mut Slot, node: u32, world: &World, end: Duration) {
                 trace,
                 traffic,
                 outbox,
-                suspects,
+                seen,
                 codec,
             };
             match &delivery {
@@ -682,7 +668,7 @@ pub struct Simulation {
     world: World,
     slots: Vec<Mutex<Slot>>,
     queue: Queue,
-    suspicions: HashMap<(u32, u64, u16), Suspicion>,
+    journal: Journal,
     bootstrap: Option<Bootstrap>,
     threads: usize,
     parallel_work: u64,
@@ -710,6 +696,7 @@ impl Simulation {
                 net: settings.net,
                 link_loss: HashMap::new(),
                 recording: true,
+                message_log: None,
             },
             slots: Vec::with_capacity(nodes),
             queue: Queue {
@@ -718,7 +705,7 @@ impl Simulation {
                 window: 0,
                 now: Duration::ZERO,
             },
-            suspicions: HashMap::new(),
+            journal: Journal::default(),
             bootstrap: None,
             threads: settings.threads.max(1),
             parallel_work: settings.parallel_work,
@@ -771,7 +758,7 @@ impl Simulation {
             records: Vec::new(),
             scanned: 0,
             outbox: Vec::new(),
-            suspects: Vec::new(),
+            seen: Seen::default(),
             traffic: Traffic::default(),
             codec: WireCodec::new(self.interner.clone()),
             events: 0,
@@ -973,7 +960,7 @@ impl Simulation {
                 trace,
                 records,
                 outbox,
-                suspects,
+                seen,
                 traffic,
                 codec,
                 ..
@@ -991,7 +978,7 @@ impl Simulation {
                     trace,
                     traffic,
                     outbox,
-                    suspects,
+                    seen,
                     codec,
                 };
                 step(driver, now, &mut wire);
@@ -1000,16 +987,13 @@ impl Simulation {
                 note(event, now, false, &self.world, trace, records);
             }
         }
-        let mut outbox = Vec::new();
-        let mut suspects = Vec::new();
         collect(
             &mut self.queue,
             &self.world,
             &self.slots,
-            &mut self.suspicions,
+            &mut self.journal,
             node,
-            &mut outbox,
-            &mut suspects,
+            &mut Vec::new(),
             None,
         );
     }
@@ -1232,7 +1216,7 @@ impl Simulation {
             world,
             slots,
             queue,
-            suspicions,
+            journal,
             windows,
             parallel_windows,
             ..
@@ -1247,7 +1231,6 @@ impl Simulation {
             let mut bins: Vec<Vec<u32>> = vec![Vec::new(); threads];
             let mut window = Vec::new();
             let mut outbox = Vec::new();
-            let mut suspects = Vec::new();
             loop {
                 let next = queue.next_time(slots);
                 if let Until::Converged { every, next: check } = until {
@@ -1297,10 +1280,9 @@ impl Simulation {
                         queue,
                         world,
                         slots,
-                        suspicions,
+                        journal,
                         node,
                         &mut outbox,
-                        &mut suspects,
                         watch.as_deref_mut(),
                     );
                 }
@@ -1375,6 +1357,7 @@ impl Simulation {
     /// Every suspicion episode first seen at or after `since`, earliest first.
     pub fn suspicions(&self, since: Duration) -> Vec<Suspicion> {
         let mut list: Vec<Suspicion> = self
+            .journal
             .suspicions
             .values()
             .filter(|s| s.first_at >= since)
@@ -1382,6 +1365,47 @@ impl Simulation {
             .collect();
         list.sort_unstable_by_key(|s| (s.first_at, s.target, s.generation, s.incarnation));
         list
+    }
+
+    /// Every refutation made at or after `since`, earliest first.
+    pub fn refutations(&self, since: Duration) -> Vec<Refutation> {
+        let mut list: Vec<Refutation> = self
+            .journal
+            .refutations
+            .iter()
+            .filter(|r| r.at >= since)
+            .copied()
+            .collect();
+        list.sort_unstable_by_key(|r| (r.at, r.node));
+        list
+    }
+
+    /// Starts keeping every message the network carries, at most `limit` of them (the
+    /// first ones; later ones are counted as dropped), or, with `None`, stops. Either way
+    /// the log starts empty. Off by default: it costs a decode of every message.
+    pub fn set_message_log(&mut self, limit: Option<usize>) {
+        self.world.message_log = limit;
+        self.journal.messages = Vec::new();
+        self.journal.messages_dropped = 0;
+    }
+
+    /// Logged messages sent in `[since, until)`, in the order they were sent (ties: by
+    /// sender, then its message number).
+    pub fn messages(&self, since: Duration, until: Duration) -> Vec<MessageRecord> {
+        let mut list: Vec<MessageRecord> = self
+            .journal
+            .messages
+            .iter()
+            .filter(|m| m.sent_at >= since && m.sent_at < until)
+            .cloned()
+            .collect();
+        list.sort_unstable_by_key(|m| (m.sent_at, m.from, m.seq));
+        list
+    }
+
+    /// Messages the log had no room for since it was last set.
+    pub fn messages_dropped(&self) -> u64 {
+        self.journal.messages_dropped
     }
 
     /// Every time a node declared another down itself (its suspicion expired), at or after
@@ -1415,7 +1439,7 @@ impl Simulation {
         let mut stats = SimStats {
             windows: self.windows,
             parallel_windows: self.parallel_windows,
-            suspicions: self.suspicions.len(),
+            suspicions: self.journal.suspicions.len(),
             bootstrap_sends: self.bootstrap_sends,
             ..SimStats::default()
         };
@@ -1467,23 +1491,31 @@ impl Simulation {
     }
 }
 
-/// After a node ran (or acted): routes what it sent, merges the suspicions it put on the
-/// wire, feeds the watch and requeues it.
-#[allow(clippy::too_many_arguments)]
+/// What the simulator gathers from every node's messages.
+#[derive(Default)]
+struct Journal {
+    suspicions: HashMap<(u32, u64, u16), Suspicion>,
+    refutations: Vec<Refutation>,
+    /// In the order collected: window by window, node by node within one.
+    messages: Vec<MessageRecord>,
+    /// Messages the log had no room for.
+    messages_dropped: u64,
+}
+
+/// After a node ran (or acted): routes what it sent, merges what its messages showed
+/// into the journal, feeds the watch and requeues it.
 fn collect(
     queue: &mut Queue,
     world: &World,
     slots: &[Mutex<Slot>],
-    suspicions: &mut HashMap<(u32, u64, u16), Suspicion>,
+    journal: &mut Journal,
     node: u32,
     outbox: &mut Vec<(u32, Delivery)>,
-    suspects: &mut Vec<SeenSuspect>,
     watch: Option<&mut Watch>,
 ) {
     {
         let mut slot = lock(&slots[node as usize]);
         std::mem::swap(&mut slot.outbox, outbox);
-        std::mem::swap(&mut slot.suspects, suspects);
         if let Some(watch) = watch {
             let start = slot.scanned.min(slot.records.len());
             for record in &slot.records[start..] {
@@ -1492,33 +1524,45 @@ fn collect(
         }
         slot.scanned = slot.records.len();
         queue.push(slot.next_time(), node);
+        let seen = &mut slot.seen;
+        for seen in seen.suspects.drain(..) {
+            let key = (seen.target, seen.generation, seen.incarnation);
+            let candidate = Suspicion {
+                first_at: seen.at,
+                target: seen.target,
+                generation: seen.generation,
+                incarnation: seen.incarnation,
+                by: node,
+                target_alive: world.is_alive_life(seen.target, seen.generation),
+            };
+            match journal.suspicions.entry(key) {
+                Entry::Vacant(slot) => {
+                    slot.insert(candidate);
+                }
+                Entry::Occupied(mut slot) => {
+                    let known = slot.get();
+                    if (candidate.first_at, candidate.by) < (known.first_at, known.by) {
+                        slot.insert(candidate);
+                    }
+                }
+            }
+        }
+        journal.refutations.append(&mut seen.refutations);
+        if !seen.messages.is_empty() {
+            let room = world
+                .message_log
+                .unwrap_or(0)
+                .saturating_sub(journal.messages.len());
+            let kept = seen.messages.len().min(room);
+            journal.messages_dropped += (seen.messages.len() - kept) as u64;
+            journal.messages.extend(seen.messages.drain(..kept));
+            seen.messages.clear();
+        }
     }
     for (to, delivery) in outbox.drain(..) {
         let at = delivery.at;
         lock(&slots[to as usize]).inbox.push(Reverse(delivery));
         queue.push(Some(at), to);
-    }
-    for seen in suspects.drain(..) {
-        let key = (seen.target, seen.generation, seen.incarnation);
-        let candidate = Suspicion {
-            first_at: seen.at,
-            target: seen.target,
-            generation: seen.generation,
-            incarnation: seen.incarnation,
-            by: node,
-            target_alive: world.is_alive_life(seen.target, seen.generation),
-        };
-        match suspicions.entry(key) {
-            Entry::Vacant(slot) => {
-                slot.insert(candidate);
-            }
-            Entry::Occupied(mut slot) => {
-                let known = slot.get();
-                if (candidate.first_at, candidate.by) < (known.first_at, known.by) {
-                    slot.insert(candidate);
-                }
-            }
-        }
     }
 }
 
