@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 import yaml
 
+from grid._native import Simulation
 from grid.booklet import crdt, scoring, swim
 from grid.booklet.serve import CONTENT_SECURITY_POLICY, booklet_routes
 from grid.booklet.site import CHAPTERS, Site, build_site, write_site
@@ -125,14 +126,82 @@ def test_the_swim_runs_are_the_simulators_records(built: Path) -> None:
     # The run shows what the chapter is about: the joiner spreads, the crash is
     # suspected, declared down and learned by every running node.
     assert len(fresh["join_learned"]["delays"]) == fresh["join_learned"]["observers"]
+    assert [delay for delay, _ in fresh["join_learned_by"]] == pytest.approx(
+        fresh["join_learned"]["delays"], abs=1e-6
+    )
     assert any(entry[1] == swim.CRASHED_NODE for entry in fresh["suspicions"])
     assert any(entry[2] == swim.CRASHED_NODE for entry in fresh["declarations"])
     down = fresh["down_learned"]
     assert len(down["delays"]) == down["observers"] == fresh["nodes"] - 1
     assert all(row[swim.CRASHED_NODE] == -1 for row in fresh["known"][-5:])
     lossy = embedded(built / "data/swim-n16-loss20-nocrash.js")
-    assert sum(lossy["counters"]["refutations"]) > 0
+    assert sum(lossy["counters"]["refutations"]) == len(lossy["refutations"]) > 0
+    assert all(by is not None for _, _, _, by in lossy["refutations"])
     assert lossy["suspicions"] and all(entry[4] for entry in lossy["suspicions"])
+
+
+def logged_messages(run: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """An embedded run's messages, frame after frame, as the simulator lists them."""
+    kinds, fates = run["message_kinds"], run["message_fates"]
+    flat = []
+    for frame in run["messages"]:
+        for sent_at, sender, to, kind, fate, *rest in frame:
+            about = rest[0] if rest else None
+            updates = [
+                (subject, incarnation, swim.STATES[state])
+                for subject, state, incarnation in (rest[1] if len(rest) > 1 else [])
+            ]
+            flat.append((sent_at, sender, to, kinds[kind], fates[fate], about, updates))
+    return flat
+
+
+def test_an_embedded_runs_messages_are_a_fresh_simulations(built: Path) -> None:
+    """The same seed and steps, run straight through with the message log on from the
+    start, log the messages the page shows, frame by frame, none left out."""
+    run = embedded(built / "data/swim-n8-loss5-crash.js")
+    assert run["messages_dropped"] == 0
+    sim = Simulation(8, swim.SEED, loss=0.05, threads=1)
+    start = sim.now
+    sim.set_message_log(True, 1_000_000)
+    sim.run_until(start + swim.JOIN_AFTER)
+    joiner = sim.add_node()
+    sim.join(joiner, [swim.SEED_NODE])
+    sim.run_until(start + swim.CRASH_AFTER)
+    sim.crash(swim.CRASHED_NODE)
+    sim.run_until(start + swim.RUN_FOR)
+    assert f"{sim.trace_hash():016x}" == run["trace_hash"]
+    fresh = [
+        (round(sent_at - start, 4), sender, to, kind, fate, about, updates)
+        for sent_at, sender, to, kind, fate, _, about, updates in sim.messages()
+    ]
+    assert logged_messages(run) == fresh
+    # What the chapter draws is in it: probes and their acks, indirect probes of the
+    # crashed node through others that cannot reach it, lost messages, the joiner's
+    # announce, and the suspicion and down news of the crashed node as updates.
+    kinds = {kind for _, _, _, kind, _, _, _ in fresh}
+    assert {"ping", "ack", "ping-req", "indirect-ping", "announce", "feed", "gossip"} <= kinds
+    crash = swim.CRASH_AFTER
+    assert any(
+        kind == "ping-req" and about == swim.CRASHED_NODE and t > crash
+        for t, _, _, kind, _, about, _ in fresh
+    )
+    assert any(
+        kind == "indirect-ping" and to == swim.CRASHED_NODE and fate == "undeliverable"
+        for _, _, to, kind, fate, _, _ in fresh
+    )
+    assert any(fate == "lost" for _, _, _, _, fate, _, _ in fresh)
+    carried = {(s, state) for *_, updates in fresh for s, _, state in updates}
+    assert {(swim.CRASHED_NODE, "suspect"), (swim.CRASHED_NODE, "down")} <= carried
+    assert all(sender != swim.CRASHED_NODE for t, sender, *_ in fresh if t > crash)
+
+
+def test_every_embedded_run_fits_its_message_log(site: Site) -> None:
+    for name, content in site.files.items():
+        if name.startswith("data/swim-n"):
+            text = content.decode()
+            run = json.loads(text[text.index("] = ") + 4 :].strip().removesuffix(";"))
+            assert run["messages_dropped"] == 0, name
+            assert len(run["messages"]) == len(run["times"]) == len(run["suspected"])
 
 
 def test_the_crdt_tables_are_what_the_crdt_types_compute(built: Path) -> None:

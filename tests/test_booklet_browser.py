@@ -121,29 +121,68 @@ def test_swim_chapter_replays_the_recorded_run(
     wait_for(lambda: int(figure.get_attribute("data-frame") or 0) >= 4, what="play")
     find(driver, "#swim-play").click()
 
-    # The run as the simulator recorded it: the first suspicion of the crashed node, then
-    # its declaration, appear at their frames.
+    # Stepping past the crash: the frames show the recorded messages, and the first one
+    # with an indirect probe of the crashed node shows it as an arrow to that node that
+    # was not delivered, sent by an intermediary a ping-req asked.
     trace = swim.record_trace(8, 0.05, True)
     start = trace["start"]
-    suspected_at, target, _, by, _ = trace["suspicions"][0]
-    assert target == swim.CRASHED_NODE
+    crashed = swim.CRASHED_NODE
+    kinds = trace["message_kinds"]
+    indirect_frame = next(
+        index
+        for index, frame in enumerate(trace["messages"])
+        if any(kinds[m[3]] == "indirect-ping" and m[2] == crashed for m in frame)
+    )
     time_slider = find(driver, "#swim-time")
-    set_range(driver, time_slider, frame_after(trace, suspected_at - start))
-    node = find(driver, f'#swim-figure g.node[data-node="{swim.CRASHED_NODE}"]')
-    wait_for(lambda: find_all(driver, "#swim-figure line.suspicion"), what="a suspicion")
+    crash_frame = frame_after(trace, swim.CRASH_AFTER)
+    set_range(driver, time_slider, crash_frame)
+    wait_for(lambda: figure.get_attribute("data-frame") == str(crash_frame), what="the crash")
+    for frame in range(crash_frame + 1, indirect_frame + 1):
+        find(driver, "#swim-step").click()
+        wait_for(lambda f=frame: figure.get_attribute("data-frame") == str(f), what="a step")
+        shown = find_all(driver, "#swim-figure g.msg")
+        assert len(shown) == sum(1 for m in trace["messages"][frame] if m[2] is not None)
+    indirect = find_all(
+        driver, f'#swim-figure g.msg[data-kind="indirect-ping"][data-to="{crashed}"]'
+    )
+    assert indirect
+    assert {arrow.get_attribute("data-fate") for arrow in indirect} == {"undeliverable"}
+    intermediaries = {
+        str(m[2])
+        for frame in trace["messages"][crash_frame : indirect_frame + 1]
+        for m in frame
+        if kinds[m[3]] == "ping-req" and len(m) > 5 and m[5] == crashed
+    }
+    assert {arrow.get_attribute("data-from") for arrow in indirect} <= intermediaries
+    listed = find_all(driver, f'#swim-messages li[data-kind="indirect-ping"][data-to="{crashed}"]')
+    assert listed and "not delivered" in listed[0].text
+    node = find(driver, f'#swim-figure g.node[data-node="{crashed}"]')
     assert node.get_attribute("data-state") == "crashed"
-    suspicion_log = find(driver, '#swim-log li[data-kind="suspect"]')
+    assert node.get_attribute("data-declared") == "no"
+
+    # Then the suspicion and the down declaration, in the timeline at their times.
+    suspected_at, target, _, by, _ = trace["suspicions"][0]
+    assert target == crashed
+    set_range(driver, time_slider, frame_after(trace, suspected_at - start))
+    suspicion_log = find(driver, f'#swim-log li[data-kind="suspect"][data-node="{crashed}"]')
+    wait_for(suspicion_log.is_displayed, what="the suspicion in the timeline")
     assert f"node {by} suspects node {target}" in suspicion_log.text
     declared_at, declared_by, declared, _ = trace["declarations"][0]
+    assert declared == crashed
+    down_log = find(driver, f'#swim-log li[data-kind="down"][data-node="{crashed}"]')
+    assert not down_log.is_displayed()
     set_range(driver, time_slider, frame_after(trace, declared_at - start))
-    wait_for(lambda: find_all(driver, "#swim-figure line.declaration"), what="a declaration")
-    down_log = find(driver, '#swim-log li[data-kind="down"]')
+    wait_for(down_log.is_displayed, what="the declaration in the timeline")
     assert f"node {declared_by} declares node {declared} down" in down_log.text
+    node = find(driver, f'#swim-figure g.node[data-node="{crashed}"]')
+    assert node.get_attribute("data-declared") == "yes"
     find(driver, "#swim-end").click()
     last = trace["known"][-1]
     for index, known in enumerate(last):
         shown = find(driver, f'#swim-figure g.node[data-node="{index}"]')
         assert shown.get_attribute("data-known") == str(known)
+    learned = find_all(driver, '#swim-log li[data-kind="learned-down"]')
+    assert len(learned) == trace["down_learned"]["observers"]
     save_screenshot(driver, f"booklet-swim-{mode}")
 
     # Other controls load and draw other recorded runs.
@@ -159,6 +198,13 @@ def test_swim_chapter_replays_the_recorded_run(
     find(driver, "#swim-end").click()
     refutations = find(driver, '#swim-stats td[data-stat="refutations so far"]')
     wait_for(lambda: int(refutations.text) > 0, what="refutations at 20 % loss")
+    # Who refuted, and whose suspicion it answered, as the simulator recorded it.
+    lossy = swim.record_trace(12, 0.2, False)
+    _, refuter, incarnation, suspector = lossy["refutations"][0]
+    first = find_all(driver, '#swim-log li[data-kind="refute"]')[0]
+    assert first.get_attribute("data-node") == str(refuter)
+    assert f"node {refuter} refutes: incarnation {incarnation}" in first.text
+    assert f"answering node {suspector}'s suspicion" in first.text
     no_console_errors(driver)
 
 

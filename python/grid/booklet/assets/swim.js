@@ -1,12 +1,22 @@
-/* SWIM chapter: replays a run recorded from grid._native.Simulation. */
+/* SWIM chapter: replays a run recorded from grid._native.Simulation, message by message.
+   Nothing here simulates: every arrow, state and event is a recorded one. */
 "use strict";
 
 (function () {
   const data = window.GRID_BOOKLET.swim;
   const $ = (id) => document.getElementById(id);
   const figure = $("swim-figure");
-  const view = { run: null, frame: 0, timer: null };
-  const SIZE = 560, CENTER = 280, RADIUS = 215;
+  const view = { run: null, frame: 0, timer: null, events: [] };
+  const CENTER = 280, RADIUS = 215, NODE_R = 20;
+  /* How each message kind is drawn. */
+  const GROUPS = {
+    ping: "probe", ack: "probe",
+    "ping-req": "indirect", "indirect-ping": "indirect", "indirect-ack": "indirect", "forwarded-ack": "indirect",
+    gossip: "gossip", broadcast: "gossip", "turn-undead": "gossip",
+    announce: "join", feed: "join",
+    "sync-request": "sync", "sync-response": "sync",
+  };
+  const STATES = ["alive", "suspect", "down", "left"];
 
   function fill(select, values, label, selected) {
     for (const value of values) {
@@ -29,6 +39,7 @@
     view.frame = 0;
     $("swim-time").max = String(view.run.times.length - 1);
     describeSettings();
+    view.events = events();
     buildLog();
     draw();
   }
@@ -42,6 +53,34 @@
     return absolute - view.run.start;
   }
 
+  /* A recorded message, with names instead of the run's indices. */
+  function message(entry) {
+    const run = view.run;
+    const [t, from, to, kind, fate, about, updates] = entry;
+    return {
+      t, from, to, kind: run.message_kinds[kind], fate: run.message_fates[fate],
+      about: about === undefined ? null : about,
+      updates: (updates || []).map(([subject, state, incarnation]) => ({ subject, state: STATES[state], incarnation })),
+    };
+  }
+
+  /* Lifeguard's suspicion notice is a ping that carries the recipient's own suspicion. */
+  function group(m) {
+    if (m.kind === "ping" && m.updates.some((u) => u.subject === m.to && u.state === "suspect")) return "notice";
+    return GROUPS[m.kind] || "other";
+  }
+
+  function describeMessage(m) {
+    let text = Booklet.fixed(m.t, 3) + " s  node " + m.from + " → " + (m.to === null ? "an address that is no node" : "node " + m.to) + "  " + m.kind;
+    if (m.about !== null) text += " about node " + m.about;
+    if (group(m) === "notice") text += " (suspicion notice)";
+    if (m.fate !== "delivered") text += " · " + (m.fate === "undeliverable" ? "not delivered: the node has stopped" : m.fate);
+    if (m.updates.length) {
+      text += " · carries " + m.updates.map((u) => u.subject + " " + u.state + (u.incarnation ? " #" + u.incarnation : "")).join(", ");
+    }
+    return text;
+  }
+
   /* Events of the run: what the simulator recorded, in time order. */
   function events() {
     const run = view.run;
@@ -52,60 +91,67 @@
     }
     for (const [at, target, incarnation, by, alive] of run.suspicions) {
       list.push({
-        t: seconds(at), kind: "suspect",
+        t: seconds(at), kind: "suspect", node: target,
         text: "node " + by + " suspects node " + target + " (incarnation " + incarnation + ")" +
           (alive ? ": it is alive, a lost message" : ": it has crashed"),
       });
     }
+    for (const [at, node, incarnation, by] of run.refutations) {
+      list.push({
+        t: seconds(at), kind: "refute", node,
+        text: "node " + node + " refutes: incarnation " + incarnation +
+          (by === null ? "" : ", answering node " + by + "'s suspicion"),
+      });
+    }
     for (const [at, by, target, falsePositive] of run.declarations) {
       list.push({
-        t: seconds(at), kind: "down",
+        t: seconds(at), kind: "down", node: target,
         text: "node " + by + " declares node " + target + " down" + (falsePositive ? " (it was alive)" : ""),
       });
     }
+    const since = seconds(run.join_at);
+    run.join_learned_by.forEach(([delay, observer], k) => {
+      list.push({
+        t: since + delay, kind: "learned-join", node: observer,
+        text: "node " + observer + " learns node " + run.joiner + " joined (" + (k + 1) + " of " + run.join_learned.observers + ", after " + Booklet.fixed(delay * 1000, 0) + " ms)",
+      });
+    });
+    if (run.down_learned_by) {
+      run.down_learned_by.forEach(([delay, observer], k) => {
+        list.push({
+          t: seconds(run.crash_at) + delay, kind: "learned-down", node: observer,
+          text: "node " + observer + " learns node " + run.crashed + " is down (" + (k + 1) + " of " + run.down_learned.observers + ", " + Booklet.fixed(delay, 1) + " s after the crash)",
+        });
+      });
+    }
     run.times.forEach((t, frame) => {
-      const refuted = run.counters.refutations[frame];
-      if (refuted > 0) {
-        list.push({ t: t, kind: "refute", text: refuted + " refutation" + (refuted > 1 ? "s" : "") + " (a suspected node raised its incarnation)" });
-      }
       const failed = run.counters.probes_failed[frame];
       if (failed > 0) {
         list.push({ t: t, kind: "probe-failed", text: failed + " probe" + (failed > 1 ? "s" : "") + " failed: no direct or indirect answer in time" });
       }
     });
-    const join = run.join_learned;
-    if (join.delays.length) {
-      list.push({
-        t: seconds(run.join_at) + join.delays[join.delays.length - 1], kind: "learned",
-        text: join.delays.length + " of " + join.observers + " nodes know the joiner (the last after " + Booklet.fixed(join.delays[join.delays.length - 1] * 1000, 0) + " ms)",
-      });
-    }
-    const down = run.down_learned;
-    if (down && down.delays.length) {
-      list.push({
-        t: seconds(run.crash_at) + down.delays[down.delays.length - 1], kind: "learned",
-        text: down.delays.length + " of " + down.observers + " nodes know node " + run.crashed + " is down (the last after " + Booklet.fixed(down.delays[down.delays.length - 1], 1) + " s)",
-      });
-    }
     list.sort((a, b) => a.t - b.t);
     return list;
   }
 
   function buildLog() {
     const log = $("swim-log");
-    log.replaceChildren(...events().map((event) =>
-      Booklet.el("li", { "data-t": event.t, "data-kind": event.kind, class: "event-" + event.kind },
+    log.replaceChildren(...view.events.map((event) =>
+      Booklet.el("li", { "data-t": event.t, "data-kind": event.kind, "data-node": event.node, class: "event-" + event.kind },
         Booklet.el("span", { class: "mono" }, Booklet.fixed(event.t, 2) + " s "), event.text)));
   }
 
   function describeSettings() {
     const run = view.run, s = run.settings;
+    const total = run.messages.reduce((sum, frame) => sum + frame.length, 0);
     $("swim-settings").textContent =
       "Run " + run.key + ": " + run.n + " nodes and a joiner, seed " + run.seed +
       ", probe interval " + s.probe_interval + " s, suspicion timeout " + s.suspicion_timeout +
       " s, gossip to " + s.gossip_nodes + " nodes every " + s.gossip_interval + " s, delay " +
       s.delay * 1000 + " ms + " + s.jitter_kind + " jitter " + s.jitter * 1000 + " ms, loss " +
-      Math.round(s.loss * 100) + " %; trace fingerprint " + run.trace_hash + ".";
+      Math.round(s.loss * 100) + " %; " + total + " messages logged" +
+      (run.messages_dropped ? " (" + run.messages_dropped + " more left out: the log's limit)" : "") +
+      "; trace fingerprint " + run.trace_hash + ".";
   }
 
   function sumUpTo(list, frame) {
@@ -114,40 +160,74 @@
     return total;
   }
 
-  function nodeSum(rows, frame) {
-    return rows[frame].reduce((a, b) => a + b, 0);
+  /* Where an arrow leaves and meets the node circles, bent sideways so that the two
+     directions of a pair, and repeated messages, stay apart. */
+  function arrowPath(from, to, count, lane) {
+    const [x1, y1] = position(from, count), [x2, y2] = position(to, count);
+    const dx = x2 - x1, dy = y2 - y1, length = Math.hypot(dx, dy) || 1;
+    const ux = dx / length, uy = dy / length;
+    const bend = 14 + 9 * lane;
+    const mx = (x1 + x2) / 2 - uy * bend, my = (y1 + y2) / 2 + ux * bend;
+    const gap = NODE_R + 3;
+    const sx = x1 + ux * gap - uy * 6, sy = y1 + uy * gap + ux * 6;
+    const ex = x2 - ux * (gap + 2) - uy * 6, ey = y2 - uy * (gap + 2) + ux * 6;
+    return { d: "M" + sx + "," + sy + " Q" + mx + "," + my + " " + ex + "," + ey, mid: [(sx + 2 * mx + ex) / 4, (sy + 2 * my + ey) / 4] };
+  }
+
+  function markers() {
+    const defs = Booklet.svg("defs", {});
+    for (const name of ["probe", "indirect", "notice", "gossip", "join", "sync", "other", "lost", "undeliverable"]) {
+      defs.append(Booklet.svg("marker", { id: "swim-head-" + name, viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse", class: "head " + name },
+        Booklet.svg("path", { d: "M0,0 L10,5 L0,10 z" })));
+    }
+    return defs;
+  }
+
+  function frameMessages(frame) {
+    return view.run.messages[frame].map(message);
   }
 
   function draw() {
     const run = view.run, frame = view.frame, t = run.times[frame];
     const previous = frame > 0 ? run.times[frame - 1] : 0;
-    const probe = run.settings.probe_interval;
     $("swim-time").value = String(frame);
     figure.setAttribute("data-frame", String(frame));
     figure.setAttribute("data-time", String(t));
     figure.setAttribute("data-run", run.key);
-    const parts = [];
     const count = run.nodes;
-    const suspectedNow = new Set();
-    const declaredDown = new Set();
-    for (const [at, by, target] of run.declarations) if (seconds(at) <= t) declaredDown.add(target);
-    for (const [at, target, , by] of run.suspicions) {
-      const age = t - seconds(at);
-      if (age >= 0 && age < probe && !declaredDown.has(target)) suspectedNow.add(target);
+    const parts = [markers()];
+    const suspectedBy = new Map();
+    for (const [observer, member] of run.suspected[frame]) {
+      suspectedBy.set(member, (suspectedBy.get(member) || 0) + 1);
     }
-    // Arrows: fresh suspicions and declarations, for one probe interval.
-    for (const [at, target, incarnation, by] of run.suspicions) {
-      const age = t - seconds(at);
-      if (age < 0 || age >= probe) continue;
-      const [x1, y1] = position(by, count), [x2, y2] = position(target, count);
-      parts.push(Booklet.svg("line", { x1, y1, x2, y2, class: "suspicion", stroke: "#e0a100", "stroke-width": 3, "stroke-dasharray": "6 4", opacity: 1 - age / probe }));
+    const declared = new Set();
+    for (const [at, , target] of run.declarations) if (seconds(at) <= t + 1e-9) declared.add(target);
+    const knowsJoiner = new Set(run.join_learned_by.filter(([delay]) => seconds(run.join_at) + delay <= t + 1e-9).map(([, node]) => node));
+    const knowsCrash = new Set((run.down_learned_by || []).filter(([delay]) => seconds(run.crash_at) + delay <= t + 1e-9).map(([, node]) => node));
+
+    const messages = frameMessages(frame);
+    const lanes = new Map();
+    const arrows = Booklet.svg("g", { class: "messages" });
+    for (const m of messages) {
+      if (m.to === null || m.to >= count) continue;
+      const pair = m.from + ">" + m.to;
+      const lane = lanes.get(pair) || 0;
+      lanes.set(pair, lane + 1);
+      const { d, mid } = arrowPath(m.from, m.to, count, Math.min(lane, 6));
+      const style = group(m);
+      const head = m.fate === "delivered" ? style : m.fate === "lost" ? "lost" : "undeliverable";
+      const arrow = Booklet.svg("g", {
+        class: "msg " + style + " fate-" + m.fate, "data-kind": m.kind, "data-group": style,
+        "data-from": m.from, "data-to": m.to, "data-fate": m.fate, "data-about": m.about,
+      }, Booklet.svg("title", { text: describeMessage(m) }),
+      Booklet.svg("path", { d, class: "line", "marker-end": "url(#swim-head-" + head + ")" }));
+      if (m.fate !== "delivered") {
+        arrow.append(Booklet.svg("text", { x: mid[0], y: mid[1] + 5, "text-anchor": "middle", class: "cross", text: "×" }));
+      }
+      arrows.append(arrow);
     }
-    for (const [at, by, target] of run.declarations) {
-      const age = t - seconds(at);
-      if (age < 0 || age >= probe) continue;
-      const [x1, y1] = position(by, count), [x2, y2] = position(target, count);
-      parts.push(Booklet.svg("line", { x1, y1, x2, y2, class: "declaration", stroke: "#c8423b", "stroke-width": 4, opacity: 1 - age / probe }));
-    }
+    parts.push(arrows);
+
     for (let node = 0; node < count; node++) {
       const [x, y] = position(node, count);
       const known = run.known[frame][node];
@@ -155,26 +235,28 @@
       let state = "running";
       if (joinerAbsent) state = "absent";
       else if (known < 0) state = "crashed";
-      else if (declaredDown.has(node)) state = "declared-down";
-      else if (suspectedNow.has(node)) state = "suspected";
-      const colour = { running: "#2e9d5b", absent: "#ffffff", crashed: "#c8423b", "declared-down": "#c8423b", suspected: "#e0a100" }[state];
-      const sent = run.sent[frame][node], lost = run.lost[frame][node];
-      const group = Booklet.svg("g", { class: "node " + state, "data-node": node, "data-known": known, "data-state": state });
-      if (sent > 0 && state !== "absent") {
-        group.append(Booklet.svg("circle", { cx: x, cy: y, r: 22 + 5 * Math.sqrt(sent), fill: "#2f6fd6", opacity: 0.16, class: "halo" }));
-      }
-      group.append(Booklet.svg("circle", { cx: x, cy: y, r: 20, fill: colour, stroke: state === "absent" ? "#9aa6ba" : "#18202e", "stroke-width": 1.5, "stroke-dasharray": state === "absent" ? "4 3" : null }));
-      group.append(Booklet.svg("text", { x, y: y + 5, "text-anchor": "middle", "font-size": 15, "font-weight": 700, fill: state === "absent" ? "#9aa6ba" : "#fff", text: String(node) }));
-      group.append(Booklet.svg("text", { x, y: y + 38, "text-anchor": "middle", "font-size": 12, fill: "#5b6474", text: known >= 0 ? "knows " + known : state === "absent" ? "not yet" : "stopped" }));
-      for (let k = 0; k < lost; k++) {
-        group.append(Booklet.svg("text", { x: x + 22 + 9 * k, y: y - 16, "font-size": 14, "font-weight": 700, fill: "#8a3fd1", class: "lost", text: "×" }));
-      }
+      else if (suspectedBy.has(node)) state = "suspected";
+      const group = Booklet.svg("g", {
+        class: "node " + state, "data-node": node, "data-known": known, "data-state": state,
+        "data-suspected-by": suspectedBy.get(node) || 0, "data-declared": declared.has(node) ? "yes" : "no",
+      });
+      if (declared.has(node)) group.append(Booklet.svg("circle", { cx: x, cy: y, r: NODE_R + 6, class: "declared-ring" }));
+      group.append(Booklet.svg("circle", { cx: x, cy: y, r: NODE_R, class: "body" }));
+      group.append(Booklet.svg("text", { x, y: y + 5, "text-anchor": "middle", class: "label", text: String(node) }));
+      let caption = known >= 0 ? "knows " + known : state === "absent" ? "not yet" : "stopped";
+      if (suspectedBy.has(node)) caption += " · suspect to " + suspectedBy.get(node);
+      group.append(Booklet.svg("text", { x, y: y + 38, "text-anchor": "middle", class: "caption", text: caption }));
+      if (knowsJoiner.has(node)) group.append(Booklet.svg("circle", { cx: x - 15, cy: y - 16, r: 5, class: "knows-joiner" }));
+      if (knowsCrash.has(node)) group.append(Booklet.svg("circle", { cx: x + 15, cy: y - 16, r: 5, class: "knows-crash" }));
       parts.push(group);
     }
-    parts.push(Booklet.svg("text", { x: CENTER, y: CENTER - 6, "text-anchor": "middle", "font-size": 30, "font-weight": 700, fill: "#18202e", text: Booklet.fixed(t, 2) + " s" }));
-    parts.push(Booklet.svg("text", { x: CENTER, y: CENTER + 20, "text-anchor": "middle", "font-size": 13, fill: "#5b6474", text: "frame " + (frame + 1) + " of " + run.times.length + " · " + Booklet.fixed(t - previous, 2) + " s" }));
+    parts.push(Booklet.svg("text", { x: CENTER, y: CENTER - 6, "text-anchor": "middle", class: "clock", text: Booklet.fixed(t, 2) + " s" }));
+    parts.push(Booklet.svg("text", { x: CENTER, y: CENTER + 20, "text-anchor": "middle", class: "caption", text: "frame " + (frame + 1) + " of " + run.times.length + " · " + Booklet.fixed(t - previous, 2) + " s · " + messages.length + (messages.length === 1 ? " message" : " messages") }));
     figure.replaceChildren(...parts);
-    drawStats(frame);
+
+    $("swim-messages").replaceChildren(...messages.map((m) =>
+      Booklet.el("li", { class: "msg-" + group(m) + " fate-" + m.fate, "data-kind": m.kind, "data-from": m.from, "data-to": m.to, "data-fate": m.fate, "data-about": m.about }, describeMessage(m))));
+    drawStats(frame, messages);
     for (const item of $("swim-log").children) {
       const at = Number(item.getAttribute("data-t"));
       item.classList.toggle("future", at > t + 1e-9);
@@ -185,11 +267,23 @@
     drawCurve(t);
   }
 
-  function drawStats(frame) {
+  function drawStats(frame, messages) {
     const run = view.run;
+    const fates = (list) => {
+      const tally = { delivered: 0, lost: 0, undeliverable: 0, cut: 0 };
+      for (const m of list) tally[m.fate] += 1;
+      return list.length + " sent: " + tally.delivered + " delivered, " + tally.lost + " lost, " + tally.undeliverable + " to a stopped node";
+    };
+    let sent = 0, lost = 0;
+    for (let k = 0; k <= frame; k++) {
+      for (const entry of run.messages[k]) {
+        sent += 1;
+        if (run.message_fates[entry[4]] === "lost") lost += 1;
+      }
+    }
     const rows = [
-      ["messages this frame", nodeSum(run.sent, frame) + " sent, " + nodeSum(run.received, frame) + " received, " + nodeSum(run.lost, frame) + " lost"],
-      ["messages so far", run.sent.slice(0, frame + 1).reduce((a, row) => a + row.reduce((x, y) => x + y, 0), 0) + " sent, " + run.lost.slice(0, frame + 1).reduce((a, row) => a + row.reduce((x, y) => x + y, 0), 0) + " lost"],
+      ["messages this frame", fates(messages)],
+      ["messages so far", sent + " sent, " + lost + " lost"],
       ["probes failed so far", sumUpTo(run.counters.probes_failed, frame)],
       ["suspicion notices so far", sumUpTo(run.counters.suspicion_notices, frame)],
       ["refutations so far", sumUpTo(run.counters.refutations, frame)],
@@ -247,10 +341,11 @@
     view.timer = setInterval(() => {
       if (view.frame >= view.run.times.length - 1) return stop();
       go(view.frame + 1);
-    }, 240 / Number($("swim-speed").value));
+    }, 400 / Number($("swim-speed").value));
   }
 
   for (const id of ["swim-n", "swim-loss", "swim-crash"]) $(id).addEventListener("change", choose);
+  $("swim-speed").addEventListener("change", () => { if (view.timer !== null) { stop(); play(); } });
   $("swim-step").addEventListener("click", () => { stop(); go(view.frame + 1); });
   $("swim-back").addEventListener("click", () => { stop(); go(view.frame - 1); });
   $("swim-reset").addEventListener("click", () => { stop(); go(0); });
