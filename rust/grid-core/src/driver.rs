@@ -37,10 +37,11 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::auth::{Authority, ITEM_DOMAIN};
-use crate::config::{max_transmissions, SwimConfig};
-use crate::identity::{validate_site, Interner, NodeId, SiteAddr};
+use crate::config::{max_transmissions, ConfigError, SwimConfig};
+use crate::identity::{validate_site, Interner, NodeId, SiteAddr, MAX_SITE_LEN};
 use crate::lanes::{
-    encode_publish, lock, Item, ItemHandler, ItemStore, Lane, PublishError, Refusals,
+    encode_publish, lock, ExportEnd, Item, ItemHandler, ItemName, ItemStore, Lane, PublishError,
+    Refusals, MAX_KEY_LEN,
 };
 use crate::session::{hello_wants_reply, Session, SessionStats, Verdict};
 use crate::timers::{TimerEvent, TimerHeap};
@@ -58,10 +59,20 @@ pub trait Transmit {
     fn send(&mut self, to: SocketAddr, message: &[u8]);
 }
 
-/// How many item names a node remembers (latest version each).
-pub const ITEM_CAPACITY: usize = 16_384;
+/// How many item names a node remembers (latest version each) unless told otherwise: a
+/// mesh of 100 sites with 300 providers each (two items a provider, a few more a site).
+pub const DEFAULT_ITEM_CAPACITY: usize = 65_536;
+/// The most item names a node may be told to remember.
+pub const MAX_ITEM_CAPACITY: usize = 1 << 20;
 /// A sync never sends more chunks than this; the rest waits for the next sync.
 pub const MAX_SYNC_CHUNKS: usize = 256;
+/// Member entries fill at most this many chunks of a sync (the rest of the view is covered
+/// over several syncs), so items always have room.
+const MAX_MEMBER_CHUNKS: usize = MAX_SYNC_CHUNKS / 2;
+/// While a node catches up (it just joined, or found members again after having none), it
+/// asks for the next part of a peer's store this long after each answer, instead of
+/// waiting for the next push/pull.
+pub const CATCH_UP_PAUSE: Duration = Duration::from_secs(1);
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
 /// What screening does with one gossiped member entry.
@@ -82,6 +93,19 @@ const ENTRY_ITEM: u8 = 2;
 /// A site's certificate chain: `site_len u8 | site | count u8 | (len u16 | der)*`, so a
 /// node can verify the items of sites it never heard from itself (a crashed one, say).
 const ENTRY_CERTIFICATE: u8 = 3;
+/// First entry of a request: the item name after which the answer's items start (empty:
+/// from the first name). Every node orders names alike ([`ItemName`]).
+const ENTRY_RESUME: u8 = 4;
+/// In an answer's first chunk: where its items ended, `end u8 | name?` (see `WALK_*`).
+const ENTRY_WALK_END: u8 = 5;
+/// Every held item was sent.
+const WALK_COMPLETE: u8 = 0;
+/// The budget ran out after the name that follows (none: before the first).
+const WALK_STOPPED: u8 = 1;
+/// The same, after going past the last name (the walk went round once).
+const WALK_WRAPPED: u8 = 2;
+/// Room an answer's first chunk keeps for its walk end entry.
+const WALK_END_ROOM: usize = 3 + 2 + MAX_SITE_LEN + 2 + MAX_KEY_LEN;
 /// Where a sync chunk's index and count sit: after the kind, the sender and the sync id.
 fn chunk_counts_at(sender: &NodeId) -> usize {
     1 + sender.encoded_len() + 4
@@ -184,6 +208,8 @@ pub struct DriverStats {
     pub syncs_started: u64,
     pub syncs_served: u64,
     pub syncs_completed: u64,
+    /// Syncs started at once for the next part of a peer's store while catching up.
+    pub catch_up_syncs: u64,
     pub sync_chunks_sent: u64,
     pub sync_chunks_received: u64,
     pub leave_notices: u64,
@@ -355,10 +381,30 @@ pub struct Driver {
     tuned_for: u8,
     /// foca's member states as of the first chunk of the sync being received.
     sync_baseline: Option<SyncBaseline>,
+    /// Where peers resume their answers to this node's next sync: successive syncs walk
+    /// the whole store, whichever peers answer.
+    pull_resume: Option<ItemName>,
+    /// The sync whose answer moves `pull_resume`: the last one this node started.
+    pull_sync: Option<u32>,
+    /// Where this node's own items resume in the next sync it starts.
+    push_resume: Option<ItemName>,
+    catch_up: CatchUp,
     probe: ProbeHealth,
     /// Encodes the foca messages the driver writes itself (suspicion notices).
     codec: WireCodec,
     stats: DriverStats,
+}
+
+/// Whether a node walks peers' stores part after part, one part every [`CATCH_UP_PAUSE`],
+/// until a walk goes round once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CatchUp {
+    /// Caught up: syncs keep the push/pull pace.
+    Done,
+    /// To catch up, from the next sync on (a new node, or one that was alone).
+    Due,
+    /// Walking: each answer's end asks for the next part.
+    Walking,
 }
 
 /// What foca held when the chunks of one incoming sync began to arrive. A converged peer
@@ -399,7 +445,11 @@ impl Driver {
         authority: Authority,
         wall_offset: Duration,
     ) -> Driver {
-        let mut items = ItemStore::new(ITEM_CAPACITY, interner.clone(), !authority.is_unsigned());
+        let mut items = ItemStore::new(
+            DEFAULT_ITEM_CAPACITY,
+            interner.clone(),
+            !authority.is_unsigned(),
+        );
         if let Authority::Certified { credentials, .. } = &authority {
             // Our own items can come back from peers (published by an earlier life).
             items.trust_origin(identity.site(), credentials.public_key().clone());
@@ -443,9 +493,27 @@ impl Driver {
             membership_changed: false,
             tuned_for,
             sync_baseline: None,
+            pull_resume: None,
+            pull_sync: None,
+            push_resume: None,
+            catch_up: CatchUp::Due,
             probe: ProbeHealth::default(),
             stats: DriverStats::default(),
         }
+    }
+
+    /// The same driver remembering at most `capacity` item names (1 to
+    /// [`MAX_ITEM_CAPACITY`]; [`DEFAULT_ITEM_CAPACITY`] otherwise). Past it, new names are
+    /// refused ([`PublishError::StoreFull`] on publish, counted on receipt) and nothing
+    /// held is dropped.
+    pub fn with_item_capacity(self, capacity: usize) -> Result<Driver, ConfigError> {
+        if !(1..=MAX_ITEM_CAPACITY).contains(&capacity) {
+            return Err(ConfigError(format!(
+                "item capacity must be between 1 and {MAX_ITEM_CAPACITY}, got {capacity}"
+            )));
+        }
+        lock(&self.store).set_capacity(capacity);
+        Ok(self)
     }
 
     pub fn identity(&self) -> &NodeId {
@@ -1196,6 +1264,12 @@ impl Driver {
                     self.holders.insert(id.site().clone(), id.clone());
                     lock(&self.store).set_live(id.site(), true);
                     self.recover_items_of(now, &id);
+                    if self.catch_up == CatchUp::Due {
+                        // The first member found (say, a joiner reaching this seed): walk
+                        // its store now rather than at the next push/pull.
+                        self.catch_up = CatchUp::Walking;
+                        self.timers.push(now, TimerEvent::SyncWith(id.clone()));
+                    }
                     self.events.push(Event::MemberUp(id));
                 }
                 OwnedNotification::MemberDown(id) => {
@@ -1229,6 +1303,10 @@ impl Driver {
                     }
                 }
                 OwnedNotification::Idle => {
+                    // Alone: whatever happened meanwhile is learned by walking a peer's
+                    // store from the start once members are found again.
+                    self.catch_up = CatchUp::Due;
+                    self.pull_resume = None;
                     if self.join_retry.is_none() && !self.seeds.is_empty() && !self.stopped() {
                         self.join_retry = Some(0);
                         self.timers
@@ -1330,30 +1408,75 @@ impl Driver {
     fn start_sync<O: Transmit + ?Sized>(&mut self, now: Duration, peer: SocketAddr, out: &mut O) {
         let sync_id = self.rng.random();
         self.stats.syncs_started += 1;
-        self.send_state(now, KIND_SYNC_REQUEST, sync_id, peer, out);
+        self.pull_sync = Some(sync_id);
+        if self.catch_up == CatchUp::Due {
+            self.catch_up = CatchUp::Walking;
+        }
+        self.send_state(now, KIND_SYNC_REQUEST, sync_id, peer, None, out);
     }
 
-    /// Sends this node's full view, chunked: itself, every member (starting at a random
-    /// one, so a view larger than [`MAX_SYNC_CHUNKS`] is covered over several syncs) and the
-    /// latest version of every stored item.
+    /// An answer to this node's last sync said where its items ended: the next sync
+    /// resumes there. While catching up, the next part is asked for soon, from the same
+    /// peer, until the walk has gone round once.
+    fn follow_walk(&mut self, now: Duration, end: ExportEnd, peer: &NodeId) {
+        self.pull_sync = None;
+        let went_round = match end {
+            ExportEnd::Complete => {
+                self.pull_resume = None;
+                true
+            }
+            ExportEnd::Stopped { resume, wrapped } => {
+                self.pull_resume = resume;
+                wrapped
+            }
+        };
+        if went_round {
+            self.catch_up = CatchUp::Done;
+        } else if self.catch_up == CatchUp::Walking && !self.stopped() {
+            self.stats.catch_up_syncs += 1;
+            self.timers
+                .push(now + CATCH_UP_PAUSE, TimerEvent::SyncWith(peer.clone()));
+        }
+    }
+
+    /// Sends this node's view, chunked: itself, members (starting at a random one, so a
+    /// view larger than [`MAX_MEMBER_CHUNKS`] is covered over several syncs) and items,
+    /// each origin's certificate chain before its first item. A request starts with where
+    /// its answer's items should resume and carries this node's own items from where the
+    /// last request stopped (none while catching up: it asks, the answers teach). An answer
+    /// (`answer_after` set) carries the items after the name the request gave, and says in
+    /// its first chunk where they ended.
     fn send_state<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
         kind: u8,
         sync_id: u32,
         peer: SocketAddr,
+        answer_after: Option<Option<ItemName>>,
         out: &mut O,
     ) {
         let me = self.foca.identity().clone();
-        let mut chunks = ChunkWriter::new(kind, sync_id, &me);
+        let reserve = if answer_after.is_some() {
+            WALK_END_ROOM
+        } else {
+            0
+        };
+        let mut chunks = ChunkWriter::new(kind, sync_id, &me, reserve);
         let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
 
+        if answer_after.is_none() {
+            if let Some(name) = &self.pull_resume {
+                name.encode(&mut entry);
+            }
+            chunks.push(ENTRY_RESUME, &entry, MAX_SYNC_CHUNKS);
+        }
+        entry.clear();
         encode_member(
             &Member::new(me, 0, State::Alive),
             state_byte(State::Alive),
             &mut entry,
         );
-        chunks.push(ENTRY_MEMBER, &entry);
+        chunks.push(ENTRY_MEMBER, &entry, MAX_SYNC_CHUNKS);
 
         let total = self.foca.iter_membership_state().len();
         let start = if total == 0 {
@@ -1374,27 +1497,49 @@ impl Driver {
                 state_byte(member.state())
             };
             encode_member(member, state, &mut entry);
-            if !chunks.push(ENTRY_MEMBER, &entry) {
+            if !chunks.push(ENTRY_MEMBER, &entry, MAX_MEMBER_CHUNKS) {
                 break;
             }
         }
 
-        for (site, chain) in self.session.certificates() {
-            entry.clear();
-            entry.push(site.len() as u8);
-            entry.extend_from_slice(site.as_bytes());
-            entry.push(chain.len() as u8);
-            for der in chain {
-                entry.put_u16(der.len() as u16);
-                entry.extend_from_slice(der);
-            }
-            if !chunks.push(ENTRY_CERTIFICATE, &entry) {
-                break;
-            }
-        }
-        lock(&self.store).export(&mut entry, |item| chunks.push(ENTRY_ITEM, item));
+        let after = match &answer_after {
+            Some(after) => after.as_ref(),
+            None if self.catch_up != CatchUp::Done => None,
+            None => self.push_resume.as_ref(),
+        };
+        let end = if answer_after.is_none() && self.catch_up != CatchUp::Done {
+            None
+        } else {
+            let session = &self.session;
+            let mut chain_entry = Vec::new();
+            let mut last_origin: Option<Arc<str>> = None;
+            let end = lock(&self.store).export(after, &mut entry, |origin, item| {
+                if last_origin.as_ref() != Some(origin) {
+                    last_origin = Some(origin.clone());
+                    if let Some(chain) = session.certificate_chain(origin) {
+                        encode_certificate_entry(origin, chain, &mut chain_entry);
+                        if !chunks.push(ENTRY_CERTIFICATE, &chain_entry, MAX_SYNC_CHUNKS) {
+                            return false;
+                        }
+                    }
+                }
+                chunks.push(ENTRY_ITEM, item, MAX_SYNC_CHUNKS)
+            });
+            Some(end)
+        };
 
-        for mut chunk in chunks.finish() {
+        let mut walk_end = Vec::new();
+        match (answer_after.is_some(), end) {
+            (true, Some(end)) => encode_walk_end(&end, &mut walk_end),
+            (false, Some(end)) => {
+                self.push_resume = match end {
+                    ExportEnd::Complete => None,
+                    ExportEnd::Stopped { resume, .. } => resume,
+                }
+            }
+            (_, None) => {}
+        }
+        for mut chunk in chunks.finish(&walk_end) {
             self.stats.sync_chunks_sent += 1;
             self.session.send(now, peer, &mut chunk, out);
         }
@@ -1423,6 +1568,8 @@ impl Driver {
         let mut left = Vec::new();
         let mut items = Vec::new();
         let mut certificates = Vec::new();
+        let mut resume = None;
+        let mut walk_end = None;
         while !r.is_empty() {
             let tag = r.u8()?;
             let len = usize::from(r.u16()?);
@@ -1459,6 +1606,14 @@ impl Driver {
                 }
                 ENTRY_ITEM => items.push(body),
                 ENTRY_CERTIFICATE => certificates.push(decode_certificate_entry(body)?),
+                ENTRY_RESUME if kind == KIND_SYNC_REQUEST && index == 0 && resume.is_none() => {
+                    resume = Some(decode_resume(body, &self.interner)?);
+                }
+                ENTRY_WALK_END
+                    if kind == KIND_SYNC_RESPONSE && index == 0 && walk_end.is_none() =>
+                {
+                    walk_end = Some(decode_walk_end(body, &self.interner)?);
+                }
                 other => return Err(WireError::BadEntry(other)),
             }
         }
@@ -1496,9 +1651,22 @@ impl Driver {
         if index == 0 {
             if kind == KIND_SYNC_REQUEST {
                 self.stats.syncs_served += 1;
-                self.send_state(now, KIND_SYNC_RESPONSE, sync_id, sender.socket_addr(), out);
+                let after = Some(resume.flatten());
+                self.send_state(
+                    now,
+                    KIND_SYNC_RESPONSE,
+                    sync_id,
+                    sender.socket_addr(),
+                    after,
+                    out,
+                );
             } else {
                 self.stats.syncs_completed += 1;
+                if let Some(end) = walk_end {
+                    if self.pull_sync == Some(sync_id) {
+                        self.follow_walk(now, end, &sender);
+                    }
+                }
             }
         }
         Ok(())
@@ -1572,6 +1740,55 @@ impl Driver {
     }
 }
 
+fn encode_certificate_entry(site: &str, chain: &[Vec<u8>], out: &mut Vec<u8>) {
+    out.clear();
+    out.push(site.len() as u8);
+    out.extend_from_slice(site.as_bytes());
+    out.push(chain.len() as u8);
+    for der in chain {
+        out.put_u16(der.len() as u16);
+        out.extend_from_slice(der);
+    }
+}
+
+fn decode_resume(body: &[u8], interner: &Interner) -> Result<Option<ItemName>, WireError> {
+    if body.is_empty() {
+        return Ok(None);
+    }
+    let mut r = Reader::new(body);
+    let name = ItemName::decode(&mut r, interner)?;
+    if !r.is_empty() {
+        return Err(WireError::TrailingBytes);
+    }
+    Ok(Some(name))
+}
+
+fn encode_walk_end(end: &ExportEnd, out: &mut Vec<u8>) {
+    match end {
+        ExportEnd::Complete => out.push(WALK_COMPLETE),
+        ExportEnd::Stopped { resume, wrapped } => {
+            out.push(if *wrapped { WALK_WRAPPED } else { WALK_STOPPED });
+            if let Some(name) = resume {
+                name.encode(out);
+            }
+        }
+    }
+}
+
+fn decode_walk_end(body: &[u8], interner: &Interner) -> Result<ExportEnd, WireError> {
+    let mut r = Reader::new(body);
+    let end = r.u8()?;
+    let resume = decode_resume(r.rest(), interner)?;
+    match end {
+        WALK_COMPLETE if resume.is_none() => Ok(ExportEnd::Complete),
+        WALK_STOPPED | WALK_WRAPPED => Ok(ExportEnd::Stopped {
+            resume,
+            wrapped: end == WALK_WRAPPED,
+        }),
+        _ => Err(WireError::BadEntry(ENTRY_WALK_END)),
+    }
+}
+
 /// A sync's certificate entry: the site and its chain, leaf first.
 fn decode_certificate_entry(body: &[u8]) -> Result<(&str, Vec<&[u8]>), WireError> {
     let mut r = Reader::new(body);
@@ -1600,11 +1817,13 @@ fn decode_certificate_entry(body: &[u8]) -> Result<(&str, Vec<&[u8]>), WireError
 struct ChunkWriter {
     header: Vec<u8>,
     counts_at: usize,
+    /// Room the first chunk keeps for the entry [`ChunkWriter::finish`] adds.
+    reserve: usize,
     chunks: Vec<Vec<u8>>,
 }
 
 impl ChunkWriter {
-    fn new(kind: u8, sync_id: u32, sender: &NodeId) -> ChunkWriter {
+    fn new(kind: u8, sync_id: u32, sender: &NodeId, reserve: usize) -> ChunkWriter {
         let mut header = Vec::with_capacity(chunk_counts_at(sender) + 4);
         header.push(kind);
         sender.encode(&mut header);
@@ -1614,19 +1833,24 @@ impl ChunkWriter {
         ChunkWriter {
             header,
             counts_at: chunk_counts_at(sender),
+            reserve,
             chunks: Vec::new(),
         }
     }
 
-    /// Adds an entry; false once the chunk budget is spent.
-    fn push(&mut self, tag: u8, body: &[u8]) -> bool {
+    /// Adds an entry, opening a chunk only while there are fewer than `max_chunks`; false
+    /// once that budget is spent.
+    fn push(&mut self, tag: u8, body: &[u8], max_chunks: usize) -> bool {
         let need = 3 + body.len();
+        let room = |index: usize| MAX_UNSEALED_LEN - if index == 0 { self.reserve } else { 0 };
         let fits = self
             .chunks
             .last()
-            .is_some_and(|chunk| chunk.len() + need <= MAX_UNSEALED_LEN);
+            .is_some_and(|chunk| chunk.len() + need <= room(self.chunks.len() - 1));
         if !fits {
-            if self.chunks.len() == MAX_SYNC_CHUNKS || self.header.len() + need > MAX_UNSEALED_LEN {
+            if self.chunks.len() >= max_chunks.min(MAX_SYNC_CHUNKS)
+                || self.header.len() + need > room(self.chunks.len())
+            {
                 return false;
             }
             let mut chunk = Vec::with_capacity(MAX_MESSAGE_LEN);
@@ -1640,7 +1864,19 @@ impl ChunkWriter {
         true
     }
 
-    fn finish(mut self) -> Vec<Vec<u8>> {
+    /// The chunks, numbered, with `last_word` (if not empty) as the first chunk's last
+    /// entry, in the room kept for it.
+    fn finish(mut self, last_word: &[u8]) -> Vec<Vec<u8>> {
+        if !last_word.is_empty() {
+            debug_assert!(last_word.len() + 3 <= self.reserve);
+            if self.chunks.is_empty() {
+                self.chunks.push(self.header.clone());
+            }
+            let first = &mut self.chunks[0];
+            first.push(ENTRY_WALK_END);
+            first.put_u16(last_word.len() as u16);
+            first.extend_from_slice(last_word);
+        }
         let count = self.chunks.len() as u16;
         let at = self.counts_at;
         for (index, chunk) in self.chunks.iter_mut().enumerate() {

@@ -6,14 +6,17 @@
 //! (foca retransmits it `max_transmissions` times) and replaces the older version in foca's
 //! backlog at once, while items of other names are untouched. The latest version of every
 //! name is kept in an [`ItemStore`] so a push/pull sync can teach late joiners what was
-//! published before they arrived.
+//! published before they arrived. The store keeps names in one order every node shares
+//! ([`ItemName`]), so a node can walk a store larger than one sync in parts, each part from
+//! whichever peer answers.
 //!
 //! Item encoding: `origin_len u8 | origin | lane u8 | key_len u8 | key | version u64 |
 //! payload | signature [64]`. The origin site signs (over [`ITEM_DOMAIN`] and everything
 //! before the signature); relays and syncs pass the signature on untouched, and a node takes
 //! an item only if it verifies under the key the origin's certificate proved.
 
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,6 +37,19 @@ pub enum Lane {
 }
 
 const LANE_COUNT: usize = 4;
+
+/// The order of lanes within one origin in a sync: what a receiver needs to trust and reach
+/// a site comes before its records.
+const EXPORT_LANES: [Lane; LANE_COUNT] = [Lane::Cert, Lane::Gateway, Lane::Metadata, Lane::State];
+
+fn export_rank(lane: Lane) -> usize {
+    match lane {
+        Lane::Cert => 0,
+        Lane::Gateway => 1,
+        Lane::Metadata => 2,
+        Lane::State => 3,
+    }
+}
 
 impl Lane {
     pub const ALL: [Lane; LANE_COUNT] = [Lane::State, Lane::Gateway, Lane::Cert, Lane::Metadata];
@@ -281,7 +297,8 @@ struct Held {
 
 /// The latest version of every item name this node knows.
 pub struct ItemStore {
-    origins: HashMap<Arc<str>, [HashMap<Arc<str>, Stored>; LANE_COUNT]>,
+    /// In [`ItemName`] order (lanes indexed by their byte, walked in [`EXPORT_LANES`] order).
+    origins: BTreeMap<Arc<str>, [BTreeMap<Arc<str>, Stored>; LANE_COUNT]>,
     /// Verified keys of origin sites; `None` when items are not signed (simulations).
     origin_keys: Option<HashMap<Arc<str>, PublicKey>>,
     /// Items from origins whose key is not known yet, oldest first: taken as soon as the
@@ -296,14 +313,13 @@ pub struct ItemStore {
     interner: Interner,
     fresh: Vec<Item>,
     refused: Refusals,
-    export_cursor: usize,
 }
 
 impl ItemStore {
     /// A store that takes only items signed by their origin (`signed`), or any item.
     pub fn new(capacity: usize, interner: Interner, signed: bool) -> ItemStore {
         ItemStore {
-            origins: HashMap::new(),
+            origins: BTreeMap::new(),
             origin_keys: signed.then(HashMap::new),
             waiting: std::collections::VecDeque::new(),
             live: std::collections::HashSet::new(),
@@ -312,7 +328,6 @@ impl ItemStore {
             interner,
             fresh: Vec::new(),
             refused: Refusals::default(),
-            export_cursor: 0,
         }
     }
 
@@ -525,39 +540,179 @@ impl ItemStore {
         self.len == 0
     }
 
-    /// Encodes stored items (those with payloads) one by one into `scratch` and hands each
-    /// to `emit`, until `emit` says the budget is spent. Successive calls start where the
-    /// previous one stopped, so a store larger than one sync is covered over several.
-    pub fn export(&mut self, scratch: &mut Vec<u8>, mut emit: impl FnMut(&[u8]) -> bool) {
-        let total = self.len;
-        if total == 0 {
-            return;
-        }
-        let start = self.export_cursor % total;
-        let mut sent = 0;
-        let entries = self.origins.iter().flat_map(|(origin, lanes)| {
-            Lane::ALL.into_iter().flat_map(move |lane| {
-                lanes[lane as usize]
-                    .iter()
-                    .map(move |(key, stored)| (origin, lane, key, stored))
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Changes how many names the store may hold; never below what it holds.
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(self.len);
+    }
+
+    /// Every stored name in [`ItemName`] order.
+    fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        self.origins
+            .iter()
+            .flat_map(|(origin, lanes)| lane_entries(origin, lanes, None))
+    }
+
+    /// Stored names after `after`, in [`ItemName`] order.
+    fn entries_after<'a>(&'a self, after: &'a ItemName) -> impl Iterator<Item = Entry<'a>> {
+        use std::ops::Bound::{Included, Unbounded};
+        self.origins
+            .range::<str, _>((Included(&*after.origin), Unbounded))
+            .flat_map(move |(origin, lanes)| {
+                let from = (origin == &after.origin).then_some((after.lane, &*after.key));
+                lane_entries(origin, lanes, from)
             })
-        });
-        let ordered = entries.clone().skip(start).chain(entries.take(start));
-        for (origin, lane, key, stored) in ordered {
+    }
+
+    /// Encodes held items (those with payloads) one by one into `scratch`, in [`ItemName`]
+    /// order starting after `after` (from the first name when `None`) and wrapping round,
+    /// and hands each with its origin to `emit` until `emit` says the budget is spent.
+    pub fn export(
+        &self,
+        after: Option<&ItemName>,
+        scratch: &mut Vec<u8>,
+        mut emit: impl FnMut(&Arc<str>, &[u8]) -> bool,
+    ) -> ExportEnd {
+        fn offer<'a>(
+            entry: Entry<'a>,
+            last: &mut Option<Entry<'a>>,
+            scratch: &mut Vec<u8>,
+            emit: &mut impl FnMut(&Arc<str>, &[u8]) -> bool,
+        ) -> bool {
+            let (origin, lane, key, stored) = entry;
             let Some(held) = &stored.held else {
-                sent += 1;
-                continue;
+                return true;
             };
             scratch.clear();
             encode_unsigned(origin, lane, key, stored.version, &held.payload, scratch);
             scratch.put_slice(&held.signature);
-            if !emit(scratch) {
-                break;
+            if !emit(origin, scratch) {
+                return false;
             }
-            sent += 1;
+            *last = Some(entry);
+            true
         }
-        self.export_cursor = start + sent;
+        let mut last: Option<Entry<'_>> = None;
+        let stopped = |last: Option<Entry<'_>>, wrapped: bool| ExportEnd::Stopped {
+            resume: last
+                .map(|(origin, lane, key, _)| ItemName {
+                    origin: origin.clone(),
+                    lane,
+                    key: key.clone(),
+                })
+                .or_else(|| after.cloned()),
+            wrapped,
+        };
+        let Some(after) = after else {
+            for entry in self.entries() {
+                if !offer(entry, &mut last, scratch, &mut emit) {
+                    return stopped(last, false);
+                }
+            }
+            return ExportEnd::Complete;
+        };
+        for entry in self.entries_after(after) {
+            if !offer(entry, &mut last, scratch, &mut emit) {
+                return stopped(last, false);
+            }
+        }
+        let before = self
+            .entries()
+            .take_while(|(origin, lane, key, _)| after.cmp_to(origin, *lane, key).is_ge());
+        for entry in before {
+            if !offer(entry, &mut last, scratch, &mut emit) {
+                return stopped(last, true);
+            }
+        }
+        ExportEnd::Complete
     }
+}
+
+type Entry<'a> = (&'a Arc<str>, Lane, &'a Arc<str>, &'a Stored);
+
+/// The names of one origin in [`EXPORT_LANES`] order, those after `(lane, key)` if given.
+fn lane_entries<'a>(
+    origin: &'a Arc<str>,
+    lanes: &'a [BTreeMap<Arc<str>, Stored>; LANE_COUNT],
+    from: Option<(Lane, &'a str)>,
+) -> impl Iterator<Item = Entry<'a>> {
+    use std::ops::Bound::{Excluded, Unbounded};
+    EXPORT_LANES
+        .into_iter()
+        .filter(move |lane| {
+            from.map_or(true, |(first, _)| export_rank(*lane) >= export_rank(first))
+        })
+        .flat_map(move |lane| {
+            let keys = &lanes[lane as usize];
+            let range = match from {
+                Some((first, key)) if first == lane => {
+                    keys.range::<str, _>((Excluded(key), Unbounded))
+                }
+                _ => keys.range::<str, _>((Unbounded, Unbounded)),
+            };
+            range.map(move |(key, stored)| (origin, lane, key, stored))
+        })
+}
+
+/// An item's name, in the order syncs walk a store: by origin, then lane (certificates,
+/// gateway, metadata, state), then key, bytewise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ItemName {
+    pub origin: Arc<str>,
+    pub lane: Lane,
+    pub key: Arc<str>,
+}
+
+impl ItemName {
+    /// How this name compares to `(origin, lane, key)` in sync order.
+    fn cmp_to(&self, origin: &str, lane: Lane, key: &str) -> Ordering {
+        (&*self.origin, export_rank(self.lane), &*self.key).cmp(&(origin, export_rank(lane), key))
+    }
+
+    /// `origin_len u8 | origin | lane u8 | key_len u8 | key`
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.push(self.origin.len() as u8);
+        out.extend_from_slice(self.origin.as_bytes());
+        out.push(self.lane as u8);
+        out.push(self.key.len() as u8);
+        out.extend_from_slice(self.key.as_bytes());
+    }
+
+    pub fn decode(r: &mut Reader<'_>, interner: &Interner) -> Result<ItemName, WireError> {
+        let origin_len = usize::from(r.u8()?);
+        if origin_len > MAX_SITE_LEN {
+            return Err(WireError::SiteTooLong(origin_len));
+        }
+        // Only a position in the order: a name nobody holds resumes at the next one held.
+        let origin = std::str::from_utf8(r.bytes(origin_len)?).map_err(|_| WireError::BadUtf8)?;
+        let lane = Lane::from_byte(r.u8()?)?;
+        let key_len = usize::from(r.u8()?);
+        if key_len == 0 {
+            return Err(WireError::EmptyKey);
+        }
+        let key = std::str::from_utf8(r.bytes(key_len)?).map_err(|_| WireError::BadUtf8)?;
+        Ok(ItemName {
+            origin: interner.intern(origin),
+            lane,
+            key: Arc::from(key),
+        })
+    }
+}
+
+/// How an [`ItemStore::export`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExportEnd {
+    /// Every held item was offered.
+    Complete,
+    /// The budget ran out: the next export resumes after `resume` (from the first name when
+    /// `None`). `wrapped`: this export went past the last name.
+    Stopped {
+        resume: Option<ItemName>,
+        wrapped: bool,
+    },
 }
 
 /// The foca side of the store: decides whether a received item is news.
@@ -669,7 +824,7 @@ mod tests {
         // Syncs re-export the origin's own signature.
         let mut exported = Vec::new();
         let mut scratch = Vec::new();
-        s.export(&mut scratch, |item| {
+        s.export(None, &mut scratch, |_, item| {
             exported.push(item.to_vec());
             true
         });
@@ -807,38 +962,181 @@ mod tests {
         assert!(!s.is_full_for("a", Lane::State, "1"));
     }
 
+    fn name(origin: &str, lane: Lane, key: &str) -> ItemName {
+        ItemName {
+            origin: Arc::from(origin),
+            lane,
+            key: Arc::from(key),
+        }
+    }
+
+    /// Exports at most `budget` items after `after`: their names and how the export ended.
+    fn export_part(
+        s: &ItemStore,
+        after: Option<&ItemName>,
+        budget: usize,
+    ) -> (Vec<(String, Lane, String)>, ExportEnd) {
+        let mut scratch = Vec::new();
+        let mut names = Vec::new();
+        let end = s.export(after, &mut scratch, |_, item| {
+            if names.len() == budget {
+                return false;
+            }
+            let view = decode_item(item).unwrap();
+            names.push((view.origin.to_owned(), view.lane, view.key.to_owned()));
+            true
+        });
+        (names, end)
+    }
+
     #[test]
-    fn export_rotates_and_skips_forgotten_payloads() {
+    fn the_default_store_holds_a_100_by_100_mesh_and_refuses_past_its_capacity() {
+        use crate::driver::DEFAULT_ITEM_CAPACITY;
+        let mut s = ItemStore::new(DEFAULT_ITEM_CAPACITY, Interner::default(), false);
+        // 100 sites, each: 100 providers (catalogue and signals), gateway, metadata and a
+        // certificate in three chunks.
+        for site in 0..100 {
+            let origin = format!("site-{site:03}");
+            for provider in 0..100 {
+                for key in [
+                    format!("provider/p{provider}"),
+                    format!("signals/p{provider}"),
+                ] {
+                    assert!(s
+                        .accept(&encoded(&origin, Lane::State, &key, 1, b"p"), true)
+                        .is_some());
+                }
+            }
+            for (lane, key) in [(Lane::Gateway, "gateway"), (Lane::Metadata, "metadata")] {
+                assert!(s
+                    .accept(&encoded(&origin, lane, key, 1, b"p"), true)
+                    .is_some());
+            }
+            for chunk in 0..3 {
+                let key = format!("cert/{chunk}");
+                assert!(s
+                    .accept(&encoded(&origin, Lane::Cert, &key, 1, b"p"), true)
+                    .is_some());
+            }
+        }
+        assert_eq!(s.len(), 20_500);
+        let mut filler = 0;
+        while s.len() < DEFAULT_ITEM_CAPACITY {
+            let key = format!("k{filler}");
+            assert!(s
+                .accept(&encoded("site-999", Lane::State, &key, 1, b"p"), true)
+                .is_some());
+            filler += 1;
+        }
+        assert!(s
+            .accept(&encoded("site-999", Lane::State, "one-more", 1, b"p"), true)
+            .is_none());
+        assert_eq!(s.refusals().store_full, 1);
+        assert!(s.is_full_for("site-999", Lane::State, "one-more"));
+        assert!(s
+            .accept(
+                &encoded("site-000", Lane::Gateway, "gateway", 2, b"q"),
+                true
+            )
+            .is_some());
+        let mut scratch = Vec::new();
+        let mut exported = 0;
+        let end = s.export(None, &mut scratch, |_, _| {
+            exported += 1;
+            true
+        });
+        assert_eq!(
+            (exported, end),
+            (DEFAULT_ITEM_CAPACITY, ExportEnd::Complete)
+        );
+    }
+
+    #[test]
+    fn export_walks_names_in_one_order_from_where_it_stopped() {
         let mut s = store();
-        for key in ["1", "2", "3"] {
-            s.accept(&encoded("a", Lane::State, key, 1, b"p"), true);
+        // Inserted out of order; walked by origin, then lane (cert, gateway, metadata,
+        // state), then key, whatever the insertion order.
+        for (origin, lane, key) in [
+            ("b", Lane::State, "1"),
+            ("a", Lane::State, "2"),
+            ("a", Lane::Cert, "0"),
+            ("a", Lane::State, "1"),
+            ("b", Lane::Gateway, "gw"),
+        ] {
+            s.accept(&encoded(origin, lane, key, 1, b"p"), true);
         }
         s.accept(&encoded("gone", Lane::State, "x", 1, b"p"), true);
         assert_eq!(s.forget("gone", &[(Lane::State, "x".to_owned())]), 1);
-        let mut scratch = Vec::new();
-        let mut seen = Vec::new();
-        for _ in 0..3 {
-            let mut budget = 2;
-            s.export(&mut scratch, |item| {
-                if budget == 0 {
-                    return false;
-                }
-                budget -= 1;
-                seen.push(item.to_vec());
-                true
-            });
-        }
-        let mut distinct = seen.clone();
-        distinct.sort();
-        distinct.dedup();
+        let order = [
+            ("a", Lane::Cert, "0"),
+            ("a", Lane::State, "1"),
+            ("a", Lane::State, "2"),
+            ("b", Lane::Gateway, "gw"),
+            ("b", Lane::State, "1"),
+        ];
+        let owned = |names: &[(&str, Lane, &str)]| -> Vec<(String, Lane, String)> {
+            names
+                .iter()
+                .map(|(o, l, k)| (o.to_string(), *l, k.to_string()))
+                .collect()
+        };
+        let (all, end) = export_part(&s, None, 10);
+        assert_eq!(all, owned(&order), "a forgotten payload is not exported");
+        assert_eq!(end, ExportEnd::Complete);
+
+        let (first, end) = export_part(&s, None, 2);
+        assert_eq!(first, owned(&order[..2]));
+        let resume = name("a", Lane::State, "1");
         assert_eq!(
-            distinct.len(),
-            3,
-            "every live item is exported over a few rounds"
+            end,
+            ExportEnd::Stopped {
+                resume: Some(resume.clone()),
+                wrapped: false
+            }
         );
-        assert!(seen
-            .iter()
-            .all(|item| !item.windows(4).any(|w| w == b"gone")));
+        let (second, end) = export_part(&s, Some(&resume), 2);
+        assert_eq!(second, owned(&order[2..4]));
+        let resume = name("b", Lane::Gateway, "gw");
+        assert_eq!(
+            end,
+            ExportEnd::Stopped {
+                resume: Some(resume.clone()),
+                wrapped: false
+            }
+        );
+        // Past the last name the walk goes round and says so.
+        let (third, end) = export_part(&s, Some(&resume), 2);
+        assert_eq!(third, owned(&[order[4], order[0]]));
+        assert_eq!(
+            end,
+            ExportEnd::Stopped {
+                resume: Some(name("a", Lane::Cert, "0")),
+                wrapped: true
+            }
+        );
+        // From a name nobody holds, the walk resumes at the next one held; with room for
+        // everything it goes round once and is complete.
+        let (rest, end) = export_part(&s, Some(&name("a", Lane::State, "15")), 10);
+        assert_eq!(
+            rest,
+            owned(&[order[2], order[3], order[4], order[0], order[1]])
+        );
+        assert_eq!(end, ExportEnd::Complete);
+        // No room at all: nothing moves.
+        let (none, end) = export_part(&s, Some(&resume), 0);
+        assert!(none.is_empty());
+        assert_eq!(
+            end,
+            ExportEnd::Stopped {
+                resume: Some(resume),
+                wrapped: false
+            }
+        );
+
+        let mut encoded_name = Vec::new();
+        name("site-a", Lane::Metadata, "region").encode(&mut encoded_name);
+        let decoded = ItemName::decode(&mut Reader::new(&encoded_name), &Interner::default());
+        assert_eq!(decoded, Ok(name("site-a", Lane::Metadata, "region")));
         // A forgotten payload keeps its version: an older copy is not news, the same version
         // is not either while its site is not live, and is taken back once it is (and then
         // held again).

@@ -51,6 +51,8 @@ pub struct NodeSettings {
     pub swim: SwimConfig,
     /// Events kept for a slow reader; more are dropped and counted.
     pub event_capacity: usize,
+    /// Item names the node remembers (1 to [`crate::driver::MAX_ITEM_CAPACITY`]).
+    pub item_capacity: usize,
 }
 
 /// What a node signs with and trusts.
@@ -301,7 +303,9 @@ impl Node {
             Interner::default(),
             authority,
             wall_offset,
-        );
+        )
+        .with_item_capacity(settings.item_capacity)
+        .map_err(NodeError::Config)?;
         let (commands, receiver) = mpsc::channel();
         let shared = Arc::new(Shared {
             keyring: RwLock::new(keyring),

@@ -454,11 +454,9 @@ impl Session {
             .then_some(key)
     }
 
-    /// The verified certificate chains this node knows (its own included), for syncs.
-    pub fn certificates(&self) -> impl Iterator<Item = (&Arc<str>, &[Vec<u8>])> {
-        self.keys
-            .iter()
-            .map(|(site, known)| (site, known.chain.as_slice()))
+    /// The verified certificate chain of `site` (this node's own included), for syncs.
+    pub fn certificate_chain(&self, site: &str) -> Option<&[Vec<u8>]> {
+        self.keys.get(site).map(|known| known.chain.as_slice())
     }
 
     fn record(&mut self, now: Duration, envelope: &Envelope<'_>) {

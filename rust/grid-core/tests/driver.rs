@@ -8,10 +8,15 @@ use std::time::Duration;
 use foca::{Codec, Header, Member, Message, State};
 use grid_core::config::SwimConfig;
 use grid_core::driver::DriverStats;
-use grid_core::driver::{Driver, Event, MemberState, Transmit, FOCA_ERROR_KINDS};
+use grid_core::driver::{
+    Driver, Event, MemberState, Transmit, CATCH_UP_PAUSE, FOCA_ERROR_KINDS, MAX_ITEM_CAPACITY,
+    MAX_SYNC_CHUNKS,
+};
 use grid_core::identity::{Interner, NodeId};
 use grid_core::lanes::{Lane, PublishError};
-use grid_core::wire::{WireCodec, KIND_FOCA, KIND_LEAVE, KIND_SYNC_REQUEST, MAX_MESSAGE_LEN};
+use grid_core::wire::{
+    WireCodec, KIND_FOCA, KIND_LEAVE, KIND_SYNC_REQUEST, MAX_MESSAGE_LEN, MAX_UNSEALED_LEN,
+};
 use proptest::prelude::*;
 
 mod support;
@@ -61,6 +66,8 @@ struct Cluster {
     captured: Vec<Vec<u8>>,
     /// The first messages delivered, with their destination, for replaying as they were.
     wire: Vec<(SocketAddr, Vec<u8>)>,
+    /// The settings of nodes added from now on.
+    swim: SwimConfig,
 }
 
 impl Cluster {
@@ -75,6 +82,7 @@ impl Cluster {
             interner: Interner::default(),
             captured: Vec::new(),
             wire: Vec::new(),
+            swim: config(),
         }
     }
 
@@ -87,7 +95,7 @@ impl Cluster {
         let id = NodeId::new(Arc::from(site), at, generation);
         let driver = Driver::new(
             id,
-            config(),
+            self.swim.clone(),
             i as u64 * 7919 + generation,
             self.interner.clone(),
             self.authority(site),
@@ -956,4 +964,110 @@ fn a_late_joiner_receives_what_a_crashed_site_published() {
             .iter()
             .any(|item| item.0 == "site-4" && item.4 == b"71 units")
     });
+}
+
+/// Bytes of items one sync answer carries at least: half its chunks (members may fill the
+/// other half), each nearly full.
+fn part_bytes() -> usize {
+    MAX_SYNC_CHUNKS / 2 * (MAX_UNSEALED_LEN - 300)
+}
+
+#[test]
+fn a_joiner_walks_a_store_larger_than_one_sync_part_after_part() {
+    let mut c = Cluster::new();
+    // Push/pull far beyond the bound: only catching up can bring the store in time.
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let addrs: Vec<_> = (0..3).map(|i| c.add(i, 100)).collect();
+    let payload = [7u8; 900];
+    let count = 1_200;
+    for k in 0..count {
+        let key = format!("provider/{k:05}");
+        c.nodes
+            .get_mut(&addrs[0])
+            .unwrap()
+            .publish(Lane::State, &key, 1, &payload)
+            .unwrap();
+    }
+    let stored_bytes = count * (payload.len() + 100);
+    let parts = stored_bytes.div_ceil(part_bytes());
+    assert!(parts >= 3, "the store spans several syncs ({parts})");
+    let bound = CATCH_UP_PAUSE * (parts as u32 + 2);
+    assert!(bound * 4 < c.swim.push_pull_interval);
+
+    let holds_all = |c: &Cluster, at: SocketAddr| c.items_at(at).len() == count;
+    for at in &addrs[1..] {
+        c.join(*at, addrs[0]);
+    }
+    c.run_until(bound, |c| addrs[1..].iter().all(|at| holds_all(c, *at)));
+    // A late joiner asks another member than the origin: the walk is the same.
+    let late = c.add(9, 100);
+    c.join(late, addrs[2]);
+    let took = c.run_until(bound, |c| holds_all(c, late));
+    let stats = c.nodes[&late].stats();
+    // One part per sync, at most a whole sync's worth each.
+    let fewest_parts = count * payload.len() / (MAX_SYNC_CHUNKS * MAX_UNSEALED_LEN);
+    assert!(
+        stats.catch_up_syncs as usize + 1 >= fewest_parts,
+        "{took:?} {stats:?}"
+    );
+    // Once a walk went round, syncs are back to the push/pull pace.
+    c.run_for(CATCH_UP_PAUSE * 10);
+    let after = c.nodes[&late].stats();
+    assert_eq!(after.catch_up_syncs, stats.catch_up_syncs);
+    assert_eq!(after.syncs_started, stats.syncs_started);
+    assert!(c.items_at(late).len() == count, "each item delivered once");
+    c.assert_driver_healthy();
+}
+
+#[test]
+fn the_item_store_is_bounded_and_refuses_past_it_keeping_what_it_holds() {
+    let mut c = Cluster::new();
+    let origin = c.add(0, 100);
+    let err = Driver::new(
+        c.nodes[&origin].identity().clone(),
+        config(),
+        1,
+        Interner::default(),
+        c.authority("site-0"),
+        WALL,
+    )
+    .with_item_capacity(MAX_ITEM_CAPACITY + 1)
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("between 1 and 1048576"), "{err}");
+    let capacity = 40;
+    let node = c.nodes.remove(&origin).unwrap();
+    c.nodes
+        .insert(origin, node.with_item_capacity(capacity).unwrap());
+    let small = c.add(1, 100);
+    let node = c.nodes.remove(&small).unwrap();
+    c.nodes
+        .insert(small, node.with_item_capacity(capacity / 2).unwrap());
+    c.join(small, origin);
+    c.run_until(Duration::from_secs(2), Cluster::all_see_all);
+    for k in 0..capacity {
+        assert!(c.publish(origin, Lane::State, &format!("k{k:02}"), 1, b"v"));
+    }
+    let origin_node = c.nodes.get_mut(&origin).unwrap();
+    assert_eq!(
+        origin_node.publish(Lane::State, "one-more", 1, b"v"),
+        Err(PublishError::StoreFull)
+    );
+    assert_eq!(
+        PublishError::StoreFull.to_string(),
+        "the item store is full"
+    );
+    // A known name still takes newer versions when the store is full.
+    assert_eq!(origin_node.publish(Lane::State, "k00", 2, b"w"), Ok(true));
+    assert_eq!(origin_node.stats().items_stored, capacity);
+    // The smaller store takes what fits, refuses (and counts) the rest, and loses nothing
+    // it took.
+    c.run_for(config().push_pull_interval * 2);
+    let stats = c.nodes[&small].stats();
+    assert_eq!(stats.items_stored, capacity / 2);
+    assert!(stats.item_refusals.store_full > 0, "{stats:?}");
+    let mut held: Vec<_> = c.items_at(small).into_iter().map(|i| i.2).collect();
+    held.sort();
+    held.dedup();
+    assert_eq!(held.len(), capacity / 2);
 }

@@ -28,6 +28,7 @@ fn settings(site: &str) -> NodeSettings {
             push_pull_interval: Duration::from_secs(1),
         },
         event_capacity: 64,
+        item_capacity: grid_core::driver::DEFAULT_ITEM_CAPACITY,
     }
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use grid_core::auth::{Pins, FINGERPRINT_LEN};
 use grid_core::config::SwimConfig;
-use grid_core::driver::{Event, FOCA_ERROR_KINDS};
+use grid_core::driver::{Event, DEFAULT_ITEM_CAPACITY, FOCA_ERROR_KINDS};
 use grid_core::frame::DropReason;
 use grid_core::identity::NodeId;
 use grid_core::lanes::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN};
@@ -159,6 +159,7 @@ impl SwimNode {
         push_pull_interval = 30.0,
         event_capacity = 4096,
         generation = None,
+        item_capacity = DEFAULT_ITEM_CAPACITY,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -176,6 +177,7 @@ impl SwimNode {
         push_pull_interval: f64,
         event_capacity: usize,
         generation: Option<u64>,
+        item_capacity: usize,
     ) -> PyResult<SwimNode> {
         let settings = NodeSettings {
             bind: parse_addr("bind address", bind)?,
@@ -191,6 +193,7 @@ impl SwimNode {
                 push_pull_interval: seconds("push_pull_interval", push_pull_interval)?,
             },
             event_capacity,
+            item_capacity,
         };
         let trust = NodeTrust {
             chain: certificate_chain,
@@ -287,6 +290,7 @@ impl SwimNode {
             ("syncs_started", d.syncs_started),
             ("syncs_served", d.syncs_served),
             ("syncs_done", d.syncs_completed),
+            ("catch_up_syncs", d.catch_up_syncs),
             ("sync_chunks_sent", d.sync_chunks_sent),
             ("sync_chunks_received", d.sync_chunks_received),
             ("leave_notices", d.leave_notices),
