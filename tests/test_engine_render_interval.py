@@ -1,6 +1,7 @@
-"""Coalesced rendering: the engine re-renders only when an input changed, at most once per
-``spec.renderInterval``, and a change that arrives within the interval is rendered when it
-ends (never lost). Unit tests with an explicit ``now``, and one agent end to end."""
+"""Coalesced rendering: the engine re-renders only when an input changed, at once while
+changes come less often than once per ``spec.renderInterval`` on average (with room for a
+burst), and once per interval when they come faster; a change held back is rendered when its
+turn comes (never lost). Unit tests with an explicit ``now``, and one agent end to end."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from grid.agent import Agent
 from grid.demo import DemoProvider
 from grid.demo.endpoints import QUEUE_METRIC
 from grid.engine import SiteEngine
+from grid.engine.engine import RENDER_BURST
 from grid.errors import InvalidResourceError
 from grid.models import load_resource
 from test_agent import NETWORK, SITE, SITE_YAML, Lab, eventually
@@ -79,6 +81,15 @@ def deliver(a: SiteEngine, b: SiteEngine, queue: float, now: datetime) -> int:
     return len(items)
 
 
+def spend_burst(a: SiteEngine, b: SiteEngine, renders: Renders, moment: datetime) -> None:
+    """Changes rendered one after another at ``moment`` until the pacing holds the next
+    one back: every render the burst allows is spent, the last at ``moment``."""
+    for step in range(RENDER_BURST):
+        assert deliver(a, b, (20, 0)[step % 2], moment) > 0
+        assert renders.refresh(moment) is None
+    assert renders.count == RENDER_BURST
+
+
 def test_a_change_after_a_quiet_interval_is_rendered_at_once() -> None:
     a, b = pair()
     renders = Renders(a)
@@ -89,40 +100,120 @@ def test_a_change_after_a_quiet_interval_is_rendered_at_once() -> None:
     assert a.overlays[GATEWAY].rendered_at == start
 
 
-def test_a_burst_of_items_within_one_interval_is_rendered_once_at_its_end() -> None:
+def test_changes_less_often_than_once_per_interval_on_average_are_each_rendered_at_once() -> None:
     a, b = pair()
     renders = Renders(a)
     start = T0 + timedelta(seconds=10)
-    deliver(a, b, 10, start)
-    renders.refresh(start)
+    # Two changes 50 ms apart every 2.5 intervals, for a minute: closer together than the
+    # interval, but fewer than one per interval on average.
+    moments = [
+        start + pair_start + gap
+        for pair_start in (INTERVAL * 2.5 * n for n in range(24))
+        for gap in (timedelta(0), timedelta(milliseconds=50))
+    ]
+    for step, moment in enumerate(moments):
+        assert deliver(a, b, (10, 300)[step % 2], moment) > 0
+        assert renders.refresh(moment) is None
+        assert a.overlays[GATEWAY].rendered_at == moment
+    assert renders.count == len(moments)
+
+
+def test_a_steady_stream_of_changes_is_rendered_once_per_interval_once_the_burst_is_spent() -> None:
+    a, b = pair()
+    renders = Renders(a)
+    start = T0 + timedelta(seconds=10)
+    step = INTERVAL / 10
+    due: datetime | None = None
+    held_back = 0
+    for k in range(300):  # thirty intervals, ten changes in each
+        moment = start + step * k
+        if due is not None and due <= moment:
+            assert renders.refresh(due) is None  # the shell calls at next_render_at
+            due = None
+        assert deliver(a, b, (10, 300)[k % 2], moment) > 0
+        next_render_at = renders.refresh(moment)
+        if next_render_at is not None:
+            held_back += 1
+            assert due is None or next_render_at == due
+            due = next_render_at
+    # The burst was rendered at once, then one render per interval.
+    assert held_back > 0
+    elapsed = step * 299 / INTERVAL
+    assert RENDER_BURST + elapsed - 1 <= renders.count <= RENDER_BURST + elapsed + 1
+    assert due is not None
+    assert renders.refresh(due) is None
+    assert queue_score(a, "site-b") == score_at_queue(a, b, 300, due)
+
+
+def score_at_queue(a: SiteEngine, b: SiteEngine, queue: float, now: datetime) -> float:
+    """The queue score site-b's candidate gets at ``queue`` (rendered now in a fresh pair)."""
+    fresh_a, fresh_b = pair()
+    deliver(fresh_a, fresh_b, queue, now)
+    fresh_a.refresh(now)
+    return queue_score(fresh_a, "site-b")
+
+
+def test_a_burst_of_items_past_the_budget_is_rendered_once_at_the_end_of_its_interval() -> None:
+    a, b = pair()
+    renders = Renders(a)
+    start = T0 + timedelta(seconds=10)
+    spend_burst(a, b, renders, start)
     first = queue_score(a, "site-b")
     for step, queue in enumerate((30, 60, 90, 120, 150), start=1):
         moment = start + timedelta(milliseconds=150 * step)
         assert deliver(a, b, queue, moment) > 0
         assert renders.refresh(moment) == start + INTERVAL
-    assert renders.count == 1
+    assert renders.count == RENDER_BURST
     assert queue_score(a, "site-b") == first  # nothing of the burst is rendered yet
     assert renders.refresh(start + INTERVAL) is None
-    assert renders.count == 2
+    assert renders.count == RENDER_BURST + 1
     assert queue_score(a, "site-b") < first  # the last value of the burst is in
     assert a.overlays[GATEWAY].rendered_at == start + INTERVAL
+
+
+def test_the_burst_comes_back_after_a_quiet_stretch() -> None:
+    a, b = pair()
+    renders = Renders(a)
+    start = T0 + timedelta(seconds=10)
+    spend_burst(a, b, renders, start)
+    quiet = start + INTERVAL * RENDER_BURST
+    for step in range(RENDER_BURST):
+        assert deliver(a, b, (20, 0)[step % 2], quiet) > 0
+        assert renders.refresh(quiet) is None
+    assert renders.count == 2 * RENDER_BURST
+    assert deliver(a, b, 900, quiet) > 0
+    assert renders.refresh(quiet) == quiet + INTERVAL
 
 
 def test_a_change_at_the_very_end_of_an_interval_is_rendered_by_the_next_refresh() -> None:
     a, b = pair()
     renders = Renders(a)
     start = T0 + timedelta(seconds=10)
-    deliver(a, b, 10, start)
-    renders.refresh(start)
+    spend_burst(a, b, renders, start)
     before = queue_score(a, "site-b")
     late = start + INTERVAL - timedelta(milliseconds=1)
-    deliver(a, b, 200, late)
+    deliver(a, b, 900, late)
     assert renders.refresh(late) == start + INTERVAL
-    assert renders.count == 1
+    assert renders.count == RENDER_BURST
     # Whenever the next refresh comes, however late, the change is rendered then.
     assert renders.refresh(start + timedelta(seconds=7)) is None
-    assert renders.count == 2
+    assert renders.count == RENDER_BURST + 1
     assert queue_score(a, "site-b") < before
+
+
+def test_a_flush_renders_a_held_back_change_at_once() -> None:
+    a, b = pair()
+    renders = Renders(a)
+    start = T0 + timedelta(seconds=10)
+    spend_burst(a, b, renders, start)
+    before = queue_score(a, "site-b")
+    moment = start + timedelta(milliseconds=100)
+    deliver(a, b, 900, moment)
+    assert renders.refresh(moment) == start + INTERVAL
+    assert a.refresh(moment, flush=True).next_render_at is None
+    assert queue_score(a, "site-b") < before
+    assert a.overlays[GATEWAY].rendered_at == moment
+    assert renders.refresh(moment + timedelta(milliseconds=1)) is None  # nothing left
 
 
 def test_nothing_is_rendered_without_a_change() -> None:
@@ -163,12 +254,11 @@ def test_a_clock_that_steps_back_does_not_hold_a_change_back() -> None:
     a, b = pair()
     renders = Renders(a)
     start = T0 + timedelta(seconds=10)
-    deliver(a, b, 10, start)
-    renders.refresh(start)
+    spend_burst(a, b, renders, start)
     earlier = start - timedelta(minutes=5)
-    deliver(a, b, 150, earlier)
+    deliver(a, b, 900, earlier)
     assert renders.refresh(earlier) is None
-    assert renders.count == 2
+    assert renders.count == RENDER_BURST + 1
 
 
 def test_the_default_interval_is_a_quarter_second() -> None:

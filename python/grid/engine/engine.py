@@ -7,9 +7,11 @@ resource come out. No sockets, no clock, no threads: every method that needs tim
 carry out what it decides.
 
 Renders are coalesced: the overlays are rendered again only when an input changed, and at
-most once per ``spec.renderInterval``; a change that arrives sooner is rendered when the
-interval is over, and :attr:`RefreshResult.next_render_at` tells the shell when to call
-:meth:`SiteEngine.refresh` for it.
+most once per ``spec.renderInterval`` on average. A change is rendered at once while the
+renders so far keep within that rate (with room for :data:`RENDER_BURST` in a row); when
+changes come faster, they are rendered together, one render per interval, and
+:attr:`RefreshResult.next_render_at` tells the shell when to call :meth:`SiteEngine.refresh`
+for the next one.
 """
 
 from __future__ import annotations
@@ -106,6 +108,10 @@ from grid.trust.pem import check_public_cert_pem
 from grid.trust.site import ProbeResult
 
 DEFAULT_PROBE_INTERVAL_S = 10.0
+RENDER_BURST = 16
+"""Renders that may follow one another at once before ``renderInterval`` paces them: a site
+whose inputs change less often than once per interval on average renders every change at
+once, and one under a steady stream of changes renders once per interval."""
 MAX_MESSAGE = 4096
 _NETWORK = "GridNetwork"
 _SITE = "GridSite"
@@ -208,8 +214,16 @@ class _Probe:
 
 @dataclass(frozen=True, slots=True)
 class _AdvertisedCert:
+    """The verdict on a site's advertised certificate, for as long as it holds."""
+
+    pem: str
     fingerprint: str | None
     problem: str | None
+    checked_at: datetime
+    recheck_at: datetime
+    """When the verdict may change with time alone: the leaf's expiry, or a probe interval
+    after the check (a certificate of the chain expiring, one not yet valid becoming
+    valid)."""
 
 
 def _clip(text: str) -> str:
@@ -272,8 +286,10 @@ class SiteEngine:
         self.refused_items: Counter[str] = Counter()
         """Received items refused, by reason (``malformed``, ``forged``, ``limit``)."""
         self._dirty = True
-        self._rendered_at: datetime | None = None
-        """When the overlays were last rendered."""
+        self._render_paced_until: datetime | None = None
+        """Render pacing (a generic cell rate algorithm): each render moves this one render
+        interval past the later of itself and the render; a change is rendered at once while
+        it is at most ``RENDER_BURST - 1`` intervals ahead."""
         self.set_resources(network, sites, providers)
 
     # -- identity -------------------------------------------------------------------------
@@ -420,7 +436,6 @@ class SiteEngine:
             return ItemOutcome.UNCHANGED
         if lane == GATEWAY_LANE:
             self._probe_soon.add(origin)
-        self._advertised.pop(origin, None)
         self._dirty = True
         return ItemOutcome.APPLIED
 
@@ -617,10 +632,12 @@ class SiteEngine:
 
     # -- the decision pass ----------------------------------------------------------------
 
-    def refresh(self, now: datetime) -> RefreshResult:
+    def refresh(self, now: datetime, *, flush: bool = False) -> RefreshResult:
         """Bring every output up to date with the inputs so far: evict stale peers, write
         this site's records, advance the phases, and re-rank and re-render when anything
-        that affects the order changed."""
+        that affects the order changed (when the render pacing allows: see
+        :attr:`RefreshResult.next_render_at`). ``flush`` renders a pending change at once,
+        whatever the pacing: for a shell that stops, so its overlays hold the last inputs."""
         if now.utcoffset() is None:
             raise ConfigError("now must carry a time zone")
         self._evict_stale(now)
@@ -630,9 +647,9 @@ class SiteEngine:
         if self._stale_at is not None and now.timestamp() > self._stale_at:
             self._dirty = True
         render_at = self._render_due_at(now)
-        if render_at is not None and render_at <= now:
+        if render_at is not None and (flush or render_at <= now):
             self._dirty = False
-            self._rendered_at = now
+            self._paced(now)
             self._render(now)
             render_at = None
         self._evaluate_network(now)
@@ -647,16 +664,31 @@ class SiteEngine:
         )
 
     def _render_due_at(self, now: datetime) -> datetime | None:
-        """When the pending change should be rendered: at once when nothing was rendered
-        within the render interval, else when that interval ends; None when nothing
-        changed."""
+        """When the pending change should be rendered: at once while the renders so far
+        keep within one per render interval (with room for a burst), else when the pacing
+        allows the next one; None when nothing changed."""
         if not self._dirty:
             return None
-        last = self._rendered_at
-        if last is None or last > now:  # never rendered, or the clock went back
+        paced = self._pacing(now)
+        if paced is None:
             return now
         interval = timedelta(seconds=self._network.spec.render_interval.seconds)
-        return max(now, last + interval)
+        return max(now, paced - interval * (RENDER_BURST - 1))
+
+    def _pacing(self, now: datetime) -> datetime | None:
+        """The pacing time, or None when it holds nothing back: never rendered, every render
+        long enough ago, or a clock that went back (the pacing is never further ahead than
+        a whole burst)."""
+        paced = self._render_paced_until
+        if paced is None or paced <= now:
+            return None
+        interval = timedelta(seconds=self._network.spec.render_interval.seconds)
+        return None if paced - now > interval * RENDER_BURST else paced
+
+    def _paced(self, now: datetime) -> None:
+        """Count a render made at ``now`` against the pacing."""
+        interval = timedelta(seconds=self._network.spec.render_interval.seconds)
+        self._render_paced_until = (self._pacing(now) or now) + interval
 
     def _evict_stale(self, now: datetime) -> None:
         ttl = self._network.spec.stale_candidate_ttl_seconds
@@ -810,18 +842,26 @@ class SiteEngine:
         )
 
     def _advertised_cert(self, site: str, now: datetime) -> _AdvertisedCert | None:
-        known = self._advertised.get(site)
-        if known is not None:
-            return known
+        """The verdict on ``site``'s advertised certificate: checked again only when the
+        certificate changes or when time alone may change the verdict, not on every pass
+        (a busy peer's items arrive all the time; its certificate seldom changes)."""
         pem = self._state.cert_pem(site)
         if pem is None:
+            self._advertised.pop(site, None)
             return None
+        known = self._advertised.get(site)
+        if known is not None and known.pem == pem and known.checked_at <= now < known.recheck_at:
+            return known
+        recheck_at = now + timedelta(seconds=self._probe_interval_s)
         try:
             info = check_public_cert_pem(pem, now)
         except (CertificateRejected, TrustConfigError) as error:
-            known = _AdvertisedCert(None, f"the advertised certificate was discarded: {error}")
+            problem = f"the advertised certificate was discarded: {error}"
+            known = _AdvertisedCert(pem, None, problem, now, recheck_at)
         else:
-            known = _AdvertisedCert(info.fingerprint, None)
+            # Valid up to and including notAfter: the first moment it is not is just after.
+            expired_at = info.not_after + timedelta(microseconds=1)
+            known = _AdvertisedCert(pem, info.fingerprint, None, now, min(recheck_at, expired_at))
         self._advertised[site] = known
         return known
 
