@@ -8,7 +8,10 @@ Measures, as medians over repeated runs in this process:
   baselines: recording one SWIM run (16 nodes, 20 % loss, with the crash) and one
   ``grid explain`` of the scoring scenario (what the served API computes per request);
 - the weight of each chapter (page, shared and own assets, data; SWIM with every run the
-  controls can load) against its data alone, and gzipped, as a server could send it.
+  controls can load) against its data alone, and gzipped, as a server could send it;
+- what the simulator's message log costs (the SWIM chapter's source): the chapter's
+  scenario run straight through with the log on against the same run with it off, at the
+  chapter's largest size and at 200 nodes.
 
 Run with ``.venv/bin/python bench/bench_booklet.py [--repeat N]``.
 """
@@ -16,12 +19,14 @@ Run with ``.venv/bin/python bench/bench_booklet.py [--repeat N]``.
 from __future__ import annotations
 
 import argparse
+import functools
 import gzip
 import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
+from grid._native import Simulation
 from grid.booklet import crdt, scoring, swim
 from grid.booklet.site import CHAPTERS, Site, build_site
 
@@ -38,6 +43,19 @@ def median_seconds(action: Callable[[], Any], repeat: int) -> float:
 def data_names(site: Site, page: str) -> list[str]:
     own = page.removesuffix(".html")
     return [name for name in site.files if name.startswith(f"data/{own}")]
+
+
+def swim_scenario(n: int, *, log: bool) -> None:
+    """The SWIM chapter's run (a join at 10 s, a crash at 20 s, 80 s in all, 20 % loss),
+    straight through, with or without the message log."""
+    sim = Simulation(n, swim.SEED, loss=0.2, threads=1)
+    start = sim.now
+    sim.set_message_log(log, 10_000_000)
+    sim.run_until(start + swim.JOIN_AFTER)
+    sim.join(sim.add_node(), [swim.SEED_NODE])
+    sim.run_until(start + swim.CRASH_AFTER)
+    sim.crash(swim.CRASHED_NODE)
+    sim.run_until(start + swim.RUN_FOR)
 
 
 def main() -> None:
@@ -67,6 +85,19 @@ def main() -> None:
         f"  baseline: one explain    {one_explain * 1000:8.1f} ms   "
         f"booklet = {whole / one_explain:.0f}x"
     )
+
+    print("\nmessage log, the chapter's scenario straight through (medians)")
+    for n, runs in ((16, repeat * 4), (200, repeat * 2)):
+        # Alternate off and on so that both see the same machine load.
+        off_times, on_times = [], []
+        for _ in range(runs):
+            off_times.append(median_seconds(functools.partial(swim_scenario, n, log=False), 1))
+            on_times.append(median_seconds(functools.partial(swim_scenario, n, log=True), 1))
+        off, on = statistics.median(off_times), statistics.median(on_times)
+        print(
+            f"  {n:>5} nodes   log off {off * 1000:8.1f} ms   log on {on * 1000:8.1f} ms"
+            f"   on/off = {on / off:.2f} ({runs} runs)"
+        )
 
     site = build_site()
     total = sum(len(content) for content in site.files.values())

@@ -9,7 +9,7 @@ import select
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -105,6 +105,10 @@ def frame_after(trace: dict[str, Any], seconds: float) -> int:
     return next(index for index, t in enumerate(trace["times"]) if t >= seconds)
 
 
+def shows_frame(figure: WebElement, frame: int) -> Callable[[], bool]:
+    return lambda: figure.get_attribute("data-frame") == str(frame)
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_swim_chapter_replays_the_recorded_run(
     driver: WebDriver, mode: str, file_url: str, served_url: str
@@ -139,9 +143,9 @@ def test_swim_chapter_replays_the_recorded_run(
     wait_for(lambda: figure.get_attribute("data-frame") == str(crash_frame), what="the crash")
     for frame in range(crash_frame + 1, indirect_frame + 1):
         find(driver, "#swim-step").click()
-        wait_for(lambda f=frame: figure.get_attribute("data-frame") == str(f), what="a step")
-        shown = find_all(driver, "#swim-figure g.msg")
-        assert len(shown) == sum(1 for m in trace["messages"][frame] if m[2] is not None)
+        wait_for(shows_frame(figure, frame), what="a step")
+        arrows = find_all(driver, "#swim-figure g.msg")
+        assert len(arrows) == sum(1 for m in trace["messages"][frame] if m[2] is not None)
     indirect = find_all(
         driver, f'#swim-figure g.msg[data-kind="indirect-ping"][data-to="{crashed}"]'
     )

@@ -40,8 +40,8 @@ declared at these sizes and losses)."""
 CRASHED_NODE = 1
 SEED_NODE = 0
 MESSAGE_LIMIT = 6000
-"""Messages kept per run at most (the largest run, 16 nodes at 20 % loss, sends about
-3,000); the page says how many were left out if a run ever exceeds it."""
+"""Messages kept per run at most (the busiest run, 16 nodes at 20 % loss, sends about
+3,400); the page says how many were left out if a run ever exceeds it."""
 COUNTERS: tuple[str, ...] = ("probes_failed", "suspicion_notices", "refutations", "late_answers")
 """Cluster-wide driver counters, recorded per frame as increments."""
 STATES: tuple[str, ...] = ("alive", "suspect", "down", "left")
