@@ -317,6 +317,7 @@ mod tests {
         Duration::from_secs_f64(s)
     }
 
+    /// A converged cluster, formed: its clock stands at the first probe interval.
     fn cluster(n: usize, seed: u64, loss: f64) -> Simulation {
         let settings = SimSettings {
             swim: SwimConfig {
@@ -331,7 +332,9 @@ mod tests {
             },
             ..SimSettings::default()
         };
-        Simulation::new(n, seed, settings).unwrap()
+        let mut sim = Simulation::new(n, seed, settings).unwrap();
+        sim.now();
+        sim
     }
 
     fn logged(sim: &mut Simulation, seconds: f64) -> Vec<MessageRecord> {
