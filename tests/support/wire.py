@@ -91,6 +91,10 @@ LANES = ("state", "gateway", "cert", "metadata")
 ENTRY_MEMBER = 1
 ENTRY_ITEM = 2
 ENTRY_CERTIFICATE = 3
+ENTRY_RESUME = 4
+"""A request's first entry: the item name after which the answer's items start."""
+ENTRY_WALK_END = 5
+"""In an answer's first chunk: where its items ended."""
 HELLO_WANT_REPLY = 0x01
 
 
@@ -540,6 +544,8 @@ class SyncChunk:
     members: tuple[tuple[Member, bool], ...]
     items: tuple[bytes, ...]
     certificates: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
+    resume: bytes | None = None
+    walk_end: bytes | None = None
 
     @classmethod
     def decode(cls, body: bytes) -> SyncChunk:
@@ -547,6 +553,7 @@ class SyncChunk:
         sender = Identity.decode(r)
         sync_id, index, count = r.u32(), r.u16(), r.u16()
         members, items, certificates = [], [], []
+        resume = walk_end = None
         while r.remaining:
             tag, entry = r.u8(), r.take(r.u16())
             if tag == ENTRY_MEMBER:
@@ -559,9 +566,23 @@ class SyncChunk:
                 items.append(entry)
             elif tag == ENTRY_CERTIFICATE:
                 certificates.append(decode_certificate_entry(entry))
+            elif tag == ENTRY_RESUME and index == 0 and resume is None:
+                resume = entry
+            elif tag == ENTRY_WALK_END and index == 0 and walk_end is None:
+                walk_end = entry
             else:
                 raise WireError(f"sync entry tag {tag}")
-        return cls(sender, sync_id, index, count, tuple(members), tuple(items), tuple(certificates))
+        return cls(
+            sender,
+            sync_id,
+            index,
+            count,
+            tuple(members),
+            tuple(items),
+            tuple(certificates),
+            resume,
+            walk_end,
+        )
 
 
 def certificate_entry(site: str | bytes, chain: Sequence[bytes]) -> bytes:

@@ -67,7 +67,7 @@ class Counters:
         self._probe_score: float | None = None
         receive, refresh = engine.receive_item, engine.refresh
         engine.receive_item = self._timed_receive(receive)  # type: ignore[method-assign]
-        engine.refresh = self._timed_refresh(refresh)  # type: ignore[method-assign,assignment]
+        engine.refresh = self._timed_refresh(refresh)  # type: ignore[method-assign]
 
     def _timed_receive(self, receive: Callable[..., ItemOutcome]) -> Callable[..., ItemOutcome]:
         def timed(*args: Any) -> ItemOutcome:
@@ -81,12 +81,10 @@ class Counters:
 
         return timed
 
-    def _timed_refresh(
-        self, refresh: Callable[[datetime], RefreshResult]
-    ) -> Callable[[datetime], RefreshResult]:
-        def timed(now: datetime) -> RefreshResult:
+    def _timed_refresh(self, refresh: Callable[..., RefreshResult]) -> Callable[..., RefreshResult]:
+        def timed(now: datetime, **options: Any) -> RefreshResult:
             started = time.perf_counter()
-            result = refresh(now)
+            result = refresh(now, **options)
             spent = time.perf_counter() - started
             self.refreshes += 1
             self.refresh_s += spent
