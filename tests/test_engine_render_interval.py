@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import grid.engine.engine as engine_module
 from grid.agent import Agent
 from grid.demo import DemoProvider
 from grid.demo.endpoints import QUEUE_METRIC
@@ -363,3 +364,54 @@ spec:
     finally:
         await agent.stop()
         await endpoint.stop()
+
+
+@pytest.mark.parametrize("leave", [True, False], ids=["graceful", "crash"])
+async def test_a_graceful_stop_renders_a_change_still_held_back(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch, leave: bool
+) -> None:
+    # A burst of two: the first render (before any scrape) and the idle load's spend it,
+    # and the next change waits for the 10 s interval to end.
+    monkeypatch.setattr(engine_module, "RENDER_BURST", 2)
+    endpoint = DemoProvider(
+        queue_depth=0, kv_cache_utilization=0.1, prefix_cache_hit_ratio=0.5, p99_latency_s=0.2
+    )
+    await endpoint.start()
+    lab.write(
+        "00-network.yaml",
+        f"""\
+apiVersion: grid.praxis-proxy.io/v1alpha1
+kind: GridNetwork
+metadata: {{name: {NETWORK}}}
+spec:
+  gridId: lab-grid
+  gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
+  renderInterval: 10s
+""",
+    )
+    lab.write("10-site.yaml", SITE_YAML)
+    lab.write("20-llama.yaml", metrics_provider_yaml("llama-a", endpoint))
+    agent = Agent(lab.options())
+    await agent.start()
+    try:
+        e = agent.networks[NETWORK].engine
+
+        def published_queue() -> float | None:
+            entry = e.state.provider(SITE, "llama-a")
+            return None if entry is None else entry.record.metrics.queue_depth
+
+        def idle_rendered() -> bool:
+            score = overlay_queue_score(lab.overlay)
+            return score is not None and score > 0
+
+        await eventually("the idle load in the overlay file", idle_rendered, timeout=25.0)
+        held = overlay_queue_score(lab.overlay)
+        endpoint.set_load(queue_depth=400)
+        # Taken in and published, but not rendered: the interval (10 s) is far from over.
+        await eventually("the busy load published", lambda: published_queue() == 400)
+        assert overlay_queue_score(lab.overlay) == held
+    finally:
+        await agent.stop(leave=leave)
+        await endpoint.stop()
+    # A graceful stop leaves the overlay with the last inputs; a crash leaves it as it was.
+    assert overlay_queue_score(lab.overlay) == (0.0 if leave else held)

@@ -154,7 +154,8 @@ class NetworkRuntime:
 
     async def stop(self, *, leave: bool = True) -> None:
         """Stop every loop; ``leave`` tells peers this site is going (they record it as
-        left at once), otherwise it vanishes as a crash would. The outputs are flushed."""
+        left at once) and flushes the outputs: the statuses, and the overlays with a change
+        still waiting for its render. Otherwise it vanishes as a crash would."""
         if self._stopped:
             return
         self._stopped = True
@@ -162,7 +163,7 @@ class NetworkRuntime:
         await self.observers.stop()
         await self.swim.stop(leave=leave)
         if leave:
-            self._refresh(force_status=True)
+            self._refresh(final=True)
 
     def wake(self) -> None:
         """Refresh the engine as soon as possible (something it depends on changed)."""
@@ -286,13 +287,14 @@ class NetworkRuntime:
                 # A bug must not stop the site from serving: report it, try again next tick.
                 _log.exception("%s: refresh failed", self.where)
 
-    def _refresh(self, *, force_status: bool = False) -> float | None:
+    def _refresh(self, *, final: bool = False) -> float | None:
         """One engine pass and what it decided; returns when (monotonic) the engine has a
-        change to render, if it has one."""
+        change to render, if it has one. The ``final`` pass, on a graceful stop, renders a
+        change still held back and writes every status."""
         now = utc_now()
         self.swim.sync_members(self.engine, now)
         self._check_credentials()
-        result = self.engine.refresh(now)
+        result = self.engine.refresh(now, flush=final)
         self.swim.apply(result)
         for overlay in result.changed:
             self._write_overlay(overlay)
@@ -302,7 +304,7 @@ class NetworkRuntime:
             )
         moment = time.monotonic()
         for (kind, name), status in self.engine.statuses().items():
-            self._shared.writer.write_status(kind, name, status, moment, force=force_status)
+            self._shared.writer.write_status(kind, name, status, moment, force=final)
         if result.next_render_at is None:
             return None
         return moment + (result.next_render_at - now).total_seconds()
