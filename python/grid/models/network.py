@@ -291,9 +291,10 @@ class GridNetworkSpec(GridModel):
     )
     render_interval: Annotated[Duration, within(0, 10)] = Field(
         Duration.parse(DEFAULT_RENDER_INTERVAL),
-        description="Shortest time between two renders of the overlay: changes arriving "
-        "closer together are rendered together at the end of the interval (0s renders on "
-        "every change).",
+        description="Average time between renders of the overlay under a steady stream of "
+        "changes: a change is rendered at once while renders keep within one per interval "
+        "(a burst of 16 allowed); changes arriving faster are rendered together, once per "
+        "interval (0s renders on every change).",
     )
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
     signal_publishing: SignalPublishing = Field(default_factory=SignalPublishing)
