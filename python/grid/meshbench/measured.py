@@ -33,6 +33,8 @@ from grid.engine import GatewayOverlay, ItemOutcome, RefreshResult, SiteEngine
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _SAMPLE_S = 0.5
+_PROBE_CUT = -1.0
+"""The probe's queue score while the overlay leaves it out: below any score."""
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -98,13 +100,23 @@ class Counters:
     def overlay_written(self, _network: str, overlay: GatewayOverlay, _path: Path) -> None:
         if overlay.overlay is None:
             return
-        for candidate in overlay.overlay.document["overlay"]["candidates"]:
-            if candidate["name"] == self.probe_model:
-                score = float(candidate["score_breakdown"]["queue_depth"])
-                if score != self._probe_score:
-                    self._probe_score = score
-                    self.probe_seen.append((time.monotonic(), score))
-                return
+        scores = [
+            float(candidate["score_breakdown"]["queue_depth"])
+            for candidate in overlay.overlay.document["overlay"]["candidates"]
+            if candidate["name"] == self.probe_model
+        ]
+        if scores:
+            score = scores[0]
+        elif self._probe_score is not None:
+            # Known, and now left out: an overlay holds at most 1,024 candidates (the best
+            # of each model first), and with more models than that a busy probe is cut. Its
+            # busy state has reached the overlay.
+            score = _PROBE_CUT
+        else:
+            return
+        if score != self._probe_score:
+            self._probe_score = score
+            self.probe_seen.append((time.monotonic(), score))
 
     def candidates(self) -> int:
         ranking = self.engine.ranking

@@ -31,8 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from grid import _native
 from grid.engine import SiteEngine
-from grid.membership import SwimConfig, SwimNode
 from grid.models import load_resource
 from grid.observe.scrape import ScrapeResult
 from grid.runtime.credentials import swim_credentials
@@ -43,8 +43,14 @@ _ROUNDS_PER_SCRAPE = 3
 _PROBE_QUEUE = (0.0, 500.0)
 
 
+_EMIT_LOCK = threading.Lock()
+
+
 def emit(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    line = json.dumps({"event": event, **fields}) + "\n"
+    with _EMIT_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 @dataclass(slots=True)
@@ -73,7 +79,7 @@ class Load:
 class Peer:
     site: str
     engine: SiteEngine
-    node: SwimNode
+    node: _native.SwimNode
     loads: dict[str, Load]
     next_scrape: dict[str, float]
     next_round: float
@@ -82,8 +88,19 @@ class Peer:
     pending: set[str] = field(default_factory=set)
 
     def publish(self, now: datetime) -> None:
-        for item in self.engine.refresh(now).items:
-            if self.node.publish(item.lane, item.key, item.version, item.payload):
+        items = self.engine.refresh(now).items
+        if not items:
+            return
+        # One exchange with the node's thread for the whole pass: one at a time, each item
+        # would wait for the thread to finish a batch of received datagrams, and a peer
+        # carrying thousands of providers would fall behind the load it stands for.
+        results = self.node.publish_many(
+            [(item.lane, item.key, item.version, item.payload) for item in items]
+        )
+        for item, result in zip(items, results, strict=True):
+            if isinstance(result, str):
+                raise RuntimeError(f"{self.site} cannot publish {item.key}: {result}")
+            if result:
                 self.published += 1
                 self.published_bytes += len(item.payload)
 
@@ -132,20 +149,20 @@ def start_peer(config: dict[str, Any], peer: dict[str, Any], rng: random.Random)
         certificate, (tls / "tls.key").read_text(), (tls / "ca.crt").read_text()
     )
     swim = config["swim"]
-    node = SwimNode(
+    node = _native.SwimNode(
         "127.0.0.1:0",
         peer["site"],
-        None,
         [Path(config["key_file"]).read_bytes()],
-        SwimConfig(
-            probe_interval=swim["probe_interval"],
-            suspicion_timeout=swim["suspicion_timeout"],
-            gossip_nodes=swim["gossip_nodes"],
-            push_pull_interval=swim["push_pull_interval"],
-            # Nobody reads a peer's events: keep few.
-            event_capacity=16,
-        ),
-        credentials=credentials,
+        certificate_chain=list(credentials.certificate_chain),
+        private_key=credentials.private_key,
+        trust_anchors=list(credentials.trust_anchors),
+        pins=credentials.native_pins(),
+        probe_interval=swim["probe_interval"],
+        suspicion_timeout=swim["suspicion_timeout"],
+        gossip_nodes=swim["gossip_nodes"],
+        push_pull_interval=swim["push_pull_interval"],
+        # Nobody reads a peer's events: keep few.
+        event_capacity=16,
     )
     node.start()
     interval = config["scrape_interval_s"]
@@ -216,10 +233,14 @@ def main(argv: list[str]) -> int:
         stop.set()
 
     threading.Thread(target=stop_when_stdin_closes, daemon=True).start()
+    # The probe has a thread of its own: a pass of a peer standing for many sites takes
+    # seconds, and the probe's changes must not wait for it.
+    probe_thread = threading.Thread(
+        target=run_probe, args=(probe, probe_provider, config, stop, rng.random()), daemon=True
+    )
+    probe_thread.start()
     interval = config["scrape_interval_s"]
     round_s = interval / _ROUNDS_PER_SCRAPE
-    next_probe = time.monotonic() + config["probe_every_s"]
-    probes = 0
     next_report = time.monotonic() + 1.0
     while not stop.wait(_TICK_S):
         moment = time.monotonic()
@@ -236,16 +257,6 @@ def main(argv: list[str]) -> int:
                     peer.engine.observe_scrape(name, result, now)
                     peer.next_scrape[name] = due + interval
             peer.publish(now)
-        if moment >= next_probe:
-            probes += 1
-            load = probe.loads[probe_provider]
-            load.queue = _PROBE_QUEUE[probes % 2]
-            probe.engine.observe_scrape(
-                probe_provider, ScrapeResult(200, 0.001, text=load.exposition()), now
-            )
-            probe.publish(now)
-            emit("probe", t=time.monotonic(), queue=load.queue, serial=probes)
-            next_probe = moment + config["probe_every_s"] * rng.uniform(0.8, 1.2)
         if moment >= next_report:
             next_report = moment + 1.0
             usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -256,10 +267,28 @@ def main(argv: list[str]) -> int:
                 published=sum(p.published for p in peers),
                 published_bytes=sum(p.published_bytes for p in peers),
             )
+    probe_thread.join()
     for peer in peers:
         peer.node.close()
     sink.shutdown()
     return 0
+
+
+def run_probe(
+    probe: Peer, provider: str, config: dict[str, Any], stop: threading.Event, seed: float
+) -> None:
+    """Every two seconds or so, the probe provider's queue jumps between 0 and 500; the
+    moment each change is handed to SWIM is reported."""
+    rng = random.Random(seed)
+    probes = 0
+    while not stop.wait(config["probe_every_s"] * rng.uniform(0.8, 1.2)):
+        probes += 1
+        now = datetime.now(UTC)
+        load = probe.loads[provider]
+        load.queue = _PROBE_QUEUE[probes % 2]
+        probe.engine.observe_scrape(provider, ScrapeResult(200, 0.001, text=load.exposition()), now)
+        probe.publish(now)
+        emit("probe", t=time.monotonic(), queue=load.queue, serial=probes)
 
 
 if __name__ == "__main__":

@@ -138,6 +138,9 @@ const PHASE_CREATED: u8 = 0;
 const PHASE_RUNNING: u8 = 1;
 const PHASE_STOPPED: u8 = 2;
 
+/// `(lane, key, version, payload)`
+pub type ItemToPublish = (Lane, String, u64, Vec<u8>);
+
 enum Command {
     Join(Vec<SocketAddr>),
     Publish {
@@ -146,6 +149,10 @@ enum Command {
         version: u64,
         payload: Vec<u8>,
         reply: SyncSender<Result<bool, PublishError>>,
+    },
+    PublishMany {
+        items: Vec<ItemToPublish>,
+        reply: SyncSender<Vec<Result<bool, PublishError>>>,
     },
     SetPins(Pins),
     Forget(String, Vec<(Lane, String)>),
@@ -412,6 +419,19 @@ impl Node {
             .map_err(NodeError::Publish)
     }
 
+    /// Offers many items in one exchange with the protocol thread (which handles commands
+    /// between batches of received datagrams, so a caller publishing one item at a time
+    /// waits a batch per item on a busy node). For each item, as [`Node::publish`]: whether
+    /// it was news, or why it was refused (the others are offered all the same).
+    pub fn publish_many(
+        &self,
+        items: Vec<ItemToPublish>,
+    ) -> Result<Vec<Result<bool, PublishError>>, NodeError> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.command(Command::PublishMany { items, reply })?;
+        answer.recv().map_err(|_| NodeError::Stopped)
+    }
+
     /// Replaces the pinned certificate fingerprints; sites whose verified certificate no
     /// longer matches their pin must introduce themselves again.
     pub fn set_pins(&self, pins: Pins) -> Result<(), NodeError> {
@@ -655,6 +675,15 @@ fn run(
                         reply,
                     } => {
                         let _ = reply.send(driver.publish(lane, &key, version, &payload));
+                    }
+                    Command::PublishMany { items, reply } => {
+                        let results = items
+                            .into_iter()
+                            .map(|(lane, key, version, payload)| {
+                                driver.publish(lane, &key, version, &payload)
+                            })
+                            .collect();
+                        let _ = reply.send(results);
                     }
                     Command::Leave(reply) => {
                         driver.leave(now, &mut out);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use grid_core::config::SwimConfig;
 use grid_core::driver::{Event, MemberState};
 use grid_core::frame::DropReason;
-use grid_core::lanes::Lane;
+use grid_core::lanes::{Lane, PublishError};
 use grid_core::node::{Node, NodeError, NodeSettings};
 
 mod support;
@@ -188,4 +188,47 @@ fn credentials_that_cannot_sign_for_the_site_are_refused_before_binding() {
         panic!("refused")
     };
     assert!(!err.to_string().contains("CANARY"), "{err}");
+}
+
+#[test]
+fn many_items_are_offered_in_one_exchange_each_with_its_own_outcome() {
+    let ca = TestCa::new();
+    let mut small = settings("a");
+    small.item_capacity = 3;
+    let a = Node::bind(small, &[&K1], ca.node_trust("a")).unwrap();
+    a.start().unwrap();
+    assert!(a.publish(Lane::State, "held", 5, b"v").unwrap());
+    let item = |key: &str, version: u64, payload: &[u8]| {
+        (Lane::State, key.to_owned(), version, payload.to_vec())
+    };
+    let outcomes = a
+        .publish_many(vec![
+            item("one", 1, b"x"),
+            item("held", 4, b"older"),
+            item("big", 1, &[0; 2000]),
+            item("two", 1, b"y"),
+            item("three", 1, b"z"),
+            item("held", 6, b"newer"),
+        ])
+        .unwrap();
+    assert_eq!(outcomes[0], Ok(true));
+    assert_eq!(outcomes[1], Ok(false), "not newer than what is held");
+    assert!(matches!(outcomes[2], Err(PublishError::TooLarge { .. })));
+    assert_eq!(outcomes[3], Ok(true));
+    assert_eq!(
+        outcomes[4],
+        Err(PublishError::StoreFull),
+        "past the capacity"
+    );
+    assert_eq!(
+        outcomes[5],
+        Ok(true),
+        "a held name still takes newer versions"
+    );
+    wait_until("three items stored", || a.stats().driver.items_stored == 3);
+    a.close().unwrap();
+    assert!(matches!(
+        a.publish_many(vec![item("late", 1, b"")]),
+        Err(NodeError::Stopped)
+    ));
 }

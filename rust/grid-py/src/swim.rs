@@ -274,6 +274,33 @@ impl SwimNode {
             .map_err(node_error)
     }
 
+    /// Offers many `(lane, key, version, payload)` items in one exchange with the protocol
+    /// thread. For each: True when news, False when this node already has that version or a
+    /// newer one, or the refusal as a message (nothing of that item is stored or sent; the
+    /// others are offered all the same).
+    fn publish_many(
+        &self,
+        py: Python<'_>,
+        items: Vec<(String, String, u64, Vec<u8>)>,
+    ) -> PyResult<Vec<Py<PyAny>>> {
+        let items = items
+            .into_iter()
+            .map(|(lane_name, key, version, payload)| {
+                Ok((lane(&lane_name)?, key, version, payload))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let results = py
+            .detach(|| self.node.publish_many(items))
+            .map_err(node_error)?;
+        results
+            .into_iter()
+            .map(|result| match result {
+                Ok(news) => news.into_py_any(py),
+                Err(refused) => refused.to_string().into_py_any(py),
+            })
+            .collect()
+    }
+
     /// Counters and gauges, flat: frame drops by reason, foca errors by kind, and more.
     fn stats(&self) -> HashMap<String, u64> {
         let stats = self.node.stats();
