@@ -234,7 +234,7 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
 
     measured_tls, measured_pin = tls(SITE)
     sites = {SITE: _site(SITE, sink, measured_pin)}
-    peers = []
+    peers: list[dict[str, Any]] = []
     for index, carried in enumerate(_sites_of_peers(plan)):
         name = _peer_name(index, plan)
         directory, pin = tls(name)
@@ -252,7 +252,12 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
     directory, pin = tls(PROBE_SITE)
     sites[PROBE_SITE] = _site(PROBE_SITE, sink, pin)
     peers.append(
-        {"site": PROBE_SITE, "tls": str(directory), "providers": [("probe-p000", PROBE_MODEL)]}
+        {
+            "site": PROBE_SITE,
+            "tls": str(directory),
+            "providers": [("probe-p000", PROBE_MODEL)],
+            "probe": True,
+        }
     )
     metrics = _metrics_config(plan, sink_port)
     peers_config = work / "peers.json"

@@ -1,0 +1,138 @@
+"""How gossip bandwidth per node grows with the mesh: the relay factor `grid bench mesh`
+needs to state per-site gossip at 100 sites from a run with a few peers.
+
+Every SWIM node relays every item it receives, each up to `max_transmissions` times, and
+that budget grows with the cluster (4 below 10 nodes, 8 below 100, 12 from 100 to 999:
+docs/swim.md). `grid bench mesh` has the measured site, a probe and a few peers standing
+for the other sites, so its gossip figures are those of a small cluster. This bench runs N
+real SWIM nodes in one process on 127.0.0.1 (encrypted, signed frames, the default timing),
+lets one of them publish items at a steady rate, and reports per node the bytes sent and
+received per second: with no items (membership alone) and with them, so the bytes each
+published item costs every node is measured at each size, and the ratio between sizes is
+the relay factor.
+
+    .venv/bin/python bench/bench_gossip_relay.py [--nodes 6 101] [--rate 20] [--seconds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+
+from grid.membership import SwimConfig, SwimNode
+from grid.runtime.credentials import swim_credentials
+from grid.trust import CertificateAuthority
+
+SIGNALS_PAYLOAD = 65
+"""The median signals item payload (docs/crdt.md)."""
+
+
+def per_node_rates(nodes: list[SwimNode], seconds: float) -> tuple[float, float]:
+    """Median bytes received and sent per second per node over `seconds`."""
+    before = [node.stats() for node in nodes]
+    time.sleep(seconds)
+    after = [node.stats() for node in nodes]
+    received = [
+        (a["bytes_in"] - b["bytes_in"]) / seconds for a, b in zip(after, before, strict=True)
+    ]
+    sent = [(a["bytes_out"] - b["bytes_out"]) / seconds for a, b in zip(after, before, strict=True)]
+    return statistics.median(received), statistics.median(sent)
+
+
+def measure(count: int, rate: float, seconds: float) -> dict[str, float]:
+    now = datetime.now(UTC)
+    ca = CertificateAuthority.generate("bench CA", now=now)
+    key = bytes(range(32))
+    nodes = []
+    for i in range(count):
+        site = f"site-{i:03d}"
+        issued = ca.issue(site, now=now)
+        credentials = swim_credentials(
+            issued.certificate_pem, issued.private_key_pem().decode(), ca.certificate_pem
+        )
+        node = SwimNode(
+            "127.0.0.1:0",
+            site,
+            None,
+            [key],
+            SwimConfig(event_capacity=16),
+            credentials=credentials,
+        )
+        node.start()
+        nodes.append(node)
+    try:
+        for node in nodes[1:]:
+            node.join([nodes[0].address])
+        deadline = time.monotonic() + 120
+        while min(node.stats()["members"] for node in nodes) < count - 1:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{count} nodes did not converge in 120 s")
+            time.sleep(0.5)
+        time.sleep(10)
+        idle_in, idle_out = per_node_rates(nodes, seconds)
+        publisher = nodes[count // 2]
+        stop = time.monotonic() + seconds + 5
+        published = 0
+        started = time.monotonic()
+        before = [node.stats() for node in nodes]
+        while time.monotonic() < stop:
+            publisher.publish(
+                "state", f"signals/p{published % 500:03d}", published + 1, b"s" * SIGNALS_PAYLOAD
+            )
+            published += 1
+            time.sleep(max(0.0, started + published / rate - time.monotonic()))
+        window = time.monotonic() - started
+        after = [node.stats() for node in nodes]
+        busy_in = statistics.median(
+            (a["bytes_in"] - b["bytes_in"]) / window for a, b in zip(after, before, strict=True)
+        )
+        busy_out = statistics.median(
+            (a["bytes_out"] - b["bytes_out"]) / window for a, b in zip(after, before, strict=True)
+        )
+        items_rate = published / window
+        return {
+            "nodes": count,
+            "max_transmissions": nodes[0].stats()["max_transmissions"],
+            "idle_in": idle_in,
+            "idle_out": idle_out,
+            "item_in": (busy_in - idle_in) / items_rate,
+            "item_out": (busy_out - idle_out) / items_rate,
+        }
+    finally:
+        for node in nodes:
+            node.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[6, 101])
+    parser.add_argument("--rate", type=float, default=20.0, help="items published per second")
+    parser.add_argument("--seconds", type=float, default=40.0)
+    args = parser.parse_args()
+    results = [measure(n, args.rate, args.seconds) for n in args.nodes]
+    print(
+        f"{'nodes':>5} {'max tx':>6} {'membership in/out B/s':>22} "
+        f"{'per item in/out B per node':>27}"
+    )
+    for r in results:
+        print(
+            f"{r['nodes']:>5} {r['max_transmissions']:>6} "
+            f"{r['idle_in']:>10,.0f} /{r['idle_out']:>9,.0f} "
+            f"{r['item_in']:>13,.0f} /{r['item_out']:>11,.0f}"
+        )
+    first = results[0]
+    for r in results[1:]:
+        factor_in = r["item_in"] / first["item_in"]
+        factor_out = r["item_out"] / first["item_out"]
+        print(
+            f"relay factor {first['nodes']} -> {r['nodes']} nodes: "
+            f"{factor_in:.2f} (in), {factor_out:.2f} (out)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
