@@ -192,8 +192,8 @@ class Hooks:
         self._wrapped = engine
         original = engine.refresh
 
-        def refresh(now: Any) -> Any:
-            result = original(now)
+        def refresh(now: Any, **options: Any) -> Any:
+            result = original(now, **options)
             overlays = list(engine.overlays.values())
             overlay = overlays[0] if overlays else None
             self.refreshed = {
