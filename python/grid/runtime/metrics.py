@@ -180,6 +180,10 @@ FAMILIES: dict[str, Family] = {
         _counter("grid_swim_syncs_started_total", "Push/pull syncs this node started."),
         _counter("grid_swim_syncs_completed_total", "Push/pull syncs this node completed."),
         _counter("grid_swim_syncs_served_total", "Push/pull syncs this node answered."),
+        _counter(
+            "grid_swim_catch_up_syncs_total",
+            "Syncs started at once for the next part of a peer's store while catching up.",
+        ),
         _counter("grid_swim_sync_chunks_sent_total", "Sync chunks sent."),
         _counter("grid_swim_sync_chunks_received_total", "Sync chunks received."),
         _counter(
@@ -341,6 +345,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "syncs_started": ("grid_swim_syncs_started_total", ()),
     "syncs_done": ("grid_swim_syncs_completed_total", ()),
     "syncs_served": ("grid_swim_syncs_served_total", ()),
+    "catch_up_syncs": ("grid_swim_catch_up_syncs_total", ()),
     "sync_chunks_sent": ("grid_swim_sync_chunks_sent_total", ()),
     "sync_chunks_received": ("grid_swim_sync_chunks_received_total", ()),
     "sync_entries_known": ("grid_swim_sync_entries_known_total", ()),
