@@ -104,7 +104,7 @@ def test_the_text_report_names_the_targets_met_or_missed(tmp_path: Path) -> None
     done = grid(*QUICK[:-4], "--duration", "3s", "--warmup", "0s", "--no-baseline")
     assert done.returncode == 0, done.stderr
     assert "today's design did not run: not asked for (--no-baseline)" in done.stdout
-    lines = done.stdout.split("targets (issue 16", 1)[1].splitlines()[1:6]
+    lines = done.stdout.split("scale targets (100 sites", 1)[1].splitlines()[1:6]
     assert len(lines) == 5, done.stdout
     assert all(line.endswith((" met", " MISSED")) for line in lines), lines
 

@@ -89,8 +89,8 @@ def alias_bomb(depth: int) -> str:
 
 
 def labelled_provider(labels: int) -> str:
-    """A valid InferenceProvider with ``labels`` labels (600,000: 12.4 MB, the issue's
-    8.9 MB file written longhand)."""
+    """A valid InferenceProvider with ``labels`` labels (600,000: 12.4 MB; a
+    file of 8.9 MB written longhand)."""
     lines = "".join(f"    k{i}: v{i}\n" for i in range(labels))
     return (
         f"{API_VERSION_LINE}kind: InferenceProvider\nmetadata:\n  name: big\n  labels:\n{lines}"

@@ -125,7 +125,7 @@ def test_a_plan_reports_every_scenario_under_both_profiles(report: dict[str, Any
     partition = {row["profile"]: row for row in report["partition"]}
     assert partition[GRID]["split_complete"] == 1.0
     assert partition[GRID]["converged"] == 1.0
-    # The targets name sizes this plan does not run: each is unproven, not run.
+    # The targets name sizes this plan does not run: each is unproven, not run.
     targets = report["targets"]
     assert [target["met"] for target in targets] == [None] * 4
     assert all(target["reason"].startswith("not run: no N=") for target in targets)

@@ -1,5 +1,5 @@
 """The ``grid bench mesh`` plot as PNG through matplotlib (the ``plot`` extra): a panel per
-figure, the current design beside today's design, the issue's target as a red line where
+figure, the current design beside today's design, Grid's target as a red line where
 there is one."""
 
 from __future__ import annotations

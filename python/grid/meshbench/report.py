@@ -1,5 +1,5 @@
 """The ``grid bench mesh`` report as text: each figure of the current design beside today's
-design, then the issue's targets as met or MISSED."""
+design, then Grid's scale targets as met or MISSED."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def render(report: dict[str, Any]) -> str:
     )
     if baseline is None:
         lines.append(f"today's design did not run: {base['reason']}")
-    lines += ["", "targets (issue 16: 100 sites x 100 providers, 15 s scrape, per site):"]
+    lines += ["", "scale targets (100 sites x 100 providers, 15 s scrape, per site):"]
     for target in report["targets"]:
         verdict = "met" if target["met"] else "MISSED"
         value = target["value"]

@@ -526,7 +526,7 @@ TARGETS: tuple[tuple[str, str, str, float], ...] = (
 
 
 def verdicts(plan: MeshPlan, current: dict[str, Any]) -> list[dict[str, Any]]:
-    """The issue's targets against the current design's figures. A p99 with a missed
+    """Grid's scale targets against the current design's figures. A p99 with a missed
     change, or none measured, is MISSED."""
     at_size = (plan.sites, plan.providers_per_site, plan.scrape_interval_s) == TARGET_SIZE
     result = []
