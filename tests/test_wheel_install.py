@@ -249,6 +249,35 @@ def test_the_wheel_installs_and_runs_without_rust(tmp_path: Path) -> None:
         timeout=60,
     ).stdout
     assert page == (REPO / "docs" / "scoring.md").read_text(encoding="utf-8")
+    # The booklet's assets and scenario and the live view's page are package data: the
+    # installed copy builds the whole booklet from them.
+    booklet = tmp_path / "booklet"
+    subprocess.run(
+        [tmp_path / "venv" / "bin" / "grid", "booklet", "--out", str(booklet)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert {"index.html", "swim.html", "crdt.html", "scoring.html"} <= {
+        path.name for path in booklet.iterdir()
+    }
+    view = subprocess.run(
+        [
+            python,
+            "-c",
+            "import importlib.resources as r; "
+            "print(all((r.files('grid.view') / n).is_file() "
+            "for n in ('page.html', 'view.css', 'view.js')))",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout.strip()
+    assert view == "True", "the live view's page ships in the wheel"
     print(
         "install from the wheel: "
         + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.seconds.items())
