@@ -10,7 +10,6 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
 from grid.demo.mesh import free_port
 from grid.engine import SiteEngine
 from grid.membership import SwimConfig
+from support.agents import agent_command
 
 LLAMA = "llama-3.1-8b"
 QWEN = "qwen-2.5-72b"
@@ -79,39 +79,10 @@ async def test_a_metric_change_at_one_site_appears_in_another_sites_overlay(
     assert [c["site"] for c in document["overlay"]["candidates"]][-2:] == ["site-b", "site-b"]
 
 
-def _agent_command(mesh: LocalMesh, site: str) -> list[str]:
-    options = mesh.options(site)
-    assert options.key_files[None] and options.tls_dir is not None and options.bind.default
-    return [
-        sys.executable,
-        "-m",
-        "grid.cli",
-        "agent",
-        "--resources",
-        str(options.resources),
-        "--state-dir",
-        str(options.state_dir),
-        "--site",
-        site,
-        "--bind",
-        options.bind.default,
-        "--key-file",
-        str(options.key_files[None][0]),
-        "--tls-dir",
-        str(options.tls_dir),
-        "--egress-listen",
-        str(options.egress_listen),
-        "--probe-interval",
-        "1",
-        "--reload-interval",
-        "1",
-    ]
-
-
 async def test_a_killed_site_leaves_every_survivors_overlay(mesh: LocalMesh) -> None:
     log = mesh.root / "site-c.log"
     with log.open("wb") as output:  # a file, not a pipe that could fill up and stall it
-        victim = subprocess.Popen(_agent_command(mesh, "site-c"), stdout=output, stderr=output)
+        victim = subprocess.Popen(agent_command(mesh, "site-c"), stdout=output, stderr=output)
     try:
         await mesh.start(["site-a", "site-b"])
         everyone = set(mesh.sites)
@@ -166,7 +137,7 @@ async def test_a_second_agent_for_a_running_site_exits_and_the_first_keeps_servi
     assert holder.node is not None
     held_at = holder.node.address
     # A typo'd deployment: site-c's name and certificate once more, on other ports.
-    command = _agent_command(mesh, "site-c")
+    command = agent_command(mesh, "site-c")
     command = _with_option(command, "--bind", f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}")
     command = _with_option(command, "--egress-listen", f"127.0.0.1:{free_port(socket.SOCK_STREAM)}")
     command = _with_option(command, "--state-dir", str(mesh.root / "site-c-again"))

@@ -16,7 +16,6 @@ import asyncio
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from grid.models import GridNetwork, load_resource
 from k8s.cluster import Cluster
 from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
 from k8s.waiting import eventually
+from support.agents import agent_command
 from support.browser import browser, console_errors, save_screenshot, wait_for
 from support.servers import ProviderEndpoint
 from test_operator_support import (
@@ -61,37 +61,6 @@ PAGE_POLL_S = 1.0
 """How often the page asks for /view.json (view.js's POLL_MS)."""
 SCHEDULING_ALLOWANCE_S = 6.0
 """Slack for three agents, Chromium and the test sharing two busy cores."""
-
-
-def _agent_command(mesh: LocalMesh, site: str, http: str) -> list[str]:
-    options = mesh.options(site)
-    assert options.key_files[None] and options.tls_dir is not None and options.bind.default
-    return [
-        sys.executable,
-        "-m",
-        "grid.cli",
-        "agent",
-        "--resources",
-        str(options.resources),
-        "--state-dir",
-        str(options.state_dir),
-        "--site",
-        site,
-        "--bind",
-        options.bind.default,
-        "--key-file",
-        str(options.key_files[None][0]),
-        "--tls-dir",
-        str(options.tls_dir),
-        "--egress-listen",
-        str(options.egress_listen),
-        "--http",
-        http,
-        "--probe-interval",
-        "1",
-        "--reload-interval",
-        "1",
-    ]
 
 
 def _detection_bound(mesh: LocalMesh) -> float:
@@ -138,7 +107,7 @@ class Agents:
             log = self.mesh.root / f"{site}.log"
             with log.open("wb") as output:  # a file: a full pipe would stall the agent
                 self.processes[site] = subprocess.Popen(
-                    _agent_command(self.mesh, site, self.http[site]),
+                    agent_command(self.mesh, site, http=self.http[site]),
                     stdout=output,
                     stderr=output,
                 )
