@@ -30,7 +30,7 @@ import time
 import types
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -119,12 +119,13 @@ def provider(site_name: str, index: int) -> InferenceProvider:
     return resource
 
 
-def build_viewer() -> SiteEngine:
-    """The viewing site's engine after gossip: 100 members, 1,000 candidates."""
-    sites = [site(index) for index in range(PEERS + 1)]
+def build_viewer(peers: int = PEERS) -> SiteEngine:
+    """The viewing site's engine after gossip: ``peers`` members (100 by default),
+    ``PROVIDERS_PER_PEER`` candidates each, every peer alive and trusted."""
+    sites = [site(index) for index in range(peers + 1)]
     viewer = SiteEngine(network(), VIEWER, sites=sites)
     viewer.set_membership_running(True)
-    for index in range(1, PEERS + 1):
+    for index in range(1, peers + 1):
         name = f"site-{index:03d}"
         providers = [provider(name, p) for p in range(PROVIDERS_PER_PEER)]
         peer = SiteEngine(network(), name, sites=sites, providers=providers)
@@ -134,11 +135,12 @@ def build_viewer() -> SiteEngine:
         viewer.member_up(name, f"10.0.{index // 250}.{index % 250}:7946", 1, NOW)
         viewer.observe_probe(name, ProbeResult(True, pin(name), None, 0.004), NOW)
     viewer.refresh(NOW)
-    viewer.refresh(NOW)
+    # Past the render interval: this refresh ranks with every peer trusted.
+    viewer.refresh(NOW + timedelta(seconds=1))
     overlay = viewer.overlays[GATEWAY].overlay
     assert overlay is not None, viewer.overlays[GATEWAY].message
-    assert len(overlay.candidates) == PEERS * PROVIDERS_PER_PEER, len(overlay.candidates)
-    assert len(viewer.trusted_sites) == PEERS
+    assert len(overlay.candidates) == peers * PROVIDERS_PER_PEER, len(overlay.candidates)
+    assert len(viewer.trusted_sites) == peers
     return viewer
 
 

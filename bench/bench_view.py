@@ -37,22 +37,18 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_metrics import NETWORK, NOW, network, pin, provider, site
+from bench_metrics import NETWORK, build_viewer
 from grid.engine import SiteEngine
 from grid.errors import ConfigError
 from grid.runtime.http import Endpoint
-from grid.trust.site import ProbeResult
 from grid.view import LiveView, NetworkSource, NodeInfo
 
-PROVIDERS_PER_PEER = 10
 SIZES = {"100 members, 1,000 candidates": 100, "10 members, 100 candidates": 10}
-VIEWER = "site-000"
 NODE = NodeInfo(True, "10.0.0.1:7946", 1, ("k-1",))
 RENDERED = (
     "const mark = performance.getEntriesByName('grid-view-rendered')[0];"
@@ -61,29 +57,6 @@ RENDERED = (
     "return mark ? [mark.startTime, data ? data.responseEnd : null,"
     "  data ? data.encodedBodySize : null] : null;"
 )
-
-
-def build_viewer(peers: int) -> SiteEngine:
-    """The viewing site's engine after gossip: ``peers`` members, 10 candidates each."""
-    sites = [site(index) for index in range(peers + 1)]
-    viewer = SiteEngine(network(), VIEWER, sites=sites)
-    viewer.set_membership_running(True)
-    for index in range(1, peers + 1):
-        name = f"site-{index:03d}"
-        providers = [provider(name, p) for p in range(PROVIDERS_PER_PEER)]
-        peer = SiteEngine(network(), name, sites=sites, providers=providers)
-        peer.set_membership_running(True)
-        for item in peer.refresh(NOW).items:
-            viewer.receive_item(name, item.lane, item.key, item.version, item.payload, NOW)
-        viewer.member_up(name, f"10.0.{index // 250}.{index % 250}:7946", 1, NOW)
-        viewer.observe_probe(name, ProbeResult(True, pin(name), None, 0.004), NOW)
-    viewer.refresh(NOW)
-    # Past the render interval: this refresh ranks with every peer trusted.
-    viewer.refresh(NOW + timedelta(seconds=1))
-    assert viewer.ranking is not None
-    assert len(viewer.ranking.candidates) == peers * PROVIDERS_PER_PEER
-    assert len(viewer.trusted_sites) == peers
-    return viewer
 
 
 class Loop:
