@@ -13,8 +13,6 @@ import json
 import math
 import random
 import struct
-import subprocess
-import sys
 import threading
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -354,18 +352,6 @@ def test_stable_id_is_fnv1a_of_the_path() -> None:
         path = "/".join(parts).encode()
         assert _native.fnv1a_32(path) == reference(path)
         assert _native.stable_id(*parts) == f"{reference(path):08x}"
-
-
-def test_native_stub_matches_the_module() -> None:
-    """python/grid/_native.pyi declares what the built extension has, with its signatures."""
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy.stubtest", "grid._native"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_score_breakdowns_match_score_breakdown() -> None:
