@@ -26,6 +26,7 @@ from test_operator_support import (
     KEY_SECRET,
     NAMESPACE,
     SITE_TLS_SECRET,
+    JsonObject,
     OperatorUnderTest,
     condition,
     event_reasons,
@@ -191,8 +192,15 @@ async def test_two_operators_form_a_mesh_share_providers_and_survive_a_key_rotat
             reasons = await event_reasons(a.cluster, "site-b")
             assert {"EgressConfigured", "TrustVerified"} <= set(reasons)
             assert op_b.runtime(NETWORK).site == "site-b"
-            network = await wait_phase(a.cluster, GRID_NETWORKS, NETWORK, "Active")
-            assert network["connectedSites"] == 1
+
+            # The peer's status and the network's are written one after the other in a pass:
+            # the network's may not be written yet when the peer reads Active.
+            async def connected() -> JsonObject | None:
+                status = await status_of(a.cluster, GRID_NETWORKS, NETWORK)
+                ready = status.get("phase") == "Active" and status.get("connectedSites") == 1
+                return status if ready else None
+
+            network = await eventually(connected, what="the network Active with its peer")
             assert condition(network, "SeedsReachable")["status"] == "True"
             # One mesh, one grid id, whichever site generated it.
             assert (
