@@ -51,8 +51,9 @@ class SwimConfig:
     ``suspicionTimeout`` and ``gossipNodes`` (docs/swim.md maps them onto foca).
 
     ``push_pull_interval`` is the base period of full-state syncs (it grows with the cluster
-    above 32 nodes); ``event_capacity`` bounds the events kept for a slow reader (more are
-    dropped and counted).
+    above 32 nodes); ``event_capacity`` bounds the membership events kept for a slow reader
+    (more are dropped and counted); items are never dropped: one still waiting is replaced
+    by its newer version.
     """
 
     probe_interval: float = 5.0
@@ -159,8 +160,9 @@ class MemberEvent:
 
 @dataclass(frozen=True)
 class ItemEvent:
-    """A new version of an item from a peer, delivered once per (origin, lane, key,
-    version)."""
+    """A new version of an item from a peer, delivered at most once per (origin, lane, key,
+    version): a version still waiting for the reader when a newer one arrives is replaced
+    by it."""
 
     origin: str
     lane: Lane
@@ -401,7 +403,7 @@ class SwimNode:
         dropped frame or message (``too_long``, ``auth_failed``, ``replayed``, ``stale``,
         ``misdirected``, ``unknown_sender``, ``bad_signature``, ``untrusted_certificate``...),
         ``items_bad_signature``, ``name_conflicts``, ``foca_error_<kind>``,
-        ``private_key_drops``, ``events_dropped``, ``members``, ``broadcast_backlog``,
+        ``private_key_drops``, ``events_dropped``, ``items_coalesced``, ``members``, ``broadcast_backlog``,
         ``syncs_done`` and more."""
         return self._node.stats()
 

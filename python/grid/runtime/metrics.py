@@ -199,7 +199,11 @@ FAMILIES: dict[str, Family] = {
         ),
         _counter(
             "grid_swim_events_dropped_total",
-            "Node events dropped because the shell read them too slowly.",
+            "Membership events dropped because the shell read them too slowly.",
+        ),
+        _counter(
+            "grid_swim_items_coalesced_total",
+            "Item versions replaced by a newer one while waiting for the shell.",
         ),
         _counter(
             "grid_swim_protocol_errors_total",
@@ -354,6 +358,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "hellos_received": ("grid_swim_hellos_received_total", ()),
     "answers_withheld": ("grid_swim_answers_withheld_total", ()),
     "events_dropped": ("grid_swim_events_dropped_total", ()),
+    "items_coalesced": ("grid_swim_items_coalesced_total", ()),
     "broadcast_backlog": ("grid_swim_broadcast_backlog", ()),
     "updates_backlog": ("grid_swim_membership_backlog", ()),
     "items_stored": ("grid_swim_stored_items", ()),

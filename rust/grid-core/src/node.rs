@@ -5,11 +5,13 @@
 //! `poll(2)` on the socket and a wake-up eventfd until the next timer deadline, opens every
 //! frame with the shared keyring (frames that fail are counted by reason and never reach
 //! foca), seals every outgoing message, and publishes what callers may read — a member
-//! snapshot, counters, and events on a bounded queue — without ever blocking on them.
+//! snapshot, counters, and events on a queue ([`EventQueue`]: membership events bounded,
+//! items coalesced by name) — without ever blocking on them.
 //! Callers talk to it with commands; a call that needs an answer (publish, leave) waits on
 //! a reply channel, which the Python binding does with the GIL released.
 
-use std::collections::VecDeque;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -27,7 +29,7 @@ use crate::config::{ConfigError, SwimConfig};
 use crate::driver::{Driver, DriverStats, Event, MemberView, Transmit};
 use crate::frame::{DropReason, Keyring, KeyringError, MAX_FRAME_LEN};
 use crate::identity::{validate_site, Interner, NodeId, SiteNameError};
-use crate::lanes::{Lane, PublishError};
+use crate::lanes::{Item, Lane, PublishError};
 use crate::wire::{MAX_MESSAGE_LEN, MAX_UNSEALED_LEN};
 
 /// Datagrams read per wake-up before timers get their turn, so a flood cannot starve them.
@@ -49,7 +51,8 @@ pub struct NodeSettings {
     /// Defaults to wall-clock milliseconds, so a restart wins over the previous life.
     pub generation: Option<u64>,
     pub swim: SwimConfig,
-    /// Events kept for a slow reader; more are dropped and counted.
+    /// Membership events kept for a slow reader; more are dropped and counted. Items are
+    /// never dropped (see [`EventQueue`]).
     pub event_capacity: usize,
     /// Item names the node remembers (1 to [`crate::driver::MAX_ITEM_CAPACITY`]).
     pub item_capacity: usize,
@@ -132,6 +135,9 @@ pub struct NodeStats {
     pub frames: FrameCounters,
     pub driver: DriverStats,
     pub events_dropped: u64,
+    /// Item versions a slow reader never saw because a newer version of the same item
+    /// replaced them while they waited.
+    pub items_coalesced: u64,
 }
 
 const PHASE_CREATED: u8 = 0;
@@ -160,10 +166,81 @@ enum Command {
     Stop(SyncSender<()>),
 }
 
+/// `(origin, lane, key)`: what a newer version of an item replaces.
+type ItemSlot = (Arc<str>, Lane, Arc<str>);
+
+enum Queued {
+    Event(Event),
+    Item(ItemSlot),
+}
+
+/// Events waiting for the host, in the order they happened.
+///
+/// Membership events are kept up to a capacity; more are dropped and counted (the member
+/// snapshot still tells the truth). Items are never dropped: an item still waiting when a
+/// newer version of it arrives is replaced where it waits, so a host that falls behind is
+/// handed the latest version of every item, each once, at most one per name (the item
+/// store bounds the names), and sooner than if it had to read every version in between.
 struct EventQueue {
-    events: VecDeque<Event>,
+    order: VecDeque<Queued>,
+    items: HashMap<ItemSlot, Item>,
+    events: usize,
     capacity: usize,
     dropped: u64,
+    coalesced: u64,
+}
+
+impl EventQueue {
+    fn new(capacity: usize) -> EventQueue {
+        EventQueue {
+            order: VecDeque::new(),
+            items: HashMap::new(),
+            events: 0,
+            capacity,
+            dropped: 0,
+            coalesced: 0,
+        }
+    }
+
+    fn push(&mut self, event: Event) {
+        match event {
+            Event::Item(item) => {
+                let slot = (item.origin.clone(), item.lane, item.key.clone());
+                match self.items.entry(slot) {
+                    Entry::Occupied(mut waiting) => {
+                        // The driver hands over each name's versions in increasing order.
+                        if item.version > waiting.get().version {
+                            waiting.insert(item);
+                        }
+                        self.coalesced += 1;
+                    }
+                    Entry::Vacant(free) => {
+                        self.order.push_back(Queued::Item(free.key().clone()));
+                        free.insert(item);
+                    }
+                }
+            }
+            other if self.events < self.capacity => {
+                self.events += 1;
+                self.order.push_back(Queued::Event(other));
+            }
+            _ => self.dropped += 1,
+        }
+    }
+
+    fn pop(&mut self) -> Option<Event> {
+        Some(match self.order.pop_front()? {
+            Queued::Event(event) => {
+                self.events -= 1;
+                event
+            }
+            Queued::Item(slot) => Event::Item(
+                self.items
+                    .remove(&slot)
+                    .expect("a queued name holds its item"),
+            ),
+        })
+    }
 }
 
 struct Shared {
@@ -316,11 +393,7 @@ impl Node {
         let (commands, receiver) = mpsc::channel();
         let shared = Arc::new(Shared {
             keyring: RwLock::new(keyring),
-            events: Mutex::new(EventQueue {
-                events: VecDeque::new(),
-                capacity: settings.event_capacity,
-                dropped: 0,
-            }),
+            events: Mutex::new(EventQueue::new(settings.event_capacity)),
             events_ready: Condvar::new(),
             event_fd: EventFd::new().map_err(NodeError::Io)?,
             waker: EventFd::new().map_err(NodeError::Io)?,
@@ -494,7 +567,9 @@ impl Node {
 
     pub fn stats(&self) -> NodeStats {
         let mut stats = *relock(&self.shared.stats);
-        stats.events_dropped = relock(&self.shared.events).dropped;
+        let queue = relock(&self.shared.events);
+        stats.events_dropped = queue.dropped;
+        stats.items_coalesced = queue.coalesced;
         stats
     }
 
@@ -504,7 +579,7 @@ impl Node {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut queue = relock(&self.shared.events);
         loop {
-            if let Some(event) = queue.events.pop_front() {
+            if let Some(event) = queue.pop() {
                 return Some(event);
             }
             if self.shared.phase.load(Ordering::Acquire) == PHASE_STOPPED {
@@ -531,8 +606,7 @@ impl Node {
     /// Takes up to `max` queued events without waiting.
     pub fn poll_events(&self, max: usize) -> Vec<Event> {
         let mut queue = relock(&self.shared.events);
-        let n = max.min(queue.events.len());
-        queue.events.drain(..n).collect()
+        std::iter::from_fn(|| queue.pop()).take(max).collect()
     }
 
     /// Readable while events may be queued (and once the node stops); for event loops.
@@ -741,11 +815,7 @@ fn publish_events(driver: &mut Driver, shared: &Shared) {
     }
     let mut queue = relock(&shared.events);
     for event in events {
-        if queue.events.len() < queue.capacity {
-            queue.events.push_back(event);
-        } else {
-            queue.dropped += 1;
-        }
+        queue.push(event);
     }
     drop(queue);
     shared.events_ready.notify_all();
@@ -845,5 +915,67 @@ impl Drop for EventFd {
         unsafe {
             libc::close(self.0);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::NodeId;
+
+    fn item(key: &str, version: u64) -> Event {
+        Event::Item(Item {
+            origin: Arc::from("site-b"),
+            lane: Lane::State,
+            key: Arc::from(key),
+            version,
+            payload: Arc::from(version.to_be_bytes().as_slice()),
+        })
+    }
+
+    fn member(port: u16) -> Event {
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        Event::MemberUp(NodeId::new(Arc::from("site-c"), addr, 1))
+    }
+
+    fn taken(queue: &mut EventQueue) -> Vec<String> {
+        std::iter::from_fn(|| queue.pop())
+            .map(|event| match event {
+                Event::Item(item) => format!("{}@{}", item.key, item.version),
+                Event::MemberUp(id) => format!("up:{}", id.socket_addr().port()),
+                _ => unreachable!(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_waiting_item_is_replaced_in_place_and_membership_events_are_bounded() {
+        let mut queue = EventQueue::new(2);
+        for event in [
+            item("a", 1),
+            member(1),
+            item("b", 1),
+            item("a", 2),
+            member(2),
+            member(3),
+            item("a", 3),
+        ] {
+            queue.push(event);
+        }
+        assert_eq!((queue.dropped, queue.coalesced), (1, 2));
+        assert_eq!(taken(&mut queue), ["a@3", "up:1", "b@1", "up:2"]);
+        // Once taken, a name waits again at the back, and places free up.
+        queue.push(item("a", 4));
+        queue.push(member(4));
+        assert_eq!(taken(&mut queue), ["a@4", "up:4"]);
+        assert!(queue.items.is_empty() && queue.events == 0);
+    }
+
+    #[test]
+    fn an_older_version_never_replaces_a_newer_one() {
+        let mut queue = EventQueue::new(1);
+        queue.push(item("a", 5));
+        queue.push(item("a", 4));
+        assert_eq!(taken(&mut queue), ["a@5"]);
     }
 }

@@ -336,6 +336,7 @@ impl SwimNode {
             ("hellos_received", d.session.hellos_received),
             ("answers_withheld", d.session.answers_withheld),
             ("events_dropped", stats.events_dropped),
+            ("items_coalesced", stats.items_coalesced),
             ("members", d.members as u64),
             ("broadcast_backlog", d.broadcast_backlog as u64),
             ("updates_backlog", d.updates_backlog as u64),
