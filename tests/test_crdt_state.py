@@ -757,3 +757,34 @@ def test_model_entries_keep_their_capabilities_and_context_windows() -> None:
     deliver_all(b, a)
     entry = b.provider("site-a", "llama")
     assert entry is not None and entry.record.models == (ModelEntry("gpt-4o", ("chat",), 128_000),)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_a_sites_stamp_moves_whenever_its_providers_read_differently(seed: int) -> None:
+    """What readers cache a peer's providers by (the engine's candidates): a stamp that
+    stayed the same must mean the same providers."""
+    rng = random.Random(seed)
+    a, b = GridState("site-a"), GridState("site-b")
+    sent: list[Item] = []
+    held = (b.providers_stamp("site-a"), b.providers("site-a"))
+    clock = NOW
+    for _ in range(40):
+        clock += 1
+        action = rng.choice(("put", "put", "remove", "deliver", "deliver", "deliver", "forget"))
+        name = rng.choice(("llama", "qwen", "mistral"))
+        if action == "put":
+            load = ProviderMetrics.from_measurements(healthy=True, queue_depth=rng.randint(0, 50))
+            a.put_provider(sample_record(name, metrics=load), clock)
+            sent += a.items_to_publish()
+        elif action == "remove":
+            a.remove_provider(name, clock)
+            sent += a.items_to_publish()
+        elif action == "deliver" and sent:
+            deliver(b, "site-a", sent.pop(rng.randrange(len(sent))), now=clock)
+        elif action == "forget":
+            b.forget_site("site-a")
+        now_held = (b.providers_stamp("site-a"), b.providers("site-a"))
+        if now_held[1] != held[1]:
+            assert now_held[0] != held[0]
+        held = now_held

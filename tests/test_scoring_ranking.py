@@ -31,6 +31,7 @@ from grid.scoring.ranking import (
     LeftOutReason,
     OrderPart,
     Ranking,
+    ScoringMemo,
     decided_by,
     order_key,
     rank_candidates,
@@ -637,3 +638,24 @@ def test_order_is_total_and_independent_of_input_order(
         if upper.admission is lower.admission:  # self-hosted before external
             assert (upper.group, lower.group) != (BackendGroup.EXTERNAL, BackendGroup.SELF_HOSTED)
         assert decided_by(upper, lower) is why_above(upper, lower)[0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(candidate_sets(), candidate_sets(), st.randoms(use_true_random=False))
+def test_a_memo_kept_across_passes_never_changes_a_ranking(
+    first: list[CandidateInput], replacements: list[CandidateInput], rng: random.Random
+) -> None:
+    """Passes that keep some candidate objects, replace others (same key, new values) and
+    change the consumer or the weights rank with a memo exactly as without one."""
+    memo = ScoringMemo()
+    heavy_queue = ScoringConfig.model_validate({"weights": {"queueDepth": 0.9}})
+    west = ConsumingSite("west", Geography("us-west", None), {"tier": "edge"})
+    current = first
+    for consumer, config in ((CONSUMER, CONFIG), (CONSUMER, CONFIG), (west, heavy_queue)):
+        with_memo = rank(*current, consumer=consumer, config=config, memo=memo, now=NOW)
+        without = rank(*current, consumer=consumer, config=config, now=NOW)
+        assert summary(with_memo) == summary(without)
+        assert [e.signals for e in with_memo.candidates] == [e.signals for e in without.candidates]
+        changed = {c.provider: c for c in replacements if rng.random() < 0.5}
+        current = [changed.get(c.provider, c) for c in current]
+    assert len(memo) <= len(current)

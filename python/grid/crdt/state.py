@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -55,6 +56,10 @@ MAX_PROVIDERS_PER_SITE = 4096
 """Most provider catalogues (tombstones included), and as many signals registers, held per
 site."""
 
+_STAMPS = itertools.count(1)
+"""Stamps of sites' provider sets, unique in the process: a site dropped and heard from
+again never gets back a stamp a reader may still hold."""
+
 
 @dataclass(frozen=True, slots=True)
 class ProviderEntry:
@@ -78,6 +83,8 @@ class _SiteRecords:
     signals_received_at: dict[str, float] = field(default_factory=dict)
     entries: dict[str, ProviderEntry | None] = field(default_factory=dict)
     """Providers as last read, dropped on every change of their catalogue or signals."""
+    stamp: int = field(default_factory=lambda: next(_STAMPS))
+    """Renewed on every change of any of the site's providers, never reused."""
     gateway: LWWRegister[GatewayRecord] | None = None
     metadata: LWWRegister[SiteMetadata] | None = None
     cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
@@ -234,7 +241,7 @@ class GridState:
             own.signals[name] = signals[0]
             own.signals_received_at[name] = now
             self._publish(signals[1])
-        own.entries.pop(name, None)
+        _provider_changed(own, name)
 
     def own_provider_names(self) -> tuple[str, ...]:
         """This site's live providers, including any recovered from an earlier life, so a
@@ -382,7 +389,7 @@ class GridState:
                 return False
             records.providers[fragment.name] = merged
             records.received_at[fragment.name] = now
-            records.entries.pop(fragment.name, None)
+            _provider_changed(records, fragment.name)
             return True
         if isinstance(fragment, SignalsState):
             return _merge_signals(records, origin, fragment, now)
@@ -421,7 +428,7 @@ class GridState:
                 self._dirty.add(key)
             own.providers[fragment.name] = merged
             own.received_at[fragment.name] = now
-            own.entries.pop(fragment.name, None)
+            _provider_changed(own, fragment.name)
         elif not self._merge(own, self._site, fragment, now):
             return False
         if isinstance(fragment, SpendSlot):
@@ -446,6 +453,12 @@ class GridState:
             if records is not None:
                 entries.extend(_entries(name, records))
         return tuple(entries)
+
+    def providers_stamp(self, site: str) -> int | None:
+        """A number that changes whenever :meth:`providers` of ``site`` may read
+        differently (None for a site with no records): what a reader caches by."""
+        records = self._sites.get(site)
+        return None if records is None else records.stamp
 
     def provider(self, site: str, name: str) -> ProviderEntry | None:
         """One live provider whose catalogue and signals are both held, or None."""
@@ -553,7 +566,7 @@ class GridState:
                 records.received_at.pop(name, None)
                 records.signals.pop(name, None)
                 records.signals_received_at.pop(name, None)
-                records.entries.pop(name, None)
+                _provider_changed(records, name)
                 if site == self._site:
                     for key in ((STATE_LANE, provider_key(name)), (STATE_LANE, signals_key(name))):
                         self._own_items.pop(key, None)
@@ -602,7 +615,7 @@ def _merge_signals(records: _SiteRecords, site: str, incoming: SignalsState, now
         return False
     records.signals[name] = incoming
     records.signals_received_at[name] = now
-    records.entries.pop(name, None)
+    _provider_changed(records, name)
     return True
 
 
@@ -637,6 +650,11 @@ def _assembled_or_none(chunks: dict[int, LWWRegister[CertChunk]]) -> str | None:
         return assemble_cert(chunks)
     except CrdtValueError:
         return None
+
+
+def _provider_changed(records: _SiteRecords, name: str) -> None:
+    records.entries.pop(name, None)
+    records.stamp = next(_STAMPS)
 
 
 def _entry(site: str, name: str, records: _SiteRecords) -> ProviderEntry | None:

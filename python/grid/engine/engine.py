@@ -16,6 +16,7 @@ for the next one.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -29,10 +30,9 @@ from grid.crdt.snapshot import GATEWAY_LANE, Item
 from grid.crdt.state import GridState
 from grid.engine.candidates import (
     LocalView,
+    RemoteCandidates,
     RemoteSite,
-    SelectorCache,
     local_candidates,
-    remote_candidates,
 )
 from grid.engine.records import (
     gateway_record,
@@ -103,7 +103,7 @@ from grid.render.overlay import (
 from grid.render.whatif import REMOTE_CLUSTER_PREFIX
 from grid.scoring.admission import AdmissionMemory
 from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography
-from grid.scoring.ranking import CandidateKey, Ranking, rank_candidates
+from grid.scoring.ranking import CandidateKey, Ranking, ScoringMemo, rank_candidates
 from grid.trust.pem import check_public_cert_pem
 from grid.trust.site import ProbeResult
 
@@ -273,7 +273,8 @@ class SiteEngine:
         self._not_offered: tuple[tuple[str, str], ...] = ()
         self._cert_pem: str | None = None
         self._advertised: dict[str, _AdvertisedCert] = {}
-        self._selectors = SelectorCache()
+        self._remote_candidates = RemoteCandidates()
+        self._scoring_memo = ScoringMemo()
         self._config_error: str | None = None
         self._records_error: str | None = None
         self._membership_running = False
@@ -974,9 +975,13 @@ class SiteEngine:
         endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
         credentials = what_if.plan.credentials
         not_offered = list(what_if.not_offered)
-        for remote in self._remote_sites():
-            offered, refused = remote_candidates(
-                remote, self._state.providers(remote.name), self._selectors
+        remotes = self._remote_sites()
+        self._remote_candidates.keep_only(remote.name for remote in remotes)
+        for remote in remotes:
+            offered, refused = self._remote_candidates.of(
+                remote,
+                self._state.providers_stamp(remote.name),
+                functools.partial(self._state.providers, remote.name),
             )
             not_offered += refused
             if offered and endpoints.setdefault(remote.cluster, remote.endpoint) != (
@@ -994,6 +999,7 @@ class SiteEngine:
                 now,
                 stale_after_seconds=self._network.spec.stale_candidate_ttl_seconds,
                 admission_memory=self._admission,
+                memo=self._scoring_memo,
             )
         except ScoringInputError as error:
             self._refuse_all(gateways, f"the candidates cannot be ranked: {error}")

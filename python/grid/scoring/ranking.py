@@ -169,6 +169,36 @@ class Ranking:
     """What stabilized admission must be given next time (empty in the plain mode)."""
 
 
+_Scored = tuple[CandidateInput, AdmissionState, SignalValues, float, LocalityTier]
+"""What one candidate's own values decide for one consumer and configuration: its plain
+admission, signals, score and tier (the candidate is held so its id stays its own)."""
+
+_NO_MEMO: Mapping[int, _Scored] = MappingProxyType({})
+
+
+class ScoringMemo:
+    """The per-candidate part of a ranking pass, kept for the next one: a candidate object
+    seen again (its inputs are immutable) is not scored again while the consumer and the
+    scoring configuration stay the same. Holds the candidates of the latest pass only."""
+
+    def __init__(self) -> None:
+        self._basis: tuple[ConsumingSite, ScoringConfig] | None = None
+        self._scored: dict[int, _Scored] = {}
+
+    def start(self, consumer: ConsumingSite, config: ScoringConfig) -> Mapping[int, _Scored]:
+        """What earlier passes scored, if they scored for this consumer and configuration."""
+        basis = (consumer, config)
+        if self._basis != basis:
+            self._basis, self._scored = basis, {}
+        return self._scored
+
+    def keep(self, scored: dict[int, _Scored]) -> None:
+        self._scored = scored
+
+    def __len__(self) -> int:
+        return len(self._scored)
+
+
 def order_key(
     ranked: RankedCandidate,
 ) -> tuple[int, int, int, float, bool, float, tuple[str, str, str, str]]:
@@ -238,6 +268,7 @@ def rank_candidates(
     *,
     stale_after_seconds: float | None = None,
     admission_memory: Mapping[CandidateKey, AdmissionMemory] | None = None,
+    memo: ScoringMemo | None = None,
 ) -> Ranking:
     """Filter, score, admit and order ``candidates`` for ``consumer`` at ``now``.
 
@@ -248,7 +279,8 @@ def rank_candidates(
     candidate whose (model, site, cluster) an earlier one already took.
 
     ``admission_memory`` is the previous pass's :attr:`Ranking.admission_memory`; it is used
-    only when the network enables stabilized admission.
+    only when the network enables stabilized admission. ``memo``, kept by the caller from
+    one pass to the next, saves scoring again the candidate objects it already scored.
     """
     if now.utcoffset() is None:
         raise ScoringInputError("now must carry a time zone")
@@ -274,6 +306,8 @@ def rank_candidates(
         for admission, groups in by_group.items()
     }
     left_out: list[LeftOut] = []
+    scored = _NO_MEMO if memo is None else memo.start(consumer, config)
+    kept_scores: dict[int, _Scored] = {}
 
     for candidate in candidates:
         key = candidate.key
@@ -321,6 +355,22 @@ def rank_candidates(
                 )
                 continue
 
+        known = scored.get(id(candidate))
+        if known is None or known[0] is not candidate:
+            metrics = candidate.metrics
+            queue_depth = metrics.queue_depth
+            queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
+            signals = read_signals(candidate)
+            known = (
+                candidate,
+                load_admission(
+                    queue_utilization, metrics.kv_cache_utilization, candidate.healthy, thresholds
+                ),
+                signals,
+                blend(signals),
+                locality_tier(candidate, consumer),
+            )
+        kept_scores[id(candidate)] = known
         if stabilized:
             remembered = stabilized_admission(
                 previous_memory.get(key), LoadObservation.of(candidate, scales), thresholds, now
@@ -328,12 +378,7 @@ def rank_candidates(
             memory[key] = remembered
             admission = remembered.state
         else:
-            metrics = candidate.metrics
-            queue_depth = metrics.queue_depth
-            queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
-            admission = load_admission(
-                queue_utilization, metrics.kv_cache_utilization, candidate.healthy, thresholds
-            )
+            admission = known[1]
         if admission is AdmissionState.EXCLUDED:
             if candidate.healthy is False:
                 left_out.append(LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing"))
@@ -347,9 +392,7 @@ def rank_candidates(
                 )
             continue
 
-        signals = read_signals(candidate)
-        score = blend(signals)
-        tier = locality_tier(candidate, consumer)
+        _, _, signals, score, tier = known
         fresh = not (candidate.degraded or stale)
         # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__ is a
         # Python function that costs three times as much, once per candidate.
@@ -376,6 +419,8 @@ def rank_candidates(
                 )
             )
     left_out.sort(key=_CANDIDATE_KEY)
+    if memo is not None:
+        memo.keep(kept_scores)
     return Ranking(
         consumer=consumer,
         candidates=tuple(kept),
