@@ -788,3 +788,4 @@ def test_a_sites_stamp_moves_whenever_its_providers_read_differently(seed: int) 
         if now_held[1] != held[1]:
             assert now_held[0] != held[0]
         held = now_held
+        assert b.provider_names() == {entry.record.name for entry in b.providers()}

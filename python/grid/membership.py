@@ -403,8 +403,8 @@ class SwimNode:
         dropped frame or message (``too_long``, ``auth_failed``, ``replayed``, ``stale``,
         ``misdirected``, ``unknown_sender``, ``bad_signature``, ``untrusted_certificate``...),
         ``items_bad_signature``, ``name_conflicts``, ``foca_error_<kind>``,
-        ``private_key_drops``, ``events_dropped``, ``items_coalesced``, ``members``, ``broadcast_backlog``,
-        ``syncs_done`` and more."""
+        ``private_key_drops``, ``events_dropped``, ``items_coalesced``, ``members``,
+        ``broadcast_backlog``, ``syncs_done`` and more."""
         return self._node.stats()
 
     def install_key(self, key: bytes) -> str:

@@ -80,6 +80,12 @@ class OutputWriter:
         ``force``), else at most once per status interval (probe and check times change
         constantly)."""
         path = self._state_dir / "status" / kind / f"{name}.json"
+        phase = str(status.phase)
+        previous = self._statuses.get(path)
+        recent = previous is not None and now - previous.at < self._status_interval_s
+        if previous is not None and previous.phase == phase and recent and not force:
+            # Decided before encoding: a site's refresh passes come several times a second.
+            return False
         document: dict[str, Any] = {
             "apiVersion": API_VERSION,
             "kind": kind,
@@ -87,14 +93,8 @@ class OutputWriter:
             "status": status.model_dump(mode="json", by_alias=True, exclude_none=True),
         }
         text = json.dumps(document, indent=2, sort_keys=True) + "\n"
-        phase = str(status.phase)
-        previous = self._statuses.get(path)
-        if previous is not None:
-            if previous.text == text:
-                return False
-            recent = now - previous.at < self._status_interval_s
-            if previous.phase == phase and recent and not force:
-                return False
+        if previous is not None and previous.text == text:
+            return False
         if not self._write(path, text.encode()):
             return False
         self._statuses[path] = _Written(text, phase, now)

@@ -85,6 +85,8 @@ class _SiteRecords:
     """Providers as last read, dropped on every change of their catalogue or signals."""
     stamp: int = field(default_factory=lambda: next(_STAMPS))
     """Renewed on every change of any of the site's providers, never reused."""
+    names: tuple[int, frozenset[str]] | None = None
+    """The live providers' names as of a stamp."""
     gateway: LWWRegister[GatewayRecord] | None = None
     metadata: LWWRegister[SiteMetadata] | None = None
     cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
@@ -453,6 +455,17 @@ class GridState:
             if records is not None:
                 entries.extend(_entries(name, records))
         return tuple(entries)
+
+    def provider_names(self) -> set[str]:
+        """The names of the live providers of every site (those :meth:`providers` reads);
+        each site's set is kept until its providers change."""
+        names: set[str] = set()
+        for site, records in self._sites.items():
+            if records.names is None or records.names[0] != records.stamp:
+                live = frozenset(entry.record.name for entry in _entries(site, records))
+                records.names = (records.stamp, live)
+            names |= records.names[1]
+        return names
 
     def providers_stamp(self, site: str) -> int | None:
         """A number that changes whenever :meth:`providers` of ``site`` may read

@@ -1123,7 +1123,7 @@ class SiteEngine:
         current = network.model_copy(update={"status": self._network_status})
         outcome = evaluate_network(current, observation, now)
         self._record_events(_NETWORK, network.metadata.name, outcome.events, now)
-        providers = {entry.record.name for entry in self._state.providers()}
+        providers = self._state.provider_names()
         self._network_status = GridNetworkStatus(
             phase=outcome.phase,
             phase_transition_time=outcome.phase_transition_time,

@@ -139,6 +139,19 @@ class Counters:
         }
 
 
+def _inactive_sites(engine: SiteEngine) -> dict[str, str]:
+    """Each GridSite not Active, with its phase and the first condition that is not True."""
+    inactive = {}
+    for (kind, name), status in engine.statuses().items():
+        phase = getattr(status, "phase", None)
+        if kind != "GridSite" or phase is None or phase.value == "Active":
+            continue
+        failing = [c for c in status.conditions if c.status != "True"]
+        why = f": {failing[0].type} {failing[0].reason} {failing[0].message}" if failing else ""
+        inactive[name] = f"{phase.value}{why}"
+    return inactive
+
+
 async def measure(config: dict[str, Any]) -> dict[str, Any]:
     logging.getLogger("grid.agent").setLevel(logging.ERROR)
     options = AgentOptions(
@@ -174,7 +187,8 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
             return {
                 "error": f"only {counters.candidates()} of {expected} candidates ranked "
                 f"(by site: {dict(sorted(per_site.items()))}; SWIM: {swim}; "
-                f"items refused: {refused or 'none'}; not offered: {reasons or 'none'})"
+                f"items refused: {refused or 'none'}; not offered: {reasons or 'none'}; "
+                f"sites not active: {_inactive_sites(engine) or 'none'})"
             }
         emit("converging", candidates=counters.candidates(), expected=expected)
         await asyncio.sleep(_SAMPLE_S)

@@ -108,7 +108,11 @@ class Peer:
 def resources(config: dict[str, Any], peer: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
     """The GridNetwork, this peer's GridSite and its providers, as the site would hold
     them."""
-    network = load_resource(config["network"])
+    # A peer renders no overlay: only what it publishes is load on the measured site, and
+    # ranking thousands of providers several times a scrape would take the machine's CPU
+    # from the site being measured.
+    spec = {**config["network"]["spec"], "gatewayRefs": []}
+    network = load_resource({**config["network"], "spec": spec})
     site = load_resource(config["sites"][peer["site"]])
     providers = [
         load_resource(_provider(config, peer["site"], name, model))

@@ -116,9 +116,10 @@ class LeftOutReason(StrEnum):
     """Past the overlay's candidate limit."""
 
 
-@dataclass(frozen=True, slots=True)
-class LeftOut:
-    """A candidate that is not offered to the gateway, and why."""
+class LeftOut(NamedTuple):
+    """A candidate that is not offered to the gateway, and why. A named tuple for the same
+    reason as :class:`RankedCandidate`: most of a large mesh's candidates share a route
+    with a better one and are left out on every pass."""
 
     candidate: CandidateInput
     reason: LeftOutReason
@@ -411,12 +412,9 @@ def rank_candidates(
             routes[route] = entry
             kept.append(entry)
         else:
+            detail = f"provider {winner.candidate.provider!r} ranks higher on the same route"
             left_out.append(
-                LeftOut(
-                    candidate,
-                    LeftOutReason.DUPLICATE_ROUTE,
-                    f"provider {winner.candidate.provider!r} ranks higher on the same route",
-                )
+                tuple.__new__(LeftOut, (candidate, LeftOutReason.DUPLICATE_ROUTE, detail))
             )
     left_out.sort(key=_CANDIDATE_KEY)
     if memo is not None:
