@@ -184,6 +184,10 @@ FAMILIES: dict[str, Family] = {
             "grid_swim_catch_up_syncs_total",
             "Syncs started at once for the next part of a peer's store while catching up.",
         ),
+        _counter(
+            "grid_swim_syncs_incomplete_total",
+            "Answers to this node's syncs that did not arrive whole in time (asked again).",
+        ),
         _counter("grid_swim_sync_chunks_sent_total", "Sync chunks sent."),
         _counter("grid_swim_sync_chunks_received_total", "Sync chunks received."),
         _counter(
@@ -350,6 +354,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "syncs_done": ("grid_swim_syncs_completed_total", ()),
     "syncs_served": ("grid_swim_syncs_served_total", ()),
     "catch_up_syncs": ("grid_swim_catch_up_syncs_total", ()),
+    "syncs_incomplete": ("grid_swim_syncs_incomplete_total", ()),
     "sync_chunks_sent": ("grid_swim_sync_chunks_sent_total", ()),
     "sync_chunks_received": ("grid_swim_sync_chunks_received_total", ()),
     "sync_entries_known": ("grid_swim_sync_entries_known_total", ()),

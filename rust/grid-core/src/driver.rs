@@ -73,6 +73,10 @@ const MAX_MEMBER_CHUNKS: usize = MAX_SYNC_CHUNKS / 2;
 /// asks for the next part of a peer's store this long after each answer, instead of
 /// waiting for the next push/pull.
 pub const CATCH_UP_PAUSE: Duration = Duration::from_secs(1);
+/// How long the answer to a sync may take to arrive whole (its chunks leave in one burst).
+/// The walk never moves past a chunk still missing then: the next sync resumes after the
+/// chunks received from the first without a gap.
+pub const SYNC_ANSWER_WAIT: Duration = Duration::from_secs(2);
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
 /// What screening does with one gossiped member entry.
@@ -210,6 +214,9 @@ pub struct DriverStats {
     pub syncs_completed: u64,
     /// Syncs started at once for the next part of a peer's store while catching up.
     pub catch_up_syncs: u64,
+    /// Answers to this node's syncs that did not arrive whole in [`SYNC_ANSWER_WAIT`]: the
+    /// walk resumed after the chunks received without a gap.
+    pub syncs_incomplete: u64,
     pub sync_chunks_sent: u64,
     pub sync_chunks_received: u64,
     pub leave_notices: u64,
@@ -386,6 +393,8 @@ pub struct Driver {
     pull_resume: Option<ItemName>,
     /// The sync whose answer moves `pull_resume`: the last one this node started.
     pull_sync: Option<u32>,
+    /// The chunks of that answer received so far: the walk moves on once all are in.
+    pull_answer: Option<PullAnswer>,
     /// Where this node's own items resume in the next sync it starts.
     push_resume: Option<ItemName>,
     catch_up: CatchUp,
@@ -405,6 +414,108 @@ enum CatchUp {
     Due,
     /// Walking: each answer's end asks for the next part.
     Walking,
+}
+
+/// The answer to this node's last sync, as its chunks arrive. Chunks carry items in walk
+/// order, so the chunks received from the first on, without a gap, cover one stretch of
+/// the walk: when some chunk is lost, the next sync resumes after that stretch.
+struct PullAnswer {
+    sync_id: u32,
+    /// Where the answer was asked to start.
+    start: Option<ItemName>,
+    chunks: Vec<Option<ChunkItems>>,
+    missing: usize,
+    end: Option<ExportEnd>,
+}
+
+/// The items of one received chunk, by name: its first and last, and whether the walk
+/// wrapped (went past the last name and on from the first) within it.
+#[derive(Clone, Default)]
+struct ChunkItems {
+    first: Option<ItemName>,
+    last: Option<ItemName>,
+    wrapped: bool,
+}
+
+/// How far a sync's answer took the walk.
+enum WalkStep {
+    /// Whole: what the answer said.
+    Ended(ExportEnd),
+    /// Some chunk is missing: resume after this name (None: where the answer started);
+    /// `wrapped` if the stretch received went past the last name.
+    Partial {
+        resume: Option<ItemName>,
+        wrapped: bool,
+    },
+}
+
+impl PullAnswer {
+    fn new(sync_id: u32, start: Option<ItemName>, count: u16) -> PullAnswer {
+        PullAnswer {
+            sync_id,
+            start,
+            chunks: vec![None; usize::from(count)],
+            missing: usize::from(count),
+            end: None,
+        }
+    }
+
+    /// Notes chunk `index`; true once every chunk is in.
+    fn note(&mut self, index: u16, items: ChunkItems, end: Option<ExportEnd>) -> bool {
+        if let Some(slot) = self.chunks.get_mut(usize::from(index)) {
+            if slot.is_none() {
+                *slot = Some(items);
+                self.missing -= 1;
+            }
+        }
+        if end.is_some() {
+            self.end = end;
+        }
+        self.missing == 0 && self.end.is_some()
+    }
+
+    /// How far the walk got: the answer's own end when it is whole, else the stretch
+    /// covered by the chunks received from the first without a gap.
+    fn step(&mut self) -> WalkStep {
+        if self.missing == 0 {
+            if let Some(end) = self.end.take() {
+                return WalkStep::Ended(end);
+            }
+        }
+        let mut resume = self.start.clone();
+        let mut wrapped = false;
+        let mut previous = self.start.clone();
+        for chunk in self.chunks.iter().map_while(Option::as_ref) {
+            if let Some(first) = &chunk.first {
+                wrapped |= chunk.wrapped || previous.as_ref().is_some_and(|p| first <= p);
+                previous = chunk.last.clone();
+                resume = chunk.last.clone();
+            }
+        }
+        WalkStep::Partial { resume, wrapped }
+    }
+}
+
+impl ChunkItems {
+    fn of(items: &[&[u8]], interner: &Interner) -> ChunkItems {
+        let mut names = items
+            .iter()
+            .filter_map(|item| ItemName::decode(&mut Reader::new(item), interner).ok());
+        let Some(first) = names.next() else {
+            return ChunkItems::default();
+        };
+        let mut last = first.clone();
+        let mut wrapped = false;
+        for name in names {
+            wrapped |= name <= last;
+            last = name;
+        }
+        ChunkItems {
+            first: Some(first),
+            last: Some(last),
+            wrapped,
+        }
+    }
 }
 
 /// What foca held when the chunks of one incoming sync began to arrive. A converged peer
@@ -495,6 +606,7 @@ impl Driver {
             sync_baseline: None,
             pull_resume: None,
             pull_sync: None,
+            pull_answer: None,
             push_resume: None,
             catch_up: CatchUp::Due,
             probe: ProbeHealth::default(),
@@ -1040,6 +1152,7 @@ impl Driver {
                         self.start_sync(now, peer.socket_addr(), out);
                     }
                 }
+                TimerEvent::SyncAnswerDue(sync_id) => self.answer_due(now, sync_id, out),
                 TimerEvent::SuspicionNotice {
                     target,
                     incarnation,
@@ -1392,23 +1505,58 @@ impl Driver {
             self.push_pull_armed = false;
             return;
         }
-        let pick = self.rng.random_range(0..count);
-        let peer = self
-            .foca
-            .iter_members()
-            .nth(pick)
-            .map(|m| m.id().socket_addr());
-        if let Some(peer) = peer {
+        if let Some(peer) = self.random_member() {
             self.start_sync(now, peer, out);
         }
         let period = self.config.push_pull_period(count + 1);
         self.timers.push(now + period, TimerEvent::PushPull);
     }
 
+    /// The answer to sync `sync_id` should be whole by now. If it is not, the walk moves
+    /// on only past the chunks received from the first without a gap, and the rest is
+    /// asked for (from any member: they all walk in the same order) at once while catching
+    /// up, or by the next push/pull otherwise.
+    fn answer_due<O: Transmit + ?Sized>(&mut self, now: Duration, sync_id: u32, out: &mut O) {
+        if self.pull_sync != Some(sync_id) {
+            return;
+        }
+        self.stats.syncs_incomplete += 1;
+        self.pull_sync = None;
+        if let Some(WalkStep::Partial { resume, wrapped }) =
+            self.pull_answer.take().map(|mut answer| answer.step())
+        {
+            self.pull_resume = resume;
+            if wrapped {
+                self.catch_up = CatchUp::Done;
+            }
+        }
+        if self.catch_up == CatchUp::Walking && !self.stopped() {
+            if let Some(peer) = self.random_member() {
+                self.stats.catch_up_syncs += 1;
+                self.start_sync(now, peer, out);
+            }
+        }
+    }
+
+    fn random_member(&mut self) -> Option<SocketAddr> {
+        let count = self.foca.num_members();
+        if count == 0 {
+            return None;
+        }
+        let pick = self.rng.random_range(0..count);
+        self.foca
+            .iter_members()
+            .nth(pick)
+            .map(|m| m.id().socket_addr())
+    }
+
     fn start_sync<O: Transmit + ?Sized>(&mut self, now: Duration, peer: SocketAddr, out: &mut O) {
         let sync_id = self.rng.random();
         self.stats.syncs_started += 1;
         self.pull_sync = Some(sync_id);
+        self.pull_answer = None;
+        self.timers
+            .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
         if self.catch_up == CatchUp::Due {
             self.catch_up = CatchUp::Walking;
         }
@@ -1420,6 +1568,7 @@ impl Driver {
     /// peer, until the walk has gone round once.
     fn follow_walk(&mut self, now: Duration, end: ExportEnd, peer: &NodeId) {
         self.pull_sync = None;
+        self.pull_answer = None;
         let went_round = match end {
             ExportEnd::Complete => {
                 self.pull_resume = None;
@@ -1644,7 +1793,7 @@ impl Driver {
         }
         {
             let mut store = lock(&self.store);
-            for item in items {
+            for item in &items {
                 store.accept(item, true);
             }
         }
@@ -1662,10 +1811,18 @@ impl Driver {
                 );
             } else {
                 self.stats.syncs_completed += 1;
-                if let Some(end) = walk_end {
-                    if self.pull_sync == Some(sync_id) {
-                        self.follow_walk(now, end, &sender);
-                    }
+            }
+        }
+        if kind == KIND_SYNC_RESPONSE && self.pull_sync == Some(sync_id) {
+            let chunk = ChunkItems::of(&items, &self.interner);
+            let start = self.pull_resume.clone();
+            let answer = match &mut self.pull_answer {
+                Some(answer) if answer.sync_id == sync_id => answer,
+                slot => slot.insert(PullAnswer::new(sync_id, start, count)),
+            };
+            if answer.note(index, chunk, walk_end) {
+                if let WalkStep::Ended(end) = answer.step() {
+                    self.follow_walk(now, end, &sender);
                 }
             }
         }

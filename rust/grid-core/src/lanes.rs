@@ -666,6 +666,18 @@ pub struct ItemName {
     pub key: Arc<str>,
 }
 
+impl Ord for ItemName {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.cmp_to(&other.origin, other.lane, &other.key)
+    }
+}
+
+impl PartialOrd for ItemName {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 impl ItemName {
     /// How this name compares to `(origin, lane, key)` in sync order.
     fn cmp_to(&self, origin: &str, lane: Lane, key: &str) -> Ordering {

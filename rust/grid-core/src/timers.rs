@@ -24,6 +24,8 @@ pub enum TimerEvent {
     /// Sync with a member that came back while this node had forgotten its site's items,
     /// so they come back at once rather than at the next periodic push/pull.
     SyncWith(NodeId),
+    /// The answer to this node's sync with this id should have arrived whole.
+    SyncAnswerDue(u32),
     /// Declare a member down whose suspicion began with another member's Down claim, if
     /// it is still suspect at this incarnation.
     ConfirmDown {

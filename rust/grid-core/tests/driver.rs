@@ -10,7 +10,7 @@ use grid_core::config::SwimConfig;
 use grid_core::driver::DriverStats;
 use grid_core::driver::{
     Driver, Event, MemberState, Transmit, CATCH_UP_PAUSE, FOCA_ERROR_KINDS, MAX_ITEM_CAPACITY,
-    MAX_SYNC_CHUNKS,
+    MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT,
 };
 use grid_core::identity::{Interner, NodeId};
 use grid_core::lanes::{Lane, PublishError};
@@ -68,6 +68,9 @@ struct Cluster {
     wire: Vec<(SocketAddr, Vec<u8>)>,
     /// The settings of nodes added from now on.
     swim: SwimConfig,
+    /// Every n-th datagram to this node is lost.
+    lossy: Option<(SocketAddr, usize)>,
+    sent_to_lossy: usize,
 }
 
 impl Cluster {
@@ -83,6 +86,8 @@ impl Cluster {
             captured: Vec::new(),
             wire: Vec::new(),
             swim: config(),
+            lossy: None,
+            sent_to_lossy: 0,
         }
     }
 
@@ -176,6 +181,14 @@ impl Cluster {
             for (to, message) in batch {
                 if self.crashed.contains(&to) {
                     continue;
+                }
+                if let Some((lossy, every)) = self.lossy {
+                    if to == lossy {
+                        self.sent_to_lossy += 1;
+                        if self.sent_to_lossy % every == 0 {
+                            continue;
+                        }
+                    }
                 }
                 if self.captured.len() < 5000 {
                     self.captured.push(message.clone());
@@ -1016,6 +1029,51 @@ fn a_joiner_walks_a_store_larger_than_one_sync_part_after_part() {
     assert_eq!(after.catch_up_syncs, stats.catch_up_syncs);
     assert_eq!(after.syncs_started, stats.syncs_started);
     assert!(c.items_at(late).len() == count, "each item delivered once");
+    c.assert_driver_healthy();
+}
+
+#[test]
+fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
+    let mut c = Cluster::new();
+    // Push/pull far beyond the bound: only catching up can bring the store in time.
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let origin = c.add(0, 100);
+    let payload = [7u8; 900];
+    let count = 400;
+    for k in 0..count {
+        let key = format!("provider/{k:05}");
+        c.nodes
+            .get_mut(&origin)
+            .unwrap()
+            .publish(Lane::State, &key, 1, &payload)
+            .unwrap();
+    }
+    let parts = (count * (payload.len() + 100)).div_ceil(part_bytes());
+    // A first member takes everything in, until no gossip of these items is left: only
+    // syncs can bring them to the joiner.
+    let first = c.add(1, 100);
+    c.join(first, origin);
+    c.run_until(Duration::from_secs(600), |c| {
+        c.items_at(first).len() == count
+            && [origin, first]
+                .iter()
+                .all(|at| c.nodes[at].stats().broadcast_backlog == 0)
+    });
+    // One datagram in 50 to the joiner is lost: most answers miss a chunk.
+    let joiner = c.add(2, 100);
+    c.lossy = Some((joiner, 50));
+    c.join(joiner, origin);
+    let bound = (CATCH_UP_PAUSE + SYNC_ANSWER_WAIT) * (4 * parts as u32 + 4);
+    assert!(bound * 4 < c.swim.push_pull_interval);
+    let took = c.run_until(bound, |c| c.items_at(joiner).len() == count);
+    let stats = c.nodes[&joiner].stats();
+    assert!(stats.syncs_incomplete > 0, "{took:?} {stats:?}");
+    // The walk went round even though no answer came whole: catching up ends.
+    let pause = (CATCH_UP_PAUSE + SYNC_ANSWER_WAIT) * 10;
+    c.run_for(pause);
+    let later = c.nodes[&joiner].stats().syncs_started;
+    c.run_for(pause);
+    assert_eq!(c.nodes[&joiner].stats().syncs_started, later);
     c.assert_driver_healthy();
 }
 
