@@ -180,7 +180,8 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
             )
             node = agent.networks[network].node
             stats = node.stats() if node is not None else {}
-            swim = {k: stats.get(k) for k in ("members", "items_stored", "items_store_full")}
+            watched = ("members", "items_stored", "items_store_full", "syncs_incomplete")
+            swim = {k: stats.get(k) for k in watched}
             refused = dict(engine.refused_items)
             reasons = sorted({reason for _, reason in engine.not_offered})[:5]
             await agent.stop()
