@@ -17,7 +17,7 @@ from grid.agent import Agent
 from grid.demo import DemoProvider
 from grid.demo.endpoints import QUEUE_METRIC
 from grid.engine import SiteEngine
-from grid.engine.engine import RENDER_BURST
+from grid.engine.engine import MAX_RENDER_SPACING, RENDER_BURST
 from grid.errors import InvalidResourceError
 from grid.models import load_resource
 from test_agent import NETWORK, SITE, SITE_YAML, Lab, eventually
@@ -260,6 +260,60 @@ def test_a_clock_that_steps_back_does_not_hold_a_change_back() -> None:
     deliver(a, b, 900, earlier)
     assert renders.refresh(earlier) is None
     assert renders.count == RENDER_BURST + 1
+
+
+def steady_stream(a: SiteEngine, b: SiteEngine, start: datetime, seconds: int) -> int:
+    """Ten changes a second for ``seconds``, the shell refreshing at every change and at
+    each ``next_render_at`` (the last one too); returns the renders made."""
+    renders = Renders(a)
+    due: datetime | None = None
+    for k in range(seconds * 10):
+        moment = start + timedelta(milliseconds=100 * k)
+        if due is not None and due <= moment:
+            renders.refresh(due)
+            due = None
+        deliver(a, b, (10, 300)[k % 2], moment)
+        due = renders.refresh(moment) or due
+    if due is not None:
+        renders.refresh(due)
+    return renders.count
+
+
+def test_a_costly_render_stretches_the_spacing_up_to_a_second() -> None:
+    a, b = pair("250ms")
+    assert a.render_spacing == timedelta(milliseconds=250)
+    a.note_render_cost(0.005)  # 5 ms: 2 % of the interval, nothing to stretch
+    assert a.render_spacing == timedelta(milliseconds=250)
+    a, b = pair("250ms")
+    a.note_render_cost(0.025)  # 25 ms: renders every 250 ms would take 10 % of a core
+    assert a.render_spacing == timedelta(milliseconds=500)
+    a.note_render_cost(1.0)  # running cost 0.3175 s: stretched as far as allowed
+    assert a.render_spacing == MAX_RENDER_SPACING
+    # Under a steady stream, one render per (stretched) spacing once the burst is spent.
+    start = T0 + timedelta(seconds=10)
+    renders = steady_stream(a, b, start, 60)
+    assert RENDER_BURST + 59 <= renders <= RENDER_BURST + 62
+    # The change last taken in still reaches the overlay within the spacing.
+    assert queue_score(a, "site-b") == score_at_queue(a, b, 300, start)
+
+
+def test_the_running_cost_follows_the_passes_and_a_single_slow_one_does_not_dominate() -> None:
+    a, _ = pair("250ms")
+    a.note_render_cost(0.010)
+    a.note_render_cost(0.040)  # one slow pass: alone it would mean 800 ms
+    assert timedelta(milliseconds=250) < a.render_spacing < timedelta(milliseconds=400)
+    for _ in range(20):
+        a.note_render_cost(0.010)
+    assert a.render_spacing == timedelta(milliseconds=250)
+    with pytest.raises(ValueError, match="seconds >= 0"):
+        a.note_render_cost(-1.0)
+
+
+@pytest.mark.parametrize("interval", ["0s", "2s"])
+def test_a_zero_interval_or_one_past_the_stretch_is_never_stretched(interval: str) -> None:
+    a, _ = pair(interval)
+    a.note_render_cost(0.5)
+    assert a.render_spacing == timedelta(seconds=float(interval[:-1]))
 
 
 def test_the_default_interval_is_a_quarter_second() -> None:

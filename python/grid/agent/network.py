@@ -294,7 +294,10 @@ class NetworkRuntime:
         now = utc_now()
         self.swim.sync_members(self.engine, now)
         self._check_credentials()
+        started = time.thread_time()
         result = self.engine.refresh(now, flush=final)
+        if result.rendered:
+            self.engine.note_render_cost(time.thread_time() - started)
         self.swim.apply(result)
         for overlay in result.changed:
             self._write_overlay(overlay)

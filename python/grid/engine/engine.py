@@ -112,6 +112,16 @@ RENDER_BURST = 16
 """Renders that may follow one another at once before ``renderInterval`` paces them: a site
 whose inputs change less often than once per interval on average renders every change at
 once, and one under a steady stream of changes renders once per interval."""
+RENDER_SHARE = 0.05
+"""Under a steady stream of changes, renders are spaced so that they take at most this
+share of one core: a pass that costs more than this share of ``renderInterval`` (a large
+mesh) stretches the spacing, up to :data:`MAX_RENDER_SPACING`."""
+MAX_RENDER_SPACING = timedelta(seconds=1)
+"""The most the spacing of renders is stretched to, so a change still reaches the overlay
+within about a second whatever a pass costs."""
+_RENDER_COST_WEIGHT = 0.3
+"""Weight of the latest pass in the running render cost (one slow pass does not stretch
+the spacing on its own)."""
 MAX_MESSAGE = 4096
 _NETWORK = "GridNetwork"
 _SITE = "GridSite"
@@ -188,6 +198,9 @@ class RefreshResult:
     next_render_at: datetime | None = None
     """When a change already taken in is due to be rendered (its render interval is not
     over yet): refresh then. None when every change so far is rendered."""
+    rendered: bool = False
+    """This refresh ranked and rendered: the shell tells the engine what it cost
+    (:meth:`SiteEngine.note_render_cost`)."""
 
 
 @dataclass(slots=True)
@@ -288,6 +301,8 @@ class SiteEngine:
         """Received items refused, by reason (``malformed``, ``forged``, ``limit``)."""
         self._dirty = True
         self._render_paced_until: datetime | None = None
+        self._render_cost_s: float | None = None
+        """Running cost (CPU seconds) of a render pass, as the shell measured it."""
         """Render pacing (a generic cell rate algorithm): each render moves this one render
         interval past the later of itself and the render; a change is rendered at once while
         it is at most ``RENDER_BURST - 1`` intervals ahead."""
@@ -648,7 +663,8 @@ class SiteEngine:
         if self._stale_at is not None and now.timestamp() > self._stale_at:
             self._dirty = True
         render_at = self._render_due_at(now)
-        if render_at is not None and (flush or render_at <= now):
+        rendered = render_at is not None and (flush or render_at <= now)
+        if rendered:
             self._dirty = False
             self._paced(now)
             self._render(now)
@@ -661,8 +677,31 @@ class SiteEngine:
         forgotten = tuple(self._forgotten)
         self._forgotten.clear()
         return RefreshResult(
-            tuple(self._state.items_to_publish()), changed, events, forgotten, render_at
+            tuple(self._state.items_to_publish()), changed, events, forgotten, render_at, rendered
         )
+
+    def note_render_cost(self, seconds: float) -> None:
+        """What the last :meth:`refresh` that rendered cost (CPU seconds, measured by the
+        shell: the engine reads no clock). Renders are spaced so that they take at most
+        :data:`RENDER_SHARE` of the time; see :meth:`render_spacing`."""
+        if not seconds >= 0:
+            raise ValueError("a render cost is a number of seconds >= 0")
+        previous = self._render_cost_s
+        self._render_cost_s = (
+            seconds if previous is None else previous + _RENDER_COST_WEIGHT * (seconds - previous)
+        )
+
+    @property
+    def render_spacing(self) -> timedelta:
+        """The average time between renders under a steady stream of changes: the
+        network's ``renderInterval``, stretched while a pass costs more than
+        :data:`RENDER_SHARE` of it (up to :data:`MAX_RENDER_SPACING`; an interval of 0s or
+        above that is never stretched)."""
+        interval = timedelta(seconds=self._network.spec.render_interval.seconds)
+        cost = self._render_cost_s
+        if cost is None or not interval or interval >= MAX_RENDER_SPACING:
+            return interval
+        return max(interval, min(MAX_RENDER_SPACING, timedelta(seconds=cost / RENDER_SHARE)))
 
     def _render_due_at(self, now: datetime) -> datetime | None:
         """When the pending change should be rendered: at once while the renders so far
@@ -673,8 +712,7 @@ class SiteEngine:
         paced = self._pacing(now)
         if paced is None:
             return now
-        interval = timedelta(seconds=self._network.spec.render_interval.seconds)
-        return max(now, paced - interval * (RENDER_BURST - 1))
+        return max(now, paced - self.render_spacing * (RENDER_BURST - 1))
 
     def _pacing(self, now: datetime) -> datetime | None:
         """The pacing time, or None when it holds nothing back: never rendered, every render
@@ -683,13 +721,11 @@ class SiteEngine:
         paced = self._render_paced_until
         if paced is None or paced <= now:
             return None
-        interval = timedelta(seconds=self._network.spec.render_interval.seconds)
-        return None if paced - now > interval * RENDER_BURST else paced
+        return None if paced - now > self.render_spacing * RENDER_BURST else paced
 
     def _paced(self, now: datetime) -> None:
         """Count a render made at ``now`` against the pacing."""
-        interval = timedelta(seconds=self._network.spec.render_interval.seconds)
-        self._render_paced_until = (self._pacing(now) or now) + interval
+        self._render_paced_until = (self._pacing(now) or now) + self.render_spacing
 
     def _evict_stale(self, now: datetime) -> None:
         ttl = self._network.spec.stale_candidate_ttl_seconds

@@ -281,7 +281,10 @@ class NetworkRuntime:
         self._observers.follow(engine)
         self._observers.probe_due_sites(engine, now)
         self.mesh.sync_members(engine, now)
+        started = time.thread_time()
         result = engine.refresh(now)
+        if result.rendered:
+            engine.note_render_cost(time.thread_time() - started)
         self._render_due = None
         if result.next_render_at is not None:
             self._render_due = moment + (result.next_render_at - now).total_seconds()
