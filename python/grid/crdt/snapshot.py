@@ -254,13 +254,24 @@ class ProviderState:
             self.agents.merge(other.agents),
         )
 
+    def readable(self, signals: SignalsState | None) -> bool:
+        """Whether :meth:`record` reads a provider with these signals (without building
+        it)."""
+        return (
+            self.spec.value is not None
+            and signals is not None
+            and signals.phase is not None
+            and signals.metrics is not None
+        )
+
     def record(self, signals: SignalsState | None) -> ProviderRecord | None:
         """The provider as readers see it, whole: None for a removed provider and for one
         whose signals have not arrived (or are void)."""
         spec = self.spec.value
-        metrics = None if signals is None else signals.metrics
-        if spec is None or signals is None or signals.phase is None or metrics is None:
+        if signals is None or spec is None or not self.readable(signals):
             return None
+        metrics = signals.metrics
+        assert metrics is not None and signals.phase is not None  # readable says so
         return ProviderRecord(
             name=self.name,
             spec=spec,

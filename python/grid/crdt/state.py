@@ -85,8 +85,11 @@ class _SiteRecords:
     """Providers as last read, dropped on every change of their catalogue or signals."""
     stamp: int = field(default_factory=lambda: next(_STAMPS))
     """Renewed on every change of any of the site's providers, never reused."""
-    names: tuple[int, frozenset[str]] | None = None
-    """The live providers' names as of a stamp."""
+    live: set[str] = field(default_factory=set)
+    """Names of the providers :meth:`GridState.providers` reads, as of the last call of
+    :meth:`GridState.provider_names`, but for those in ``unchecked``."""
+    unchecked: set[str] = field(default_factory=set)
+    """Providers changed since: their liveness is checked again when next asked."""
     gateway: LWWRegister[GatewayRecord] | None = None
     metadata: LWWRegister[SiteMetadata] | None = None
     cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
@@ -460,11 +463,15 @@ class GridState:
         """The names of the live providers of every site (those :meth:`providers` reads);
         each site's set is kept until its providers change."""
         names: set[str] = set()
-        for site, records in self._sites.items():
-            if records.names is None or records.names[0] != records.stamp:
-                live = frozenset(entry.record.name for entry in _entries(site, records))
-                records.names = (records.stamp, live)
-            names |= records.names[1]
+        for records in self._sites.values():
+            for name in records.unchecked:
+                state = records.providers.get(name)
+                if state is not None and state.readable(records.signals.get(name)):
+                    records.live.add(name)
+                else:
+                    records.live.discard(name)
+            records.unchecked.clear()
+            names |= records.live
         return names
 
     def providers_stamp(self, site: str) -> int | None:
@@ -667,6 +674,7 @@ def _assembled_or_none(chunks: dict[int, LWWRegister[CertChunk]]) -> str | None:
 
 def _provider_changed(records: _SiteRecords, name: str) -> None:
     records.entries.pop(name, None)
+    records.unchecked.add(name)
     records.stamp = next(_STAMPS)
 
 
