@@ -63,6 +63,9 @@ class Counters:
         self.refreshes = 0
         self.refresh_s = 0.0
         self.render_s: list[float] = []
+        self.render_cpu_s: list[float] = []
+        """CPU time of the same passes (this thread's): what a pass costs, whatever else
+        the machine runs."""
         self.probe_seen: list[tuple[float, float]] = []
         """(monotonic time the overlay file was written, probe's queue-depth score)."""
         self._ranking = engine.ranking
@@ -85,7 +88,7 @@ class Counters:
 
     def _timed_refresh(self, refresh: Callable[..., RefreshResult]) -> Callable[..., RefreshResult]:
         def timed(now: datetime, **options: Any) -> RefreshResult:
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), time.thread_time()
             result = refresh(now, **options)
             spent = time.perf_counter() - started
             self.refreshes += 1
@@ -93,6 +96,7 @@ class Counters:
             if self.engine.ranking is not self._ranking:
                 self._ranking = self.engine.ranking
                 self.render_s.append(spent)
+                self.render_cpu_s.append(time.thread_time() - cpu_started)
             return result
 
         return timed
@@ -212,6 +216,7 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
         "last": last,
         "rss_bytes": rss,
         "render_s": counters.render_s[first_render : last["renders"]],
+        "render_cpu_s": counters.render_cpu_s[first_render : last["renders"]],
         "probe_seen": [seen for seen in counters.probe_seen if seen[0] >= first["t"]],
         "candidates": ranked,
     }

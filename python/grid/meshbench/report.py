@@ -20,6 +20,7 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ("renders", "renders_per_s", lambda v: f"{v:.2f} /s"),
     ("render pass, p50", "render_ms_p50", lambda v: f"{v:.1f} ms"),
     ("render pass, p99", "render_ms_p99", lambda v: f"{v:.1f} ms"),
+    ("render pass CPU, p50", "render_cpu_ms_p50", lambda v: f"{v:.1f} ms"),
     ("time in render passes", "render_cpu_share", lambda v: f"{v * 100:.1f} %"),
     ("change -> overlay, p50", "latency_ms_p50", lambda v: f"{v:.0f} ms"),
     ("change -> overlay, p99", "latency_ms_p99", lambda v: f"{v:.0f} ms"),

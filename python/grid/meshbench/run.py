@@ -469,6 +469,7 @@ def figures(
     applied = last["applied"] - first["applied"]
     receive_s = last["receive_s"] - first["receive_s"]
     render_s = result["render_s"]
+    render_cpu = result.get("render_cpu_s", [])
     probes = [
         line
         for line in peer_lines
@@ -501,6 +502,7 @@ def figures(
         "render_ms_p50": statistics.median(render_s) * 1000 if render_s else None,
         "render_ms_p99": _percentile(render_s, 0.99) * 1000 if render_s else None,
         "render_cpu_share": sum(render_s) / window,
+        "render_cpu_ms_p50": statistics.median(render_cpu) * 1000 if render_cpu else None,
         "latency_ms_p50": statistics.median(latencies) * 1000 if latencies else None,
         "latency_ms_p99": (
             None if not latencies or missed else _percentile(latencies, 0.99) * 1000
