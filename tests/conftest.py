@@ -4,7 +4,14 @@ The Kubernetes harness (an emulated API server, clients and kopf runners) lives 
 ``tests/k8s`` package; its fixtures are registered here for every test module.
 """
 
+from hypothesis import settings
+
 pytest_plugins = ["k8s.fixtures"]
+
+# Property tests check behaviour, not speed (benchmarks in bench/ measure that): a busy CI
+# machine must not fail an example for taking longer than hypothesis' default 200 ms.
+settings.register_profile("grid", deadline=None)
+settings.load_profile("grid")
 
 
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
