@@ -20,7 +20,6 @@ are JSON lines on standard output; it stops when standard input closes.
 from __future__ import annotations
 
 import json
-import os
 import random
 import resource
 import sys
@@ -42,7 +41,6 @@ _TICK_S = 0.05
 _ROUNDS_PER_SCRAPE = 3
 """Each peer's engine is refreshed this many times per scrape interval."""
 _PROBE_QUEUE = (0.0, 500.0)
-_LOAD_NICENESS = 10
 
 
 _EMIT_LOCK = threading.Lock()
@@ -250,11 +248,6 @@ def main(argv: list[str]) -> int:
         target=run_probe, args=(probe, probe_provider, config, stop, rng.random()), daemon=True
     )
     probe_thread.start()
-    # The load runs at a lower priority than everything else (this thread only: the SWIM
-    # nodes' threads, started above, and the probe keep theirs): where the machine cannot
-    # carry both, the load falls behind, which the report shows as its publish rate,
-    # rather than starving the site being measured.
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _LOAD_NICENESS)
     interval = config["scrape_interval_s"]
     round_s = interval / _ROUNDS_PER_SCRAPE
     next_report = time.monotonic() + 1.0
