@@ -16,7 +16,7 @@ consumer's own capacity at a neighbouring site of the region whatever their scor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -177,24 +177,50 @@ admission, signals, score and tier (the candidate is held so its id stays its ow
 _NO_MEMO: Mapping[int, _Scored] = MappingProxyType({})
 
 
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """How one block of candidates was filed: valid for the same block object, TTL and
+    consumer and configuration, until ``stale_at`` (POSIX seconds)."""
+
+    source: Sequence[CandidateInput]
+    stale_after_seconds: float | None
+    stale_at: float
+    groups: _Groups
+    left_out: list[LeftOut]
+    keys: frozenset[CandidateKey]
+
+
 class ScoringMemo:
     """The per-candidate part of a ranking pass, kept for the next one: a candidate object
-    seen again (its inputs are immutable) is not scored again while the consumer and the
-    scoring configuration stay the same. Holds the candidates of the latest pass only."""
+    seen again (its inputs are immutable) is not scored again, and a block of candidates
+    seen again is filed as it was, while the consumer and the scoring configuration stay
+    the same. Holds what the latest pass used only."""
 
     def __init__(self) -> None:
         self._basis: tuple[ConsumingSite, ScoringConfig] | None = None
         self._scored: dict[int, _Scored] = {}
+        self._blocks: dict[int, _Block] = {}
 
     def start(self, consumer: ConsumingSite, config: ScoringConfig) -> Mapping[int, _Scored]:
         """What earlier passes scored, if they scored for this consumer and configuration."""
         basis = (consumer, config)
         if self._basis != basis:
-            self._basis, self._scored = basis, {}
+            self._basis, self._scored, self._blocks = basis, {}, {}
         return self._scored
 
-    def keep(self, scored: dict[int, _Scored]) -> None:
-        self._scored = scored
+    def block(
+        self, source: Sequence[CandidateInput], stale_after_seconds: float | None, now: float
+    ) -> _Block | None:
+        """How ``source`` was filed by the previous pass, if that still holds at ``now``."""
+        held = self._blocks.get(id(source))
+        if held is None or held.source is not source:
+            return None
+        if held.stale_after_seconds != stale_after_seconds or now > held.stale_at:
+            return None
+        return held
+
+    def keep(self, scored: dict[int, _Scored], blocks: dict[int, _Block]) -> None:
+        self._scored, self._blocks = scored, blocks
 
     def __len__(self) -> int:
         return len(self._scored)
@@ -237,6 +263,14 @@ def _empty_groups() -> _Groups:
     }
 
 
+def _add_groups(into: _Groups, groups: _Groups) -> None:
+    for admission, kinds in groups.items():
+        for group, tiers in kinds.items():
+            for tier, entries in tiers.items():
+                if entries:
+                    into[admission][group][tier] += entries
+
+
 def _in_gateway_order(by_group: _Groups) -> list[RankedCandidate]:
     """The candidates of every (admission, group, tier) bucket, sorted by :func:`order_key`.
 
@@ -270,6 +304,7 @@ def rank_candidates(
     stale_after_seconds: float | None = None,
     admission_memory: Mapping[CandidateKey, AdmissionMemory] | None = None,
     memo: ScoringMemo | None = None,
+    blocks: Iterable[Sequence[CandidateInput]] = (),
 ) -> Ranking:
     """Filter, score, admit and order ``candidates`` for ``consumer`` at ``now``.
 
@@ -282,6 +317,10 @@ def rank_candidates(
     ``admission_memory`` is the previous pass's :attr:`Ranking.admission_memory`; it is used
     only when the network enables stabilized admission. ``memo``, kept by the caller from
     one pass to the next, saves scoring again the candidate objects it already scored.
+    ``blocks`` are more candidates, in groups the caller keeps from one pass to the next
+    (each site's, say): with a ``memo``, a block that is the same object as in the previous
+    pass is filed as it was then, without looking at its candidates again, while none of
+    them has gone stale since (not with stabilized admission, which moves with time).
     """
     if now.utcoffset() is None:
         raise ScoringInputError("now must carry a time zone")
@@ -300,107 +339,143 @@ def rank_candidates(
     now_seconds = now.timestamp()
     seen: set[CandidateKey] = set()
     by_group = _empty_groups()
-    # The same tier buckets reached by backend kind, so filing a candidate costs no lookup
-    # of its group: both kinds of a group share that group's buckets.
-    by_kind: dict[AdmissionState, dict[BackendKind, _Tiers]] = {
-        admission: {kind: groups[group] for kind, group in BACKEND_GROUP.items()}
-        for admission, groups in by_group.items()
-    }
     left_out: list[LeftOut] = []
     scored = _NO_MEMO if memo is None else memo.start(consumer, config)
     kept_scores: dict[int, _Scored] = {}
+    kept_blocks: dict[int, _Block] = {}
+    lasting = memo is not None and not stabilized
+    sources = [(tuple(candidates), False), *((block, lasting) for block in blocks)]
 
-    for candidate in candidates:
-        key = candidate.key
-        if key in seen:
-            raise ScoringInputError(
-                f"provider {candidate.provider!r} lists model {candidate.model!r} at site "
-                f"{candidate.site!r} twice"
-            )
-        seen.add(key)
-
-        updated_seconds = candidate.updated_seconds
-        stale = (
-            stale_after_seconds is not None
-            and updated_seconds is not None
-            and now_seconds - updated_seconds > stale_after_seconds
+    for source, reusable in sources:
+        block = (
+            memo.block(source, stale_after_seconds, now_seconds)
+            if memo is not None and reusable
+            else None
         )
-        if stale and candidate.site != consumer_name:
-            left_out.append(
-                LeftOut(
+        if block is not None:
+            twice = seen & block.keys
+            if twice:
+                provider, model, site = min(twice)
+                raise ScoringInputError(
+                    f"provider {provider!r} lists model {model!r} at site {site!r} twice"
+                )
+            seen |= block.keys
+            _add_groups(by_group, block.groups)
+            left_out += block.left_out
+            kept_blocks[id(source)] = block
+            continue
+        groups = _empty_groups()
+        # The same tier buckets reached by backend kind, so filing a candidate costs no
+        # lookup of its group: both kinds of a group share that group's buckets.
+        by_kind: dict[AdmissionState, dict[BackendKind, _Tiers]] = {
+            admission: {kind: kinds[group] for kind, group in BACKEND_GROUP.items()}
+            for admission, kinds in groups.items()
+        }
+        left: list[LeftOut] = []
+        stale_at = math.inf
+        for candidate in source:
+            key = candidate.key
+            if key in seen:
+                raise ScoringInputError(
+                    f"provider {candidate.provider!r} lists model {candidate.model!r} at site "
+                    f"{candidate.site!r} twice"
+                )
+            seen.add(key)
+
+            updated_seconds = candidate.updated_seconds
+            stale = (
+                stale_after_seconds is not None
+                and updated_seconds is not None
+                and now_seconds - updated_seconds > stale_after_seconds
+            )
+            if not stale and updated_seconds is not None and stale_after_seconds is not None:
+                stale_at = min(stale_at, updated_seconds + stale_after_seconds)
+            if stale and candidate.site != consumer_name:
+                left.append(
+                    LeftOut(
+                        candidate,
+                        LeftOutReason.STALE,
+                        f"no update for more than {stale_after_seconds:g}s",
+                    )
+                )
+                continue
+
+            policy = candidate.access_policy
+            if policy is not None:
+                if consumer_labels is None:
+                    left.append(
+                        LeftOut(
+                            candidate,
+                            LeftOutReason.CONSUMER_UNKNOWN,
+                            f"has an access policy and site {consumer_name!r} is unknown",
+                        )
+                    )
+                    continue
+                if not selector_matches(policy, consumer_labels):
+                    left.append(
+                        LeftOut(
+                            candidate,
+                            LeftOutReason.ACCESS_DENIED,
+                            f"access policy does not select site {consumer_name!r}",
+                        )
+                    )
+                    continue
+
+            known = scored.get(id(candidate))
+            if known is None or known[0] is not candidate:
+                metrics = candidate.metrics
+                queue_depth = metrics.queue_depth
+                queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
+                signals = read_signals(candidate)
+                known = (
                     candidate,
-                    LeftOutReason.STALE,
-                    f"no update for more than {stale_after_seconds:g}s",
+                    load_admission(
+                        queue_utilization,
+                        metrics.kv_cache_utilization,
+                        candidate.healthy,
+                        thresholds,
+                    ),
+                    signals,
+                    blend(signals),
+                    locality_tier(candidate, consumer),
                 )
-            )
-            continue
-
-        policy = candidate.access_policy
-        if policy is not None:
-            if consumer_labels is None:
-                left_out.append(
-                    LeftOut(
-                        candidate,
-                        LeftOutReason.CONSUMER_UNKNOWN,
-                        f"has an access policy and site {consumer_name!r} is unknown",
-                    )
+            kept_scores[id(candidate)] = known
+            if stabilized:
+                remembered = stabilized_admission(
+                    previous_memory.get(key), LoadObservation.of(candidate, scales), thresholds, now
                 )
-                continue
-            if not selector_matches(policy, consumer_labels):
-                left_out.append(
-                    LeftOut(
-                        candidate,
-                        LeftOutReason.ACCESS_DENIED,
-                        f"access policy does not select site {consumer_name!r}",
-                    )
-                )
-                continue
-
-        known = scored.get(id(candidate))
-        if known is None or known[0] is not candidate:
-            metrics = candidate.metrics
-            queue_depth = metrics.queue_depth
-            queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
-            signals = read_signals(candidate)
-            known = (
-                candidate,
-                load_admission(
-                    queue_utilization, metrics.kv_cache_utilization, candidate.healthy, thresholds
-                ),
-                signals,
-                blend(signals),
-                locality_tier(candidate, consumer),
-            )
-        kept_scores[id(candidate)] = known
-        if stabilized:
-            remembered = stabilized_admission(
-                previous_memory.get(key), LoadObservation.of(candidate, scales), thresholds, now
-            )
-            memory[key] = remembered
-            admission = remembered.state
-        else:
-            admission = known[1]
-        if admission is AdmissionState.EXCLUDED:
-            if candidate.healthy is False:
-                left_out.append(LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing"))
+                memory[key] = remembered
+                admission = remembered.state
             else:
-                left_out.append(
-                    LeftOut(
-                        candidate,
-                        LeftOutReason.HELD_EXCLUDED,
-                        "healthy again; stabilized admission holds it excluded",
+                admission = known[1]
+            if admission is AdmissionState.EXCLUDED:
+                if candidate.healthy is False:
+                    left.append(LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing"))
+                else:
+                    left.append(
+                        LeftOut(
+                            candidate,
+                            LeftOutReason.HELD_EXCLUDED,
+                            "healthy again; stabilized admission holds it excluded",
+                        )
                     )
-                )
-            continue
+                continue
 
-        _, _, signals, score, tier = known
-        fresh = not (candidate.degraded or stale)
-        # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__ is a
-        # Python function that costs three times as much, once per candidate.
-        entry = tuple.__new__(
-            RankedCandidate, (candidate, signals, score, admission, tier, fresh, weights)
-        )
-        by_kind[admission][candidate.backend_kind][tier].append(entry)
+            _, _, signals, score, tier = known
+            fresh = not (candidate.degraded or stale)
+            # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__ is a
+            # Python function that costs three times as much, once per candidate.
+            entry = tuple.__new__(
+                RankedCandidate, (candidate, signals, score, admission, tier, fresh, weights)
+            )
+            by_kind[admission][candidate.backend_kind][tier].append(entry)
+        _add_groups(by_group, groups)
+        left_out += left
+        if reusable:
+            keys = frozenset(candidate.key for candidate in source)
+            kept_blocks[id(source)] = _Block(
+                source, stale_after_seconds, stale_at, groups, left, keys
+            )
 
     routes: dict[tuple[str, str, str], RankedCandidate] = {}
     kept: list[RankedCandidate] = []
@@ -418,7 +493,7 @@ def rank_candidates(
             )
     left_out.sort(key=_CANDIDATE_KEY)
     if memo is not None:
-        memo.keep(kept_scores)
+        memo.keep(kept_scores, kept_blocks)
     return Ranking(
         consumer=consumer,
         candidates=tuple(kept),
