@@ -4,6 +4,7 @@ order."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -663,39 +664,25 @@ def test_a_memo_kept_across_passes_never_changes_a_ranking(
 
 @settings(max_examples=100, deadline=None)
 @given(candidate_sets(), candidate_sets(), st.randoms(use_true_random=False))
-def test_blocks_kept_across_passes_rank_as_the_same_candidates_in_one_list(
+def test_filing_kept_across_passes_never_changes_a_ranking(
     first: list[CandidateInput], replacements: list[CandidateInput], rng: random.Random
 ) -> None:
-    """Candidates given as blocks (each site's), some kept as the same objects from pass to
-    pass, some replaced, while time passes the TTL of some: the same ranking as one flat
-    list without a memo, pass after pass."""
+    """Passes that keep some candidate objects and replace others, some with access
+    policies, while time passes the TTL of some: with a memo, the same ranking as without,
+    pass after pass (what is left out, why, and what is fresh included)."""
+    policies = [
+        None,
+        LabelSelector.model_validate({"matchLabels": {"tier": "edge"}}),
+        LabelSelector.model_validate({"matchLabels": {"tier": "core"}}),
+    ]
     memo = ScoringMemo()
-    by_site: dict[str, list[CandidateInput]] = {}
-    for candidate in first:
-        by_site.setdefault(candidate.site, []).append(candidate)
-    blocks = list(by_site.values())
-    for step, moment in enumerate(
-        (NOW, NOW, NOW + timedelta(seconds=30), NOW + timedelta(hours=2))
-    ):
-        flat = [candidate for block in blocks for candidate in block]
-        with_blocks = rank(
-            blocks=blocks, memo=memo, now=moment, stale_after_seconds=600, admission_memory=None
-        )
-        without = rank(*flat, now=moment, stale_after_seconds=600)
-        assert summary(with_blocks) == summary(without), step
-        assert [e.fresh for e in with_blocks.candidates] == [e.fresh for e in without.candidates]
-        assert [e.detail for e in with_blocks.left_out] == [e.detail for e in without.left_out]
-        # Replace some blocks with new lists (some candidates changed), keep the others.
+    current = [dataclasses.replace(c, access_policy=rng.choice(policies)) for c in first]
+    moments = (NOW, NOW, NOW + timedelta(seconds=30), NOW + timedelta(hours=2), NOW)
+    for step, moment in enumerate(moments):
+        with_memo = rank(*current, memo=memo, now=moment, stale_after_seconds=600)
+        without = rank(*current, now=moment, stale_after_seconds=600)
+        assert summary(with_memo) == summary(without), step
+        assert [e.fresh for e in with_memo.candidates] == [e.fresh for e in without.candidates]
+        assert [e.detail for e in with_memo.left_out] == [e.detail for e in without.left_out]
         changed = {c.provider: c for c in replacements if rng.random() < 0.3}
-        blocks = [
-            [changed.get(c.provider, c) for c in block] if rng.random() < 0.5 else block
-            for block in blocks
-        ]
-
-
-def test_a_candidate_listed_in_two_blocks_is_refused_even_when_a_block_is_reused() -> None:
-    memo = ScoringMemo()
-    block = [candidate("p", site="west", geography=Geography("us-west", None))]
-    rank(blocks=[block], memo=memo)
-    with pytest.raises(ScoringInputError, match="twice"):
-        rank(*block, blocks=[block], memo=memo)
+        current = [changed.get(c.provider, c) for c in current]

@@ -1008,7 +1008,6 @@ class SiteEngine:
             self._refuse_all(gateways, f"the local providers cannot be rendered: {error}")
             return
         candidates: list[CandidateInput] = list(what_if.candidates)
-        blocks: list[list[CandidateInput]] = []
         endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
         credentials = what_if.plan.credentials
         not_offered = list(what_if.not_offered)
@@ -1026,9 +1025,7 @@ class SiteEngine:
             ):
                 not_offered.append((remote.cluster, "a local cluster has the same name"))
                 continue
-            # Each peer's list as it is kept between passes: ranking files an unchanged
-            # peer as it did last time.
-            blocks.append(offered)
+            candidates += offered
         self._not_offered = tuple(not_offered)
         try:
             ranking = rank_candidates(
@@ -1039,7 +1036,6 @@ class SiteEngine:
                 stale_after_seconds=self._network.spec.stale_candidate_ttl_seconds,
                 admission_memory=self._admission,
                 memo=self._scoring_memo,
-                blocks=blocks,
             )
         except ScoringInputError as error:
             self._refuse_all(gateways, f"the candidates cannot be ranked: {error}")

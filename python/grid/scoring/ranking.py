@@ -16,7 +16,7 @@ consumer's own capacity at a neighbouring site of the region whatever their scor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -174,53 +174,39 @@ _Scored = tuple[CandidateInput, AdmissionState, SignalValues, float, LocalityTie
 """What one candidate's own values decide for one consumer and configuration: its plain
 admission, signals, score and tier (the candidate is held so its id stays its own)."""
 
-_NO_MEMO: Mapping[int, _Scored] = MappingProxyType({})
+_Filed = tuple[
+    CandidateInput, "LeftOut | tuple[AdmissionState, BackendKind, LocalityTier, RankedCandidate]"
+]
+"""Where a candidate that was neither stale nor under stabilized admission ended: left out
+(by its access policy or its health), or in which bucket, as which entry."""
 
-
-@dataclass(frozen=True, slots=True)
-class _Block:
-    """How one block of candidates was filed: valid for the same block object, TTL and
-    consumer and configuration, until ``stale_at`` (POSIX seconds)."""
-
-    source: Sequence[CandidateInput]
-    stale_after_seconds: float | None
-    stale_at: float
-    groups: _Groups
-    left_out: list[LeftOut]
-    keys: frozenset[CandidateKey]
+_NO_SCORES: Mapping[int, _Scored] = MappingProxyType({})
+_NO_FILING: Mapping[int, _Filed] = MappingProxyType({})
 
 
 class ScoringMemo:
     """The per-candidate part of a ranking pass, kept for the next one: a candidate object
-    seen again (its inputs are immutable) is not scored again, and a block of candidates
-    seen again is filed as it was, while the consumer and the scoring configuration stay
-    the same. Holds what the latest pass used only."""
+    seen again (its inputs are immutable) is not scored again, nor checked against the
+    consumer's labels, while the consumer and the scoring configuration stay the same; one
+    not stale is filed where it was. Holds the candidates of the latest pass only."""
 
     def __init__(self) -> None:
-        self._basis: tuple[ConsumingSite, ScoringConfig] | None = None
+        self._basis: tuple[ConsumingSite, ScoringConfig, float | None] | None = None
         self._scored: dict[int, _Scored] = {}
-        self._blocks: dict[int, _Block] = {}
+        self._filed: dict[int, _Filed] = {}
 
-    def start(self, consumer: ConsumingSite, config: ScoringConfig) -> Mapping[int, _Scored]:
-        """What earlier passes scored, if they scored for this consumer and configuration."""
-        basis = (consumer, config)
+    def start(
+        self, consumer: ConsumingSite, config: ScoringConfig, stale_after_seconds: float | None
+    ) -> tuple[Mapping[int, _Scored], Mapping[int, _Filed]]:
+        """What earlier passes scored and filed, if they did for this consumer,
+        configuration and TTL."""
+        basis = (consumer, config, stale_after_seconds)
         if self._basis != basis:
-            self._basis, self._scored, self._blocks = basis, {}, {}
-        return self._scored
+            self._basis, self._scored, self._filed = basis, {}, {}
+        return self._scored, self._filed
 
-    def block(
-        self, source: Sequence[CandidateInput], stale_after_seconds: float | None, now: float
-    ) -> _Block | None:
-        """How ``source`` was filed by the previous pass, if that still holds at ``now``."""
-        held = self._blocks.get(id(source))
-        if held is None or held.source is not source:
-            return None
-        if held.stale_after_seconds != stale_after_seconds or now > held.stale_at:
-            return None
-        return held
-
-    def keep(self, scored: dict[int, _Scored], blocks: dict[int, _Block]) -> None:
-        self._scored, self._blocks = scored, blocks
+    def keep(self, scored: dict[int, _Scored], filed: dict[int, _Filed]) -> None:
+        self._scored, self._filed = scored, filed
 
     def __len__(self) -> int:
         return len(self._scored)
@@ -263,14 +249,6 @@ def _empty_groups() -> _Groups:
     }
 
 
-def _add_groups(into: _Groups, groups: _Groups) -> None:
-    for admission, kinds in groups.items():
-        for group, tiers in kinds.items():
-            for tier, entries in tiers.items():
-                if entries:
-                    into[admission][group][tier] += entries
-
-
 def _in_gateway_order(by_group: _Groups) -> list[RankedCandidate]:
     """The candidates of every (admission, group, tier) bucket, sorted by :func:`order_key`.
 
@@ -304,7 +282,6 @@ def rank_candidates(
     stale_after_seconds: float | None = None,
     admission_memory: Mapping[CandidateKey, AdmissionMemory] | None = None,
     memo: ScoringMemo | None = None,
-    blocks: Iterable[Sequence[CandidateInput]] = (),
 ) -> Ranking:
     """Filter, score, admit and order ``candidates`` for ``consumer`` at ``now``.
 
@@ -316,11 +293,8 @@ def rank_candidates(
 
     ``admission_memory`` is the previous pass's :attr:`Ranking.admission_memory`; it is used
     only when the network enables stabilized admission. ``memo``, kept by the caller from
-    one pass to the next, saves scoring again the candidate objects it already scored.
-    ``blocks`` are more candidates, in groups the caller keeps from one pass to the next
-    (each site's, say): with a ``memo``, a block that is the same object as in the previous
-    pass is filed as it was then, without looking at its candidates again, while none of
-    them has gone stale since (not with stabilized admission, which moves with time).
+    one pass to the next, saves scoring and filing again the candidate objects it already
+    scored and filed.
     """
     if now.utcoffset() is None:
         raise ScoringInputError("now must carry a time zone")
@@ -339,142 +313,132 @@ def rank_candidates(
     now_seconds = now.timestamp()
     seen: set[CandidateKey] = set()
     by_group = _empty_groups()
+    # The same tier buckets reached by backend kind, so filing a candidate costs no lookup
+    # of its group: both kinds of a group share that group's buckets.
+    by_kind: dict[AdmissionState, dict[BackendKind, _Tiers]] = {
+        admission: {kind: groups[group] for kind, group in BACKEND_GROUP.items()}
+        for admission, groups in by_group.items()
+    }
     left_out: list[LeftOut] = []
-    scored = _NO_MEMO if memo is None else memo.start(consumer, config)
+    scored, filed = (
+        (_NO_SCORES, _NO_FILING)
+        if memo is None
+        else memo.start(consumer, config, stale_after_seconds)
+    )
     kept_scores: dict[int, _Scored] = {}
-    kept_blocks: dict[int, _Block] = {}
-    lasting = memo is not None and not stabilized
-    sources = [(tuple(candidates), False), *((block, lasting) for block in blocks)]
+    kept_filing: dict[int, _Filed] = {}
 
-    for source, reusable in sources:
-        block = (
-            memo.block(source, stale_after_seconds, now_seconds)
-            if memo is not None and reusable
-            else None
-        )
-        if block is not None:
-            twice = seen & block.keys
-            if twice:
-                provider, model, site = min(twice)
-                raise ScoringInputError(
-                    f"provider {provider!r} lists model {model!r} at site {site!r} twice"
-                )
-            seen |= block.keys
-            _add_groups(by_group, block.groups)
-            left_out += block.left_out
-            kept_blocks[id(source)] = block
-            continue
-        groups = _empty_groups()
-        # The same tier buckets reached by backend kind, so filing a candidate costs no
-        # lookup of its group: both kinds of a group share that group's buckets.
-        by_kind: dict[AdmissionState, dict[BackendKind, _Tiers]] = {
-            admission: {kind: kinds[group] for kind, group in BACKEND_GROUP.items()}
-            for admission, kinds in groups.items()
-        }
-        left: list[LeftOut] = []
-        stale_at = math.inf
-        for candidate in source:
-            key = candidate.key
-            if key in seen:
-                raise ScoringInputError(
-                    f"provider {candidate.provider!r} lists model {candidate.model!r} at site "
-                    f"{candidate.site!r} twice"
-                )
-            seen.add(key)
-
-            updated_seconds = candidate.updated_seconds
-            stale = (
-                stale_after_seconds is not None
-                and updated_seconds is not None
-                and now_seconds - updated_seconds > stale_after_seconds
+    for candidate in candidates:
+        key = candidate.key
+        if key in seen:
+            raise ScoringInputError(
+                f"provider {candidate.provider!r} lists model {candidate.model!r} at site "
+                f"{candidate.site!r} twice"
             )
-            if not stale and updated_seconds is not None and stale_after_seconds is not None:
-                stale_at = min(stale_at, updated_seconds + stale_after_seconds)
-            if stale and candidate.site != consumer_name:
-                left.append(
+        seen.add(key)
+
+        updated_seconds = candidate.updated_seconds
+        stale = (
+            stale_after_seconds is not None
+            and updated_seconds is not None
+            and now_seconds - updated_seconds > stale_after_seconds
+        )
+        if stale and candidate.site != consumer_name:
+            left_out.append(
+                LeftOut(
+                    candidate,
+                    LeftOutReason.STALE,
+                    f"no update for more than {stale_after_seconds:g}s",
+                )
+            )
+            continue
+        # Filed as last time: nothing about it or the consumer changed, and it is not stale.
+        lasting = not (stale or stabilized)
+        if lasting:
+            held = filed.get(id(candidate))
+            if held is not None and held[0] is candidate:
+                kept_filing[id(candidate)] = held
+                place = held[1]
+                if isinstance(place, LeftOut):
+                    left_out.append(place)
+                else:
+                    admission, kind, tier, entry = place
+                    by_kind[admission][kind][tier].append(entry)
+                continue
+
+        policy = candidate.access_policy
+        if policy is not None:
+            refusal = None
+            if consumer_labels is None:
+                refusal = LeftOut(
+                    candidate,
+                    LeftOutReason.CONSUMER_UNKNOWN,
+                    f"has an access policy and site {consumer_name!r} is unknown",
+                )
+            elif not selector_matches(policy, consumer_labels):
+                refusal = LeftOut(
+                    candidate,
+                    LeftOutReason.ACCESS_DENIED,
+                    f"access policy does not select site {consumer_name!r}",
+                )
+            if refusal is not None:
+                left_out.append(refusal)
+                if lasting:
+                    kept_filing[id(candidate)] = (candidate, refusal)
+                continue
+
+        known = scored.get(id(candidate))
+        if known is None or known[0] is not candidate:
+            metrics = candidate.metrics
+            queue_depth = metrics.queue_depth
+            queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
+            signals = read_signals(candidate)
+            known = (
+                candidate,
+                load_admission(
+                    queue_utilization, metrics.kv_cache_utilization, candidate.healthy, thresholds
+                ),
+                signals,
+                blend(signals),
+                locality_tier(candidate, consumer),
+            )
+        kept_scores[id(candidate)] = known
+        if stabilized:
+            remembered = stabilized_admission(
+                previous_memory.get(key), LoadObservation.of(candidate, scales), thresholds, now
+            )
+            memory[key] = remembered
+            admission = remembered.state
+        else:
+            admission = known[1]
+        if admission is AdmissionState.EXCLUDED:
+            if candidate.healthy is False:
+                unhealthy = LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing")
+                left_out.append(unhealthy)
+                if lasting:
+                    kept_filing[id(candidate)] = (candidate, unhealthy)
+            else:
+                left_out.append(
                     LeftOut(
                         candidate,
-                        LeftOutReason.STALE,
-                        f"no update for more than {stale_after_seconds:g}s",
+                        LeftOutReason.HELD_EXCLUDED,
+                        "healthy again; stabilized admission holds it excluded",
                     )
                 )
-                continue
+            continue
 
-            policy = candidate.access_policy
-            if policy is not None:
-                if consumer_labels is None:
-                    left.append(
-                        LeftOut(
-                            candidate,
-                            LeftOutReason.CONSUMER_UNKNOWN,
-                            f"has an access policy and site {consumer_name!r} is unknown",
-                        )
-                    )
-                    continue
-                if not selector_matches(policy, consumer_labels):
-                    left.append(
-                        LeftOut(
-                            candidate,
-                            LeftOutReason.ACCESS_DENIED,
-                            f"access policy does not select site {consumer_name!r}",
-                        )
-                    )
-                    continue
-
-            known = scored.get(id(candidate))
-            if known is None or known[0] is not candidate:
-                metrics = candidate.metrics
-                queue_depth = metrics.queue_depth
-                queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
-                signals = read_signals(candidate)
-                known = (
-                    candidate,
-                    load_admission(
-                        queue_utilization,
-                        metrics.kv_cache_utilization,
-                        candidate.healthy,
-                        thresholds,
-                    ),
-                    signals,
-                    blend(signals),
-                    locality_tier(candidate, consumer),
-                )
-            kept_scores[id(candidate)] = known
-            if stabilized:
-                remembered = stabilized_admission(
-                    previous_memory.get(key), LoadObservation.of(candidate, scales), thresholds, now
-                )
-                memory[key] = remembered
-                admission = remembered.state
-            else:
-                admission = known[1]
-            if admission is AdmissionState.EXCLUDED:
-                if candidate.healthy is False:
-                    left.append(LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing"))
-                else:
-                    left.append(
-                        LeftOut(
-                            candidate,
-                            LeftOutReason.HELD_EXCLUDED,
-                            "healthy again; stabilized admission holds it excluded",
-                        )
-                    )
-                continue
-
-            _, _, signals, score, tier = known
-            fresh = not (candidate.degraded or stale)
-            # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__ is a
-            # Python function that costs three times as much, once per candidate.
-            entry = tuple.__new__(
-                RankedCandidate, (candidate, signals, score, admission, tier, fresh, weights)
-            )
-            by_kind[admission][candidate.backend_kind][tier].append(entry)
-        _add_groups(by_group, groups)
-        left_out += left
-        if reusable:
-            keys = frozenset(candidate.key for candidate in source)
-            kept_blocks[id(source)] = _Block(
-                source, stale_after_seconds, stale_at, groups, left, keys
+        _, _, signals, score, tier = known
+        fresh = not (candidate.degraded or stale)
+        # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__ is a
+        # Python function that costs three times as much, once per candidate.
+        entry = tuple.__new__(
+            RankedCandidate, (candidate, signals, score, admission, tier, fresh, weights)
+        )
+        by_kind[admission][candidate.backend_kind][tier].append(entry)
+        if lasting:
+            kept_filing[id(candidate)] = (
+                candidate,
+                (admission, candidate.backend_kind, tier, entry),
             )
 
     routes: dict[tuple[str, str, str], RankedCandidate] = {}
@@ -493,7 +457,7 @@ def rank_candidates(
             )
     left_out.sort(key=_CANDIDATE_KEY)
     if memo is not None:
-        memo.keep(kept_scores, kept_blocks)
+        memo.keep(kept_scores, kept_filing)
     return Ranking(
         consumer=consumer,
         candidates=tuple(kept),
