@@ -480,12 +480,13 @@ def test_a_slow_reader_loses_membership_events_but_never_an_item() -> None:
         c.join([a.address])
         wait_for(lambda: len(a.members()) == 2)
         wait_for(lambda: a.stats()["events_dropped"] >= 1)
-        # Items are never dropped; versions that wait are replaced by newer ones. Each
-        # newer version is published once a holds the one before: published faster, b
-        # would only ever send the newest.
+
         def delivered(count: int) -> Callable[[], bool]:
             return lambda: a.stats()["items_delivered"] == count
 
+        # Items are never dropped; versions that wait are replaced by newer ones. Each
+        # newer version is published once a holds the one before: published faster, b
+        # would only ever send the newest.
         for key in ("k1", "k2", "k3"):
             b.publish("state", key, 1, b"first")
         wait_for(delivered(3))
