@@ -13,6 +13,7 @@ from grid.agent import Agent, AgentOptions, NameConflictError, PerNetwork, parse
 from grid.agent.startup import check_startup
 from grid.errors import ConfigError, GridError
 from grid.logs import add_logging_options, configure_logging
+from grid.runtime.collector import settle_collector
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -151,6 +152,7 @@ def agent_command(args: argparse.Namespace) -> int:
         _log.warning("%s", warning)
     try:
         agent = Agent(options)
+        settle_collector()
         asyncio.run(agent.run())
     except NameConflictError as error:
         return _exit(EXIT_NAME_CONFLICT, error, json_logs=json_logs)

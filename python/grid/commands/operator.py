@@ -10,6 +10,7 @@ from typing import Any
 
 from grid.errors import ConfigError, GridError
 from grid.logs import add_logging_options, configure_logging
+from grid.runtime.collector import settle_collector
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -70,6 +71,7 @@ def operator_command(args: argparse.Namespace) -> int:
     operator = Operator(options, configuration, post_event)
     settings = kopf.OperatorSettings()
     configure(settings, options)
+    settle_collector()
     try:
         kopf.run(
             registry=build_registry(operator, login=True),

@@ -156,6 +156,14 @@ def _inactive_sites(engine: SiteEngine) -> dict[str, str]:
     return inactive
 
 
+def _collector_settling() -> Callable[[], None] | None:
+    try:
+        from grid.runtime.collector import settle_collector
+    except ImportError:
+        return None
+    return settle_collector
+
+
 async def measure(config: dict[str, Any]) -> dict[str, Any]:
     logging.getLogger("grid.agent").setLevel(logging.ERROR)
     options = AgentOptions(
@@ -168,6 +176,9 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
         probe_interval_s=config["probe_interval_s"],
     )
     agent = Agent(options)
+    settle = _collector_settling()
+    if settle is not None:
+        settle()  # as `grid agent` does, in a design that has it
     await agent.start()
     network = config["network"]
     engine = agent.networks[network].engine
