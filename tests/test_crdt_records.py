@@ -760,7 +760,8 @@ def test_the_signals_reader_agrees_with_the_generic_json_reader(
             or (
                 type(entries[3]) is int
                 and 0 <= entries[3] <= 3
-                and entries[4] in (None, True, False)
+                # Not `in (None, True, False)`: 0 == False, and JSON 0 is no boolean.
+                and (entries[4] is None or type(entries[4]) is bool)
                 and all(
                     v is None or (type(v) is int and 0 <= v <= high)
                     for v, high in zip(
