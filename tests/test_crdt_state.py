@@ -746,6 +746,41 @@ def _same_records(left: tuple[object, ...], right: tuple[object, ...]) -> bool:
     return strip[0] == strip[1]
 
 
+def test_changes_name_the_providers_changed_since_a_stamp_and_stay_bounded() -> None:
+    a, b = GridState("site-a"), GridState("site-b")
+    assert b.provider_changes("site-a", None) is None
+    for name in ("llama", "qwen"):
+        a.put_provider(sample_record(name), NOW)
+    deliver_all(b, a)
+    first = b.providers_stamp("site-a")
+    assert b.provider_changes("site-a", first) == []
+    a.put_provider(
+        sample_record(
+            "llama", metrics=ProviderMetrics.from_measurements(healthy=True, queue_depth=30)
+        ),
+        NOW + 1,
+    )
+    deliver_all(b, a)
+    assert b.provider_changes("site-a", first) == ["llama"]
+    b.forget_site("site-a")
+    deliver_all(b, a)
+    # Records built again: a stamp of their earlier life says nothing.
+    assert b.provider_changes("site-a", first) is None
+    # Providers that come and go (each pruned tombstone a name gone for good) do not pile
+    # up: past the bound, readers of older stamps read the site whole once.
+    stamp = b.providers_stamp("site-a")
+    for serial in range(300):
+        name = f"short-lived-{serial}"
+        a.put_provider(sample_record(name), NOW + 2)
+        a.remove_provider(name, NOW + 2)
+        deliver_all(b, a)
+        a.prune_tombstones(NOW + 3)
+        b.prune_tombstones(NOW + 3)
+    assert b.provider_changes("site-a", stamp) is None
+    assert b.provider_changes("site-a", b.providers_stamp("site-a")) == []
+    assert {e.record.name for e in b.providers("site-a")} == {"llama", "qwen"}
+
+
 def test_model_entries_keep_their_capabilities_and_context_windows() -> None:
     a, b = GridState("site-a"), GridState("site-b")
     models = (ModelEntry("gpt-4o", ("chat", "vision"), 128_000), ModelEntry("o1"))
@@ -787,5 +822,19 @@ def test_a_sites_stamp_moves_whenever_its_providers_read_differently(seed: int) 
         now_held = (b.providers_stamp("site-a"), b.providers("site-a"))
         if now_held[1] != held[1]:
             assert now_held[0] != held[0]
+        # A reader that read the providers at the last stamp and reads again only those
+        # named as changed since holds what reading them all would give.
+        changed = b.provider_changes("site-a", held[0])
+        if changed is None:
+            mirror = {entry.record.name: entry for entry in now_held[1]}
+        else:
+            mirror = {entry.record.name: entry for entry in held[1]}
+            for name in changed:
+                entry = b.provider("site-a", name)
+                if entry is None:
+                    mirror.pop(name, None)
+                else:
+                    mirror[name] = entry
+        assert tuple(mirror[name] for name in sorted(mirror)) == now_held[1]
         held = now_held
         assert b.provider_names() == {entry.record.name for entry in b.providers()}

@@ -639,6 +639,27 @@ class ProviderRecord:
         object.__setattr__(self, "tools", _sorted_unique(self.tools, "tool name"))
         object.__setattr__(self, "agents", _sorted_unique(self.agents, "agent name"))
 
+    def with_signals(self, phase: str, metrics: ProviderMetrics) -> ProviderRecord:
+        """This provider with another phase and metrics, checked as the constructor checks
+        them; the catalogue part was checked when this record was built. What a reader
+        makes of each new signals item: a large mesh reads thousands a minute."""
+        if phase not in PHASES:
+            raise CrdtValueError(f"provider phase must be one of {', '.join(PHASES)}")
+        if not isinstance(metrics, ProviderMetrics):
+            raise CrdtValueError("provider metrics must be ProviderMetrics")
+        record = object.__new__(ProviderRecord)
+        for name, value in (
+            ("name", self.name),
+            ("spec", self.spec),
+            ("phase", phase),
+            ("metrics", metrics),
+            ("models", self.models),
+            ("tools", self.tools),
+            ("agents", self.agents),
+        ):
+            object.__setattr__(record, name, value)
+        return record
+
 
 def _check_address(address: object) -> str:
     if not isinstance(address, str):

@@ -165,6 +165,9 @@ class ProviderState:
     models: ORSet[ModelEntry]
     tools: ORSet[str]
     agents: ORSet[str]
+    _read: ProviderRecord | None = field(default=None, init=False, repr=False, compare=False)
+    """The provider as :meth:`record` last read it: the catalogue part is this state's for
+    good, so later reads only change the phase and metrics."""
 
     @property
     def version(self) -> int:
@@ -272,7 +275,10 @@ class ProviderState:
             return None
         metrics = signals.metrics
         assert metrics is not None and signals.phase is not None  # readable says so
-        return ProviderRecord(
+        read = self._read
+        if read is not None:
+            return read.with_signals(signals.phase, metrics)
+        read = ProviderRecord(
             name=self.name,
             spec=spec,
             phase=signals.phase,
@@ -281,6 +287,8 @@ class ProviderState:
             tools=tuple(self.tools.elements),
             agents=tuple(self.agents.elements),
         )
+        object.__setattr__(self, "_read", read)
+        return read
 
 
 def _assigned(register: LWWRegister[V], value: V, stamp: Stamp) -> LWWRegister[V]:

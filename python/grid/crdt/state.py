@@ -56,6 +56,7 @@ MAX_PROVIDERS_PER_SITE = 4096
 """Most provider catalogues (tombstones included), and as many signals registers, held per
 site."""
 
+_CHANGES_SLACK = 64
 _STAMPS = itertools.count(1)
 """Stamps of sites' provider sets, unique in the process: a site dropped and heard from
 again never gets back a stamp a reader may still hold."""
@@ -85,6 +86,11 @@ class _SiteRecords:
     """Providers as last read, dropped on every change of their catalogue or signals."""
     stamp: int = field(default_factory=lambda: next(_STAMPS))
     """Renewed on every change of any of the site's providers, never reused."""
+    since: int = 0
+    """The oldest stamp :attr:`changes` answers for: ``stamp`` when created or compacted."""
+    changes: dict[str, int] = field(default_factory=dict)
+    """Provider names in the order of their latest change, with the stamp it got: what a
+    reader holding an older stamp has to read again."""
     live: set[str] = field(default_factory=set)
     """Names of the providers :meth:`GridState.providers` reads, as of the last call of
     :meth:`GridState.provider_names`, but for those in ``unchecked``."""
@@ -96,6 +102,9 @@ class _SiteRecords:
     cert_pem: str | None = None
     """The latest complete certificate: kept while a newer one is still arriving."""
     last_received_at: float | None = None
+
+    def __post_init__(self) -> None:
+        self.since = self.stamp
 
 
 class GridState:
@@ -480,6 +489,21 @@ class GridState:
         records = self._sites.get(site)
         return None if records is None else records.stamp
 
+    def provider_changes(self, site: str, since: int | None) -> list[str] | None:
+        """The providers of ``site`` that may read differently than they did at ``since``
+        (a :meth:`providers_stamp` of this site), most recently changed first; None when
+        the reader has to read them all (``since`` is None or too old, or the site's
+        records were dropped and built again since)."""
+        records = self._sites.get(site)
+        if records is None or since is None or since < records.since:
+            return None
+        changed = []
+        for name, stamp in reversed(records.changes.items()):
+            if stamp <= since:
+                break
+            changed.append(name)
+        return changed
+
     def provider(self, site: str, name: str) -> ProviderEntry | None:
         """One live provider whose catalogue and signals are both held, or None."""
         records = self._sites.get(site)
@@ -675,7 +699,15 @@ def _assembled_or_none(chunks: dict[int, LWWRegister[CertChunk]]) -> str | None:
 def _provider_changed(records: _SiteRecords, name: str) -> None:
     records.entries.pop(name, None)
     records.unchecked.add(name)
-    records.stamp = next(_STAMPS)
+    stamp = records.stamp = next(_STAMPS)
+    changes = records.changes
+    changes.pop(name, None)
+    changes[name] = stamp
+    if len(changes) > 2 * len(records.providers) + _CHANGES_SLACK:
+        # Names dropped long ago (pruned tombstones) would pile up: start afresh, and every
+        # reader of an older stamp reads the site whole once.
+        records.changes = {n: stamp for n in records.providers}
+        records.since = stamp
 
 
 def _entry(site: str, name: str, records: _SiteRecords) -> ProviderEntry | None:
