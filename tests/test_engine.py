@@ -8,11 +8,14 @@ items that come out.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from grid.crdt.snapshot import CERT_LANE, STATE_LANE
 from grid.engine import ItemOutcome, SiteEngine
@@ -823,3 +826,55 @@ def test_records_arriving_after_a_leave_are_forgotten_at_the_next_refresh() -> N
     result = a.refresh(T0 + timedelta(seconds=1))
     assert "site-b" not in a.state.sites()
     assert [site for site, _ in result.forgotten] == ["site-b"]
+
+
+def _forget_settled(e: SiteEngine) -> None:
+    """Make ``e`` evaluate every status afresh on its next pass, as before statuses were
+    settled."""
+    e._site_settled.clear()
+    for observed in e._observed.values():
+        observed.settled = None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_settled_statuses_are_those_evaluating_afresh_gives(seed: int) -> None:
+    """A pass skips evaluating a status whose inputs did not change since an evaluation
+    that took no transition. Pass after pass of random health checks, scrapes, credential
+    findings, membership changes and probes, with time moving, an engine doing so holds
+    the statuses, and posts the events, of one that evaluates everything every pass."""
+    rng = random.Random(seed)
+    providers = [
+        provider("llama-a", "site-a", health=True, metrics=True),
+        provider("qwen-a", "site-a", models=["qwen"], token=True),
+    ]
+    settling, afresh = engine("site-a", providers), engine("site-a", providers)
+    moment = T0
+    for _ in range(30):
+        moment += timedelta(seconds=rng.choice((0, 1, 1, 5, 120)))
+        action = rng.choice(("health", "health", "scrape", "credentials", "member", "probe"))
+        peer = rng.choice(("site-b", "site-c"))
+        passed = rng.random() < 0.6
+        health = HealthObservation(passed, 200 if passed else 500, 0.001, "boom")
+        scraped = rng.choice((scrape(queue=3, kv=0.2), ScrapeResult(None, 0.5, "refused")))
+        credentials = rng.choice(list(CredentialState))
+        change = rng.choice(("member_up", "member_suspect", "member_down"))
+        fingerprint = rng.choice((FINGERPRINTS[peer], "dd" * 32, None))
+        probe = ProbeResult(True, fingerprint, None, 0.001)
+        if fingerprint is None:
+            probe = ProbeResult(False, None, "connection refused", 0.001)
+        for e in (settling, afresh):
+            if action == "health":
+                e.observe_health("llama-a", health, moment)
+            elif action == "scrape":
+                e.observe_scrape("llama-a", scraped, moment)
+            elif action == "credentials":
+                e.observe_credentials("qwen-a", credentials)
+            elif action == "member":
+                getattr(e, change)(peer, f"{peer}:7946", 1, moment)
+            else:
+                e.observe_probe(peer, probe, moment)
+        _forget_settled(afresh)
+        got, expected = settling.refresh(moment), afresh.refresh(moment)
+        assert got.events == expected.events
+        assert settling.statuses() == afresh.statuses()

@@ -455,6 +455,45 @@ def test_the_same_candidate_twice_is_refused() -> None:
         rank(candidate(), candidate())
 
 
+def test_the_same_candidate_through_two_clusters_is_refused() -> None:
+    with pytest.raises(ScoringInputError, match="twice"):
+        rank(candidate(cluster="c1"), candidate(cluster="c2"))
+    with pytest.raises(ScoringInputError, match="twice"):
+        rank_candidates(
+            [candidate(cluster="c1")], CONSUMER, CONFIG, NOW, routes=[(candidate(cluster="c2"),)]
+        )
+
+
+def test_a_route_given_with_a_candidate_of_another_is_refused() -> None:
+    mixed = (candidate("a", cluster="c1"), candidate("b", cluster="c2"))
+    with pytest.raises(ScoringInputError, match="route"):
+        rank_candidates([], CONSUMER, CONFIG, NOW, routes=[mixed])
+
+
+def test_a_new_observation_of_a_candidate_equals_one_built_anew() -> None:
+    before = candidate(
+        "p",
+        cost=TokenCost(Decimal("1"), Decimal("2")),
+        access_policy=LabelSelector.model_validate({"matchLabels": {"tier": "edge"}}),
+        updated_at=NOW,
+    )
+    observation: dict[str, Any] = {
+        "metrics": Metrics(queue_depth=7, kv_cache_utilization=0.5),
+        "healthy": False,
+        "degraded": True,
+        "updated_at": NOW + timedelta(seconds=5),
+    }
+    after = before.observed(**observation)
+    anew = dataclasses.replace(before, **observation)
+    assert after == anew
+    for name in ("key", "route", "tie_break", "updated_seconds"):
+        assert getattr(after, name) == getattr(anew, name)
+    with pytest.raises(ScoringInputError, match="KV-cache"):
+        before.observed(**(observation | {"metrics": Metrics(kv_cache_utilization=1.5)}))
+    with pytest.raises(ScoringInputError, match="time zone"):
+        before.observed(**(observation | {"updated_at": datetime(2026, 1, 1)}))
+
+
 def test_now_and_ttl_are_checked() -> None:
     with pytest.raises(ScoringInputError, match="time zone"):
         rank(candidate(), now=datetime(2026, 1, 1))
@@ -680,6 +719,44 @@ def test_filing_kept_across_passes_never_changes_a_ranking(
     moments = (NOW, NOW, NOW + timedelta(seconds=30), NOW + timedelta(hours=2), NOW)
     for step, moment in enumerate(moments):
         with_memo = rank(*current, memo=memo, now=moment, stale_after_seconds=600)
+        without = rank(*current, now=moment, stale_after_seconds=600)
+        assert summary(with_memo) == summary(without), step
+        assert [e.fresh for e in with_memo.candidates] == [e.fresh for e in without.candidates]
+        assert [e.detail for e in with_memo.left_out] == [e.detail for e in without.left_out]
+        changed = {c.provider: c for c in replacements if rng.random() < 0.3}
+        current = [changed.get(c.provider, c) for c in current]
+
+
+@settings(max_examples=100, deadline=None)
+@given(candidate_sets(), candidate_sets(), st.randoms(use_true_random=False))
+def test_routes_kept_across_passes_never_change_a_ranking(
+    first: list[CandidateInput], replacements: list[CandidateInput], rng: random.Random
+) -> None:
+    """Candidates given grouped by route, as a site's engine does: passes that keep some
+    route objects as they were, rebuild others with some candidates replaced, give some
+    candidates loose, while time passes the TTL of some. With a memo, the same ranking as
+    ranking them all anew, loose (what is left out, why, and what is fresh included)."""
+    memo = ScoringMemo()
+    current = first
+    blocks: dict[tuple[str, str, str], tuple[CandidateInput, ...]] = {}
+    moments = (NOW, NOW, NOW + timedelta(seconds=30), NOW + timedelta(hours=2), NOW, NOW)
+    for step, moment in enumerate(moments):
+        grouped: dict[tuple[str, str, str], list[CandidateInput]] = {}
+        for c in current:
+            grouped.setdefault(c.route, []).append(c)
+        routes, loose = [], []
+        for route, members in grouped.items():
+            held = blocks.get(route)
+            if rng.random() < 0.2:
+                loose += members
+                continue
+            if held is None or list(held) != members:
+                held = tuple(members)
+            blocks[route] = held
+            routes.append(held)
+        with_memo = rank_candidates(
+            loose, CONSUMER, CONFIG, moment, stale_after_seconds=600, memo=memo, routes=routes
+        )
         without = rank(*current, now=moment, stale_after_seconds=600)
         assert summary(with_memo) == summary(without), step
         assert [e.fresh for e in with_memo.candidates] == [e.fresh for e in without.candidates]

@@ -4,13 +4,13 @@ that trusted peers publish, built from their replicated records. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from grid.crdt.records import LabelSelector as RecordSelector
-from grid.crdt.state import ProviderEntry
+from grid.crdt.state import GridState, ProviderEntry
 from grid.errors import ScoringInputError
 from grid.models.common import BackendKind
 from grid.models.network import GatewayRef, GridNetwork
@@ -133,15 +133,37 @@ def remote_candidates(
 
 
 def _provider_candidates(
-    site: RemoteSite, entry: ProviderEntry, selectors: SelectorCache
+    site: RemoteSite,
+    entry: ProviderEntry,
+    selectors: SelectorCache,
+    previous: tuple[ProviderEntry, tuple[CandidateInput, ...] | str] | None = None,
 ) -> tuple[CandidateInput, ...] | str:
-    """One published provider's candidates (one per model), or why it cannot be offered."""
+    """One published provider's candidates (one per model), or why it cannot be offered.
+    ``previous`` is what this site built from the provider's last entry: when only its
+    signals changed since, its candidates are observed anew rather than built again."""
     record = entry.record
     spec = record.spec
     metrics = record.metrics
     healthy = False if record.phase == UNAVAILABLE else metrics.healthy
-    cost = spec.cost
+    degraded = record.phase == DEGRADED or site.suspect
+    updated_at = datetime.fromtimestamp(entry.updated_at, UTC)
+    observed = Metrics(
+        queue_depth=metrics.queue_depth,
+        kv_cache_utilization=metrics.kv_cache_utilization,
+        prefix_cache_hit_ratio=metrics.prefix_cache_hit_ratio,
+        p99_latency_ms=metrics.p99_latency_ms,
+    )
     try:
+        if previous is not None and not isinstance(previous[1], str):
+            before = previous[0].record
+            if before.spec is spec and before.models is record.models:
+                return tuple(
+                    candidate.observed(
+                        metrics=observed, healthy=healthy, degraded=degraded, updated_at=updated_at
+                    )
+                    for candidate in previous[1]
+                )
+        cost = spec.cost
         policy = None if spec.access_policy is None else selectors.get(spec.access_policy)
         return tuple(
             CandidateInput(
@@ -151,18 +173,13 @@ def _provider_candidates(
                 cluster=site.cluster,
                 backend_kind=BackendKind(spec.backend_kind),
                 geography=site.geography,
-                metrics=Metrics(
-                    queue_depth=metrics.queue_depth,
-                    kv_cache_utilization=metrics.kv_cache_utilization,
-                    prefix_cache_hit_ratio=metrics.prefix_cache_hit_ratio,
-                    p99_latency_ms=metrics.p99_latency_ms,
-                ),
+                metrics=observed,
                 cost=None
                 if cost is None
                 else TokenCost(Decimal(cost.input_per_million), Decimal(cost.output_per_million)),
                 healthy=healthy,
-                degraded=record.phase == DEGRADED or site.suspect,
-                updated_at=datetime.fromtimestamp(entry.updated_at, UTC),
+                degraded=degraded,
+                updated_at=updated_at,
                 access_policy=policy,
             )
             for model in record.models
@@ -171,54 +188,104 @@ def _provider_candidates(
         return f"record from site {site.name!r} unusable: {error}"
 
 
+_Built = tuple[ProviderEntry, tuple[CandidateInput, ...] | str]
+"""A provider's entry as last read, and its candidates (or why it cannot be offered)."""
+
+
 @dataclass(slots=True)
 class _SiteCandidates:
     site: RemoteSite
     stamp: int
-    by_provider: dict[str, tuple[ProviderEntry, tuple[CandidateInput, ...] | str]]
-    candidates: list[CandidateInput]
-    refused: list[tuple[str, str]]
+    by_provider: dict[str, _Built] = field(default_factory=dict)
+    by_model: dict[str, dict[str, CandidateInput]] = field(default_factory=dict)
+    """Each model's candidates, by provider."""
+    routes: dict[str, tuple[CandidateInput, ...]] = field(default_factory=dict)
+    """Each model's candidates as one route: a new tuple only when one of them changed."""
+    refused: dict[str, str] = field(default_factory=dict)
+    blocks: tuple[tuple[CandidateInput, ...], ...] = ()
+    refusals: tuple[tuple[str, str], ...] = ()
 
 
 class RemoteCandidates:
-    """Every trusted peer's candidates, kept between ranking passes. A peer's list is built
-    again only when its providers changed (the state's stamp for the site moved) or what
-    this site knows of the peer did (its geography, egress, suspicion), and then only the
-    providers whose entry changed are converted: at 100 sites x 100 providers a pass would
-    otherwise build 10,000 candidates to use a handful of new ones."""
+    """Every trusted peer's candidates, kept between ranking passes, one route per model
+    (the peer's egress reaches all of a model's providers there). Only the providers whose
+    entry changed since the last pass are read again (``GridState.provider_changes``),
+    and a route is a new object only when one of its candidates changed, so ranking skips
+    the others (``rank_candidates(routes=...)``); everything is read again when what this
+    site knows of the peer (its geography, egress, suspicion) changed. At 100 sites x 100
+    providers a pass would otherwise read and build 10,000 candidates to use a few hundred
+    new ones."""
 
     def __init__(self) -> None:
         self._selectors = SelectorCache()
         self._sites: dict[str, _SiteCandidates] = {}
 
     def of(
-        self, site: RemoteSite, stamp: int | None, entries: Callable[[], Iterable[ProviderEntry]]
-    ) -> tuple[list[CandidateInput], list[tuple[str, str]]]:
-        """``site``'s candidates and refusals; ``entries`` is called only when they must be
-        built again. Callers must not change the lists returned."""
+        self, site: RemoteSite, state: GridState
+    ) -> tuple[tuple[tuple[CandidateInput, ...], ...], tuple[tuple[str, str], ...]]:
+        """``site``'s candidates, one tuple per route, and (provider, reason) for each
+        record that cannot be offered, by provider."""
+        stamp = state.providers_stamp(site.name)
         if stamp is None:
             self._sites.pop(site.name, None)
-            return [], []
+            return (), ()
         held = self._sites.get(site.name)
-        if held is not None and held.stamp == stamp and held.site == site:
-            return held.candidates, held.refused
-        reusable = held.by_provider if held is not None and held.site == site else {}
-        by_provider: dict[str, tuple[ProviderEntry, tuple[CandidateInput, ...] | str]] = {}
-        candidates: list[CandidateInput] = []
-        refused: list[tuple[str, str]] = []
-        for entry in entries():
-            name = entry.record.name
-            built = reusable.get(name)
-            if built is None or built[0] is not entry:
-                built = (entry, _provider_candidates(site, entry, self._selectors))
-            by_provider[name] = built
-            offered = built[1]
-            if isinstance(offered, str):
-                refused.append((name, offered))
+        changed = None
+        if held is None or held.site != site:
+            held = _SiteCandidates(site, stamp)
+            self._sites[site.name] = held
+        elif held.stamp == stamp:
+            return held.blocks, held.refusals
+        else:
+            changed = state.provider_changes(site.name, held.stamp)
+        held.stamp = stamp
+        models: set[str] = set()
+        if changed is None:
+            entries = {entry.record.name: entry for entry in state.providers(site.name)}
+            for name in set(held.by_provider) - set(entries):
+                self._take(held, name, None, models)
+            for name, entry in entries.items():
+                self._take(held, name, entry, models)
+        else:
+            for name in changed:
+                self._take(held, name, state.provider(site.name, name), models)
+        for model in models:
+            members = held.by_model.get(model)
+            if members:
+                held.routes[model] = tuple(members.values())
             else:
-                candidates.extend(offered)
-        self._sites[site.name] = _SiteCandidates(site, stamp, by_provider, candidates, refused)
-        return candidates, refused
+                held.by_model.pop(model, None)
+                held.routes.pop(model, None)
+        held.blocks = tuple(held.routes.values())
+        held.refusals = tuple(sorted(held.refused.items()))
+        return held.blocks, held.refusals
+
+    def _take(
+        self, held: _SiteCandidates, name: str, entry: ProviderEntry | None, models: set[str]
+    ) -> None:
+        """Bring provider ``name`` up to ``entry`` (None: gone), noting the models whose
+        routes changed."""
+        previous = held.by_provider.get(name)
+        if previous is not None:
+            if previous[0] is entry:
+                return
+            if isinstance(previous[1], str):
+                del held.refused[name]
+            else:
+                for candidate in previous[1]:
+                    held.by_model[candidate.model].pop(name, None)
+                    models.add(candidate.model)
+        if entry is None:
+            held.by_provider.pop(name, None)
+            return
+        built = _provider_candidates(held.site, entry, self._selectors, previous)
+        held.by_provider[name] = (entry, built)
+        if isinstance(built, str):
+            held.refused[name] = built
+            return
+        for candidate in built:
+            held.by_model.setdefault(candidate.model, {})[name] = candidate
+            models.add(candidate.model)
 
     def keep_only(self, sites: Iterable[str]) -> None:
         """Forget every peer but ``sites`` (those offered in the latest pass)."""

@@ -16,7 +16,6 @@ for the next one.
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,6 +25,7 @@ from types import MappingProxyType
 
 from pydantic import ValidationError
 
+from grid.crdt.records import ProviderRecord
 from grid.crdt.snapshot import GATEWAY_LANE, Item
 from grid.crdt.state import GridState
 from grid.engine.candidates import (
@@ -216,6 +216,16 @@ class _Observed:
     credentials: CredentialState = CredentialState.NOT_REQUIRED
     status: InferenceProviderStatus | None = None
     publish_error: str | None = None
+    settled: tuple[object, ...] | None = None
+    """What ``status`` was evaluated from, when evaluating it again from the same would take
+    no transition: a pass skips the evaluation while nothing of it changes."""
+    record: (
+        tuple[
+            InferenceProvider, InferenceProviderPhase, Signals | None, bool | None, ProviderRecord
+        ]
+        | None
+    ) = None
+    """What the record last published for the provider was built from, and the record."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +289,9 @@ class SiteEngine:
         self._probe_requested: dict[str, datetime] = {}
         self._probe_soon: set[str] = set()
         self._site_status: dict[str, GridSiteStatus] = {}
+        self._site_settled: dict[str, tuple[object, ...]] = {}
+        """What each site's status was evaluated from, while evaluating it again from the
+        same would take no transition (as :attr:`_Observed.settled`)."""
         self._network_status = GridNetworkStatus()
         self._overlays: dict[tuple[str, str], GatewayOverlay] = {}
         self._admission: Mapping[CandidateKey, AdmissionMemory] = MappingProxyType({})
@@ -794,9 +807,18 @@ class SiteEngine:
             if provider.spec.site_selector is None:
                 continue
             try:
-                record = provider_record(
-                    provider, phase, provider_metrics(observed.signals, view.healthy)
-                )
+                held = observed.record
+                if (
+                    held is not None
+                    and held[0] is provider
+                    and held[1:4] == (phase, observed.signals, view.healthy)
+                ):
+                    record = held[4]
+                else:
+                    record = provider_record(
+                        provider, phase, provider_metrics(observed.signals, view.healthy)
+                    )
+                    observed.record = (provider, phase, observed.signals, view.healthy, record)
                 self._state.put_provider(
                     record, moment, refresh_after=refresh, thresholds=thresholds
                 )
@@ -832,8 +854,24 @@ class SiteEngine:
             metrics_ok=observed.metrics_ok,
             metrics_message=observed.metrics_message,
         )
+        inputs = (
+            provider,
+            observation,
+            observed.last_health,
+            observed.scrape,
+            observed.publish_error,
+        )
+        settled = observed.settled
+        if (
+            observed.status is not None
+            and settled is not None
+            and settled[0] is provider
+            and settled[1:] == inputs[1:]
+        ):
+            return observed.status.phase
         current = provider.model_copy(update={"status": observed.status})
         outcome = evaluate_provider(current, observation, now)
+        observed.settled = None if outcome.transitions else inputs
         self._record_events(_PROVIDER, provider.metadata.name, outcome.events, now)
         conditions = outcome.conditions
         if provider.spec.site_selector is not None:
@@ -912,6 +950,7 @@ class SiteEngine:
         trusted: set[str] = set()
         for name in set(self._site_status) - set(self._sites):
             del self._site_status[name]
+            self._site_settled.pop(name, None)
         for name, site in sorted(self._sites.items()):
             status = self._site_status.get(name)
             egress = self._egress(name)
@@ -922,7 +961,27 @@ class SiteEngine:
                 egress_address=None if egress is None else egress.address,
                 probe=None if probe is None else _probe_observation(probe, advertised),
             )
+            inputs = (site, observation, advertised, probe, egress)
+            settled = self._site_settled.get(name)
+            if (
+                status is not None
+                and settled is not None
+                and settled[0] is site
+                and settled[1:] == inputs[1:]
+            ):
+                member = self._members.get(name)
+                alive = member is not None and member.state is MemberState.ALIVE
+                if alive and status.last_seen_alive != now:
+                    status = status.model_copy(update={"last_seen_alive": now})
+                    self._site_status[name] = status
+                if name != self._site and status.phase is GridSitePhase.ACTIVE:
+                    trusted.add(name)
+                continue
             outcome = evaluate_site(site.model_copy(update={"status": status}), observation, now)
+            if outcome.transitions:
+                self._site_settled.pop(name, None)
+            else:
+                self._site_settled[name] = inputs
             self._record_events(_SITE, name, outcome.events, now)
             conditions = outcome.conditions
             if name != self._site:
@@ -1007,35 +1066,32 @@ class SiteEngine:
         except ConfigError as error:
             self._refuse_all(gateways, f"the local providers cannot be rendered: {error}")
             return
-        candidates: list[CandidateInput] = list(what_if.candidates)
         endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
         credentials = what_if.plan.credentials
         not_offered = list(what_if.not_offered)
+        routes: list[tuple[CandidateInput, ...]] = []
         remotes = self._remote_sites()
         self._remote_candidates.keep_only(remote.name for remote in remotes)
         for remote in remotes:
-            offered, refused = self._remote_candidates.of(
-                remote,
-                self._state.providers_stamp(remote.name),
-                functools.partial(self._state.providers, remote.name),
-            )
+            offered, refused = self._remote_candidates.of(remote, self._state)
             not_offered += refused
             if offered and endpoints.setdefault(remote.cluster, remote.endpoint) != (
                 remote.endpoint
             ):
                 not_offered.append((remote.cluster, "a local cluster has the same name"))
                 continue
-            candidates += offered
+            routes += offered
         self._not_offered = tuple(not_offered)
         try:
             ranking = rank_candidates(
-                candidates,
+                what_if.candidates,
                 self._consumer(),
                 self._network.spec.scoring,
                 now,
                 stale_after_seconds=self._network.spec.stale_candidate_ttl_seconds,
                 admission_memory=self._admission,
                 memo=self._scoring_memo,
+                routes=routes,
             )
         except ScoringInputError as error:
             self._refuse_all(gateways, f"the candidates cannot be ranked: {error}")

@@ -16,10 +16,11 @@ consumer's own capacity at a neighbouring site of the region whatever their scor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 from typing import NamedTuple
@@ -154,7 +155,7 @@ class RankedCandidate(NamedTuple):
         return score_breakdown(self.signals, self.weights)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Ranking:
     """The outcome of one scoring pass."""
 
@@ -162,54 +163,74 @@ class Ranking:
     """The site the ranking was made for."""
     candidates: tuple[RankedCandidate, ...]
     """In the gateway's order: the position is the rank."""
-    left_out: tuple[LeftOut, ...]
-    """Sorted by (provider, model, site)."""
+    left_out_parts: tuple[Sequence[LeftOut], ...] = ()
+    """What was left out, in parts as ranking found them: read :attr:`left_out`."""
     admission_memory: Mapping[CandidateKey, AdmissionMemory] = field(
         default_factory=lambda: MappingProxyType({})
     )
     """What stabilized admission must be given next time (empty in the plain mode)."""
+    _left_out: tuple[LeftOut, ...] | None = field(default=None, init=False, repr=False)
 
+    @property
+    def left_out(self) -> tuple[LeftOut, ...]:
+        """Every candidate left out, sorted by (provider, model, site). Put together when
+        first read: a large mesh leaves out most of its candidates on every pass, and only
+        ``grid explain``, the view and a refused render read them."""
+        left_out = self._left_out
+        if left_out is None:
+            left_out = tuple(sorted(chain.from_iterable(self.left_out_parts), key=_CANDIDATE_KEY))
+            object.__setattr__(self, "_left_out", left_out)
+        return left_out
+
+
+Route = tuple[str, str, str]
+"""(model, site, cluster): what the gateway can tell apart."""
 
 _Scored = tuple[CandidateInput, AdmissionState, SignalValues, float, LocalityTier]
 """What one candidate's own values decide for one consumer and configuration: its plain
 admission, signals, score and tier (the candidate is held so its id stays its own)."""
 
-_Filed = tuple[
-    CandidateInput, "LeftOut | tuple[AdmissionState, BackendKind, LocalityTier, RankedCandidate]"
-]
-"""Where a candidate that was neither stale nor under stabilized admission ended: left out
-(by its access policy or its health), or in which bucket, as which entry."""
 
-_NO_SCORES: Mapping[int, _Scored] = MappingProxyType({})
-_NO_FILING: Mapping[int, _Filed] = MappingProxyType({})
+class _RouteOutcome(NamedTuple):
+    """What ranking decided for the candidates of one route: the one the gateway is
+    offered (the best by :func:`order_key`), and the rest left out, with why."""
+
+    block: Sequence[CandidateInput]
+    decided_at: float
+    valid_until: float
+    """When the first of its candidates goes stale (infinity when none can)."""
+    winner: RankedCandidate | None
+    left_out: tuple[LeftOut, ...]
+    scored: dict[int, _Scored]
 
 
 class ScoringMemo:
-    """The per-candidate part of a ranking pass, kept for the next one: a candidate object
-    seen again (its inputs are immutable) is not scored again, nor checked against the
-    consumer's labels, while the consumer and the scoring configuration stay the same; one
-    not stale is filed where it was. Holds the candidates of the latest pass only."""
+    """What ranking decided for each route, kept for the next pass: a route given as the
+    same object (its candidates are immutable) is not looked at again while none of its
+    candidates can have gone stale, and the consumer, the scoring configuration and the TTL
+    stay the same; in a route given anew, a candidate object seen before is not scored
+    again. Holds the routes of the latest pass only."""
 
     def __init__(self) -> None:
         self._basis: tuple[ConsumingSite, ScoringConfig, float | None] | None = None
-        self._scored: dict[int, _Scored] = {}
-        self._filed: dict[int, _Filed] = {}
+        self._routes: dict[Route, _RouteOutcome] = {}
 
     def start(
         self, consumer: ConsumingSite, config: ScoringConfig, stale_after_seconds: float | None
-    ) -> tuple[Mapping[int, _Scored], Mapping[int, _Filed]]:
-        """What earlier passes scored and filed, if they did for this consumer,
-        configuration and TTL."""
+    ) -> Mapping[Route, _RouteOutcome]:
+        """What earlier passes decided, if they did for this consumer, configuration and
+        TTL."""
         basis = (consumer, config, stale_after_seconds)
         if self._basis != basis:
-            self._basis, self._scored, self._filed = basis, {}, {}
-        return self._scored, self._filed
+            self._basis, self._routes = basis, {}
+        return self._routes
 
-    def keep(self, scored: dict[int, _Scored], filed: dict[int, _Filed]) -> None:
-        self._scored, self._filed = scored, filed
+    def keep(self, routes: dict[Route, _RouteOutcome]) -> None:
+        self._routes = routes
 
     def __len__(self) -> int:
-        return len(self._scored)
+        """How many candidates' scores are held."""
+        return sum(len(outcome.scored) for outcome in self._routes.values())
 
 
 def order_key(
@@ -282,185 +303,258 @@ def rank_candidates(
     stale_after_seconds: float | None = None,
     admission_memory: Mapping[CandidateKey, AdmissionMemory] | None = None,
     memo: ScoringMemo | None = None,
+    routes: Iterable[Sequence[CandidateInput]] = (),
 ) -> Ranking:
     """Filter, score, admit and order ``candidates`` for ``consumer`` at ``now``.
 
     Left out, in this order of checks: remote candidates whose ``updated_at`` is more than
     ``stale_after_seconds`` old (a stale candidate at the consuming site itself stays, as
     not fresh); candidates whose access policy does not select the consumer (or any policy,
-    when the consumer is unknown); candidates admission excludes; and, after ordering, any
-    candidate whose (model, site, cluster) an earlier one already took.
+    when the consumer is unknown); candidates admission excludes; and every candidate whose
+    (model, site, cluster) a better one has: the gateway could not tell them apart.
 
-    ``admission_memory`` is the previous pass's :attr:`Ranking.admission_memory`; it is used
-    only when the network enables stabilized admission. ``memo``, kept by the caller from
-    one pass to the next, saves scoring and filing again the candidate objects it already
-    scored and filed.
+    ``routes`` are more candidates, already grouped: each sequence holds every candidate
+    of one route, and no other. Ranked the same as if given in ``candidates``, but with a
+    ``memo`` (kept by the caller from one pass to the next), a route given as the same
+    sequence object as in the last pass is not looked at again while none of its
+    candidates can have gone stale. ``admission_memory`` is the previous pass's
+    :attr:`Ranking.admission_memory`; it is used only when the network enables
+    stabilized admission.
     """
     if now.utcoffset() is None:
         raise ScoringInputError("now must carry a time zone")
     if stale_after_seconds is not None and not stale_after_seconds >= 0:
         raise ScoringInputError("the stale-candidate TTL must be a number of seconds >= 0")
-    thresholds, scales, weights = config.admission, config.scales, config.weights
-    check_thresholds(thresholds)
-    stabilized = thresholds.hysteresis.enabled
-    queue_capacity = scales.queue_capacity
-    read_signals = signal_reader(consumer, scales)
-    blend = score_blender(weights)
-    previous_memory = admission_memory or {}
-    memory: dict[CandidateKey, AdmissionMemory] = {}
-    consumer_name = consumer.name
-    consumer_labels = consumer.labels
-    now_seconds = now.timestamp()
-    seen: set[CandidateKey] = set()
+    check_thresholds(config.admission)
+    ranker = _RouteRanker(consumer, config, now, stale_after_seconds, admission_memory or {})
+    held: Mapping[Route, _RouteOutcome] = (
+        {} if memo is None else memo.start(consumer, config, stale_after_seconds)
+    )
+    reusable = not ranker.stabilized
+    now_seconds = ranker.now_seconds
+    decided: dict[Route, _RouteOutcome] = {}
     by_group = _empty_groups()
-    # The same tier buckets reached by backend kind, so filing a candidate costs no lookup
-    # of its group: both kinds of a group share that group's buckets.
+    # The same tier buckets reached by backend kind, so filing a winner costs no lookup of
+    # its group: both kinds of a group share that group's buckets.
     by_kind: dict[AdmissionState, dict[BackendKind, _Tiers]] = {
         admission: {kind: groups[group] for kind, group in BACKEND_GROUP.items()}
         for admission, groups in by_group.items()
     }
-    left_out: list[LeftOut] = []
-    scored, filed = (
-        (_NO_SCORES, _NO_FILING)
-        if memo is None
-        else memo.start(consumer, config, stale_after_seconds)
-    )
-    kept_scores: dict[int, _Scored] = {}
-    kept_filing: dict[int, _Filed] = {}
-
-    for candidate in candidates:
-        key = candidate.key
-        if key in seen:
-            raise ScoringInputError(
-                f"provider {candidate.provider!r} lists model {candidate.model!r} at site "
-                f"{candidate.site!r} twice"
-            )
-        seen.add(key)
-
-        updated_seconds = candidate.updated_seconds
-        stale = (
-            stale_after_seconds is not None
-            and updated_seconds is not None
-            and now_seconds - updated_seconds > stale_after_seconds
-        )
-        if stale and candidate.site != consumer_name:
-            left_out.append(
-                LeftOut(
-                    candidate,
-                    LeftOutReason.STALE,
-                    f"no update for more than {stale_after_seconds:g}s",
-                )
-            )
-            continue
-        # Filed as last time: nothing about it or the consumer changed, and it is not stale.
-        lasting = not (stale or stabilized)
-        if lasting:
-            held = filed.get(id(candidate))
-            if held is not None and held[0] is candidate:
-                kept_filing[id(candidate)] = held
-                place = held[1]
-                if isinstance(place, LeftOut):
-                    left_out.append(place)
-                else:
-                    admission, kind, tier, entry = place
-                    by_kind[admission][kind][tier].append(entry)
-                continue
-
-        policy = candidate.access_policy
-        if policy is not None:
-            refusal = None
-            if consumer_labels is None:
-                refusal = LeftOut(
-                    candidate,
-                    LeftOutReason.CONSUMER_UNKNOWN,
-                    f"has an access policy and site {consumer_name!r} is unknown",
-                )
-            elif not selector_matches(policy, consumer_labels):
-                refusal = LeftOut(
-                    candidate,
-                    LeftOutReason.ACCESS_DENIED,
-                    f"access policy does not select site {consumer_name!r}",
-                )
-            if refusal is not None:
-                left_out.append(refusal)
-                if lasting:
-                    kept_filing[id(candidate)] = (candidate, refusal)
-                continue
-
-        known = scored.get(id(candidate))
-        if known is None or known[0] is not candidate:
-            metrics = candidate.metrics
-            queue_depth = metrics.queue_depth
-            queue_utilization = None if queue_depth is None else queue_depth / queue_capacity
-            signals = read_signals(candidate)
-            known = (
-                candidate,
-                load_admission(
-                    queue_utilization, metrics.kv_cache_utilization, candidate.healthy, thresholds
-                ),
-                signals,
-                blend(signals),
-                locality_tier(candidate, consumer),
-            )
-        kept_scores[id(candidate)] = known
-        if stabilized:
-            remembered = stabilized_admission(
-                previous_memory.get(key), LoadObservation.of(candidate, scales), thresholds, now
-            )
-            memory[key] = remembered
-            admission = remembered.state
-        else:
-            admission = known[1]
-        if admission is AdmissionState.EXCLUDED:
-            if candidate.healthy is False:
-                unhealthy = LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing")
-                left_out.append(unhealthy)
-                if lasting:
-                    kept_filing[id(candidate)] = (candidate, unhealthy)
-            else:
-                left_out.append(
-                    LeftOut(
-                        candidate,
-                        LeftOutReason.HELD_EXCLUDED,
-                        "healthy again; stabilized admission holds it excluded",
-                    )
-                )
-            continue
-
-        _, _, signals, score, tier = known
-        fresh = not (candidate.degraded or stale)
-        # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__ is a
-        # Python function that costs three times as much, once per candidate.
-        entry = tuple.__new__(
-            RankedCandidate, (candidate, signals, score, admission, tier, fresh, weights)
-        )
-        by_kind[admission][candidate.backend_kind][tier].append(entry)
-        if lasting:
-            kept_filing[id(candidate)] = (
-                candidate,
-                (admission, candidate.backend_kind, tier, entry),
-            )
-
-    routes: dict[tuple[str, str, str], RankedCandidate] = {}
-    kept: list[RankedCandidate] = []
-    for entry in _in_gateway_order(by_group):
-        candidate = entry.candidate
-        route = candidate.route
-        winner = routes.get(route)
-        if winner is None:
-            routes[route] = entry
-            kept.append(entry)
-        else:
-            detail = f"provider {winner.candidate.provider!r} ranks higher on the same route"
-            left_out.append(
-                tuple.__new__(LeftOut, (candidate, LeftOutReason.DUPLICATE_ROUTE, detail))
-            )
-    left_out.sort(key=_CANDIDATE_KEY)
+    left_out: list[Sequence[LeftOut]] = []
+    model_sites: dict[tuple[str, str], Sequence[CandidateInput]] = {}
+    for route, block in _route_blocks(candidates, routes):
+        known = held.get(route)
+        if not (
+            reusable
+            and known is not None
+            and known.block is block
+            and known.decided_at <= now_seconds <= known.valid_until
+        ):
+            known = ranker.rank_route(route, block, known)
+        decided[route] = known
+        winner = known.winner
+        if winner is not None:
+            by_kind[winner.admission][winner.candidate.backend_kind][winner.tier].append(winner)
+        if known.left_out:
+            left_out.append(known.left_out)
+        # A candidate is (provider, model, site): it can only be given twice in two routes
+        # of one model and site, through two clusters.
+        model_site = (route[0], route[1])
+        other = model_sites.setdefault(model_site, block)
+        if other is not block:
+            _refuse_shared_providers(other, block)
+            model_sites[model_site] = (*other, *block)
     if memo is not None:
-        memo.keep(kept_scores, kept_filing)
+        memo.keep(decided)
     return Ranking(
         consumer=consumer,
-        candidates=tuple(kept),
-        left_out=tuple(left_out),
-        admission_memory=MappingProxyType(memory),
+        candidates=tuple(_in_gateway_order(by_group)),
+        left_out_parts=tuple(left_out),
+        admission_memory=MappingProxyType(ranker.memory),
     )
+
+
+def _route_blocks(
+    candidates: Iterable[CandidateInput], routes: Iterable[Sequence[CandidateInput]]
+) -> list[tuple[Route, Sequence[CandidateInput]]]:
+    """Every route with its candidates: ``routes`` as given, ``candidates`` grouped (and
+    merged into a given route of the same name, if any)."""
+    grouped: dict[Route, list[CandidateInput]] = {}
+    for candidate in candidates:
+        grouped.setdefault(candidate.route, []).append(candidate)
+    blocks: dict[Route, Sequence[CandidateInput]] = {}
+    for block in routes:
+        if not block:
+            continue
+        route = block[0].route
+        for candidate in block:
+            if candidate.route != route:
+                raise ScoringInputError(
+                    f"route {route!r} was given with provider {candidate.provider!r} of "
+                    f"route {candidate.route!r}"
+                )
+        taken = blocks.get(route)
+        blocks[route] = block if taken is None else (*taken, *block)
+    for route, group in grouped.items():
+        taken = blocks.get(route)
+        blocks[route] = group if taken is None else (*taken, *group)
+    return list(blocks.items())
+
+
+def _refuse_shared_providers(
+    first: Sequence[CandidateInput], second: Sequence[CandidateInput]
+) -> None:
+    providers = {candidate.provider for candidate in first}
+    for candidate in second:
+        if candidate.provider in providers:
+            _refuse_duplicate(candidate)
+
+
+def _refuse_duplicate(candidate: CandidateInput) -> None:
+    raise ScoringInputError(
+        f"provider {candidate.provider!r} lists model {candidate.model!r} at site "
+        f"{candidate.site!r} twice"
+    )
+
+
+class _RouteRanker:
+    """One pass's consumer, configuration and time, applied to one route at a time."""
+
+    def __init__(
+        self,
+        consumer: ConsumingSite,
+        config: ScoringConfig,
+        now: datetime,
+        stale_after_seconds: float | None,
+        previous_memory: Mapping[CandidateKey, AdmissionMemory],
+    ) -> None:
+        self.consumer = consumer
+        self.thresholds = config.admission
+        self.scales = config.scales
+        self.weights = config.weights
+        self.stabilized = self.thresholds.hysteresis.enabled
+        self.read_signals = signal_reader(consumer, config.scales)
+        self.blend = score_blender(config.weights)
+        self.now = now
+        self.now_seconds = now.timestamp()
+        self.ttl = stale_after_seconds
+        self.previous_memory = previous_memory
+        self.memory: dict[CandidateKey, AdmissionMemory] = {}
+
+    def rank_route(
+        self, route: Route, block: Sequence[CandidateInput], known: _RouteOutcome | None
+    ) -> _RouteOutcome:
+        """Decide one route: its candidates filtered, scored, admitted, the best offered
+        and the rest left out. ``known`` is the route's outcome last pass, whose scores are
+        reused for the candidate objects it held."""
+        consumer_name = self.consumer.name
+        consumer_labels = self.consumer.labels
+        now_seconds, ttl = self.now_seconds, self.ttl
+        earlier = known.scored if known is not None else {}
+        scored: dict[int, _Scored] = {}
+        seen: set[CandidateKey] = set()
+        entries: list[RankedCandidate] = []
+        left_out: list[LeftOut] = []
+        valid_until = math.inf
+        for candidate in block:
+            key = candidate.key
+            if key in seen:
+                _refuse_duplicate(candidate)
+            seen.add(key)
+            updated_seconds = candidate.updated_seconds
+            stale = False
+            if ttl is not None and updated_seconds is not None:
+                stale = now_seconds - updated_seconds > ttl
+                if not stale:
+                    valid_until = min(valid_until, updated_seconds + ttl)
+            if stale and candidate.site != consumer_name:
+                left_out.append(
+                    LeftOut(candidate, LeftOutReason.STALE, f"no update for more than {ttl:g}s")
+                )
+                continue
+            policy = candidate.access_policy
+            if policy is not None:
+                if consumer_labels is None:
+                    left_out.append(
+                        LeftOut(
+                            candidate,
+                            LeftOutReason.CONSUMER_UNKNOWN,
+                            f"has an access policy and site {consumer_name!r} is unknown",
+                        )
+                    )
+                    continue
+                if not selector_matches(policy, consumer_labels):
+                    left_out.append(
+                        LeftOut(
+                            candidate,
+                            LeftOutReason.ACCESS_DENIED,
+                            f"access policy does not select site {consumer_name!r}",
+                        )
+                    )
+                    continue
+            values = earlier.get(id(candidate))
+            if values is None or values[0] is not candidate:
+                values = self._score(candidate)
+            scored[id(candidate)] = values
+            if self.stabilized:
+                remembered = stabilized_admission(
+                    self.previous_memory.get(key),
+                    LoadObservation.of(candidate, self.scales),
+                    self.thresholds,
+                    self.now,
+                )
+                self.memory[key] = remembered
+                admission = remembered.state
+            else:
+                admission = values[1]
+            if admission is AdmissionState.EXCLUDED:
+                if candidate.healthy is False:
+                    left_out.append(
+                        LeftOut(candidate, LeftOutReason.UNHEALTHY, "health check failing")
+                    )
+                else:
+                    left_out.append(
+                        LeftOut(
+                            candidate,
+                            LeftOutReason.HELD_EXCLUDED,
+                            "healthy again; stabilized admission holds it excluded",
+                        )
+                    )
+                continue
+            _, _, signals, score, tier = values
+            fresh = not (candidate.degraded or stale)
+            # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__
+            # is a Python function that costs three times as much.
+            entries.append(
+                tuple.__new__(
+                    RankedCandidate,
+                    (candidate, signals, score, admission, tier, fresh, self.weights),
+                )
+            )
+        winner = None
+        if entries:
+            winner = entries[0] if len(entries) == 1 else min(entries, key=order_key)
+            detail = f"provider {winner.candidate.provider!r} ranks higher on the same route"
+            left_out.extend(
+                LeftOut(entry.candidate, LeftOutReason.DUPLICATE_ROUTE, detail)
+                for entry in entries
+                if entry is not winner
+            )
+        return _RouteOutcome(block, now_seconds, valid_until, winner, tuple(left_out), scored)
+
+    def _score(self, candidate: CandidateInput) -> _Scored:
+        metrics = candidate.metrics
+        queue_depth = metrics.queue_depth
+        queue_utilization = (
+            None if queue_depth is None else queue_depth / self.scales.queue_capacity
+        )
+        signals = self.read_signals(candidate)
+        return (
+            candidate,
+            load_admission(
+                queue_utilization, metrics.kv_cache_utilization, candidate.healthy, self.thresholds
+            ),
+            signals,
+            self.blend(signals),
+            locality_tier(candidate, self.consumer),
+        )
