@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from grid.meshbench.run import MeshPlan, probe_latencies, verdicts
+from grid.meshbench.run import MeshPlan, delivery_latencies, probe_latencies, verdicts
 
 GRID = [sys.executable, "-m", "grid.cli"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -77,6 +77,10 @@ def test_the_report_holds_figures_measured_for_both_designs(
         assert run["renders"] >= 1
         assert run["probes_seen"] >= 1 and run["probes_missed"] == 0
         assert run["latency_ms_p50"] <= run["latency_ms_p99"] < 10_000
+        # The gossip part of the latency comes before the overlay; the SWIM thread is
+        # part of the site's CPU.
+        assert run["delivery_ms_p50"] <= run["latency_ms_p50"]
+        assert 0 < run["swim_cpu_share"] < run["cpu_share"]
     current, baseline = report["runs"]["current"], report["runs"]["baseline"]
     # Measured, not constants: the two designs (and their memory samples) differ.
     assert current["cpu_share"] != baseline["cpu_share"]
@@ -155,6 +159,12 @@ def test_probe_latency_is_matched_to_the_change_it_follows() -> None:
     latencies, missed = probe_latencies(probes, seen, end=20.0)
     assert latencies == pytest.approx([0.2, 0.5])
     assert missed == 1  # the last change never reached the overlay, 6 s before the end
+
+
+def test_delivery_is_the_first_item_of_the_probe_after_each_change() -> None:
+    probes = [{"t": 10.0, "queue": 500.0}, {"t": 12.0, "queue": 0.0}, {"t": 14.0, "queue": 500.0}]
+    received = [9.5, 10.1, 10.4, 12.3]
+    assert delivery_latencies(probes, received) == pytest.approx([0.1, 0.3])
 
 
 def test_a_missed_change_fails_the_latency_target() -> None:

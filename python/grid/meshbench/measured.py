@@ -32,6 +32,9 @@ from grid.agent import Agent, AgentOptions, PerNetwork
 from grid.engine import GatewayOverlay, ItemOutcome, RefreshResult, SiteEngine
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+_SWIM_THREAD = "grid-swim"
+"""How the SWIM node's thread is named (``grid-swim-<site>``, cut to 15 characters)."""
 _SAMPLE_S = 0.5
 _PROBE_CUT = -1.0
 """The probe's queue score while the overlay leaves it out: below any score."""
@@ -51,12 +54,31 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def swim_cpu_seconds() -> float:
+    """CPU time of the SWIM node's thread (decrypting, verifying, relaying, syncing)."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                if not comm.read().startswith(_SWIM_THREAD):
+                    continue
+            with open(f"/proc/self/task/{task}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _CLOCK_TICK
+
+
 class Counters:
     """What the engine did, counted around its public calls."""
 
-    def __init__(self, engine: SiteEngine, probe_model: str) -> None:
+    def __init__(self, engine: SiteEngine, probe_model: str, probe_site: str) -> None:
         self.engine = engine
         self.probe_model = probe_model
+        self.probe_site = probe_site
+        self.probe_received: list[float] = []
+        """When (monotonic) each item of the probe's site reached the engine."""
         self.applied = 0
         self.received = 0
         self.receive_s = 0.0
@@ -79,6 +101,8 @@ class Counters:
             started = time.perf_counter()
             outcome = receive(*args)
             self.receive_s += time.perf_counter() - started
+            if args[0] == self.probe_site:
+                self.probe_received.append(time.monotonic())
             self.received += 1
             if outcome is ItemOutcome.APPLIED:
                 self.applied += 1
@@ -132,6 +156,7 @@ class Counters:
         return {
             "t": time.monotonic(),
             "cpu_s": cpu_seconds(),
+            "swim_cpu_s": swim_cpu_seconds(),
             "bytes_in": stats.get("bytes_in", 0),
             "bytes_out": stats.get("bytes_out", 0),
             "applied": self.applied,
@@ -182,7 +207,7 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
     await agent.start()
     network = config["network"]
     engine = agent.networks[network].engine
-    counters = Counters(engine, config["probe_model"])
+    counters = Counters(engine, config["probe_model"], config["probe_site"])
     agent.overlay_listeners.append(counters.overlay_written)
     expected = config["candidates"]
     started = time.monotonic()
@@ -229,6 +254,7 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
         "render_s": counters.render_s[first_render : last["renders"]],
         "render_cpu_s": counters.render_cpu_s[first_render : last["renders"]],
         "probe_seen": [seen for seen in counters.probe_seen if seen[0] >= first["t"]],
+        "probe_received": [t for t in counters.probe_received if t >= first["t"]],
         "candidates": ranked,
     }
 

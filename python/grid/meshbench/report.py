@@ -10,6 +10,7 @@ Format = Callable[[float], str]
 
 ROWS: tuple[tuple[str, str, Format], ...] = (
     ("CPU (share of one core)", "cpu_share", lambda v: f"{v * 100:.1f} %"),
+    ("  of which the SWIM node's thread", "swim_cpu_share", lambda v: f"{v * 100:.1f} %"),
     ("resident memory, median", "rss_mb_median", lambda v: f"{v:.0f} MB"),
     ("resident memory, max", "rss_mb_max", lambda v: f"{v:.0f} MB"),
     ("gossip in", "bytes_in_per_s", lambda v: f"{v / 1000:.1f} KB/s"),
@@ -22,6 +23,8 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ("render pass, p99", "render_ms_p99", lambda v: f"{v:.1f} ms"),
     ("render pass CPU, p50", "render_cpu_ms_p50", lambda v: f"{v:.1f} ms"),
     ("time in render passes", "render_cpu_share", lambda v: f"{v * 100:.1f} %"),
+    ("change -> item at the site, p50", "delivery_ms_p50", lambda v: f"{v:.0f} ms"),
+    ("change -> item at the site, p99", "delivery_ms_p99", lambda v: f"{v:.0f} ms"),
     ("change -> overlay, p50", "latency_ms_p50", lambda v: f"{v:.0f} ms"),
     ("change -> overlay, p99", "latency_ms_p99", lambda v: f"{v:.0f} ms"),
     ("peers' CPU (the load)", "peers_cpu_share", lambda v: f"{v * 100:.0f} %"),

@@ -313,6 +313,7 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
                 "tls": str(measured_tls),
                 "probe_interval_s": 10.0,
                 "probe_model": PROBE_MODEL,
+                "probe_site": PROBE_SITE,
                 "candidates": plan.candidates,
                 "converge_timeout_s": CONVERGE_TIMEOUT_S,
                 "warmup_s": plan.warmup_s,
@@ -460,6 +461,18 @@ def probe_latencies(
     return latencies, missed
 
 
+def delivery_latencies(probes: list[dict[str, Any]], received: list[float]) -> list[float]:
+    """Seconds from each probe change handed to SWIM at the peer to the first item of the
+    probe's site that reached the measured site's engine after it: the gossip part of the
+    change -> overlay latency (the rest is waiting for the site's loop, and the render)."""
+    latencies = []
+    for probe in probes:
+        found = next((t for t in received if t >= probe["t"]), None)
+        if found is not None:
+            latencies.append(found - probe["t"])
+    return latencies
+
+
 def figures(
     result: dict[str, Any], peer_lines: list[dict[str, Any]], converge_s: float | None
 ) -> dict[str, Any]:
@@ -476,6 +489,7 @@ def figures(
         if line["event"] == "probe" and first["t"] <= line["t"] <= last["t"]
     ]
     latencies, missed = probe_latencies(probes, [tuple(s) for s in result["probe_seen"]], last["t"])
+    deliveries = delivery_latencies(probes, result.get("probe_received", []))
     load = [line for line in peer_lines if line["event"] == "peers"]
     in_window = [line for line in load if first["t"] <= line["t"] <= last["t"]]
     peers_cpu = peers_rate = None
@@ -489,6 +503,7 @@ def figures(
         "converge_s": converge_s,
         "candidates": result["candidates"],
         "cpu_share": (last["cpu_s"] - first["cpu_s"]) / window,
+        "swim_cpu_share": (last.get("swim_cpu_s", 0.0) - first.get("swim_cpu_s", 0.0)) / window,
         "rss_mb_median": statistics.median(rss),
         "rss_mb_max": max(rss),
         "bytes_in_per_s": (last["bytes_in"] - first["bytes_in"]) / window,
@@ -503,6 +518,8 @@ def figures(
         "render_ms_p99": _percentile(render_s, 0.99) * 1000 if render_s else None,
         "render_cpu_share": sum(render_s) / window,
         "render_cpu_ms_p50": statistics.median(render_cpu) * 1000 if render_cpu else None,
+        "delivery_ms_p50": statistics.median(deliveries) * 1000 if deliveries else None,
+        "delivery_ms_p99": _percentile(deliveries, 0.99) * 1000 if deliveries else None,
         "latency_ms_p50": statistics.median(latencies) * 1000 if latencies else None,
         "latency_ms_p99": (
             None if not latencies or missed else _percentile(latencies, 0.99) * 1000
