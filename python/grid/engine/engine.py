@@ -314,6 +314,8 @@ class SiteEngine:
         """Received items refused, by reason (``malformed``, ``forged``, ``limit``)."""
         self._dirty = True
         self._render_paced_until: datetime | None = None
+        self._render_paced_at: datetime | None = None
+        """When the last render counted against the pacing was made."""
         self._render_cost_s: float | None = None
         """Running cost (CPU seconds) of a render pass, as the shell measured it."""
         """Render pacing (a generic cell rate algorithm): each render moves this one render
@@ -729,16 +731,21 @@ class SiteEngine:
 
     def _pacing(self, now: datetime) -> datetime | None:
         """The pacing time, or None when it holds nothing back: never rendered, every render
-        long enough ago, or a clock that went back (the pacing is never further ahead than
-        a whole burst)."""
+        long enough ago, or a clock that went back (before the last render)."""
         paced = self._render_paced_until
         if paced is None or paced <= now:
             return None
-        return None if paced - now > self.render_spacing * RENDER_BURST else paced
+        last = self._render_paced_at
+        return None if last is not None and now < last else paced
 
     def _paced(self, now: datetime) -> None:
-        """Count a render made at ``now`` against the pacing."""
-        self._render_paced_until = (self._pacing(now) or now) + self.render_spacing
+        """Count a render made at ``now`` against the pacing, which is never further ahead
+        than a whole burst of the current spacing (a spacing that shrank drops the excess;
+        it does not give the burst back)."""
+        spacing = self.render_spacing
+        ahead = (self._pacing(now) or now) + spacing
+        self._render_paced_until = min(ahead, now + spacing * RENDER_BURST)
+        self._render_paced_at = now
 
     def _evict_stale(self, now: datetime) -> None:
         ttl = self._network.spec.stale_candidate_ttl_seconds
