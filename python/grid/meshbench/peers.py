@@ -11,15 +11,19 @@ another site). One more peer, the probe, has a single provider whose queue depth
 every ``probe_every_s`` seconds; each jump is reported with the moment it was handed to
 SWIM, for the change → overlay latency.
 
-It also serves the measured site's own providers' ``/metrics`` and accepts the TCP
-connections of its egress probes. Run by path (``python -P peers.py CONFIG``) with the tree
-under test on ``PYTHONPATH``: it uses only interfaces that today's design has too. Reports
-are JSON lines on standard output; it stops when standard input closes.
+The load peers run in one process, at the lowest CPU priority, which also serves the
+measured site's own providers' ``/metrics`` and accepts the TCP connections of its egress
+probes; the probe runs in a process of its own at normal priority, so that neither the
+measured site nor the probe waits for the CPU behind the load. Run by path (``python -P
+peers.py CONFIG load`` and ``python -P peers.py CONFIG probe ADDRESS``) with the tree under
+test on ``PYTHONPATH``: it uses only interfaces that today's design has too. Reports are
+JSON lines on standard output; each stops when its standard input closes.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import resource
 import sys
@@ -221,16 +225,31 @@ def serve_sink(address: str) -> ThreadingHTTPServer:
     return server
 
 
+LOAD_NICENESS = 19
+"""The load peers run at the lowest CPU priority: the machine is shared with the measured
+site, which on its own host would have the CPU it needs (see docs/scale.md)."""
+
+
 def main(argv: list[str]) -> int:
+    """``peers.py CONFIG load``: the peers standing for the other sites, at the lowest CPU
+    priority, and the measured site's metrics endpoint. ``peers.py CONFIG probe ADDRESS``:
+    the probe peer alone, at normal priority, joining the mesh at ``ADDRESS``."""
     config = json.loads(Path(argv[1]).read_text())
+    role = argv[2]
     rng = random.Random(config["seed"])
-    sink = serve_sink(config["sink"])
-    peers = [start_peer(config, peer, rng) for peer in config["peers"]]
-    probe = peers[-1]  # the probe peer comes last
-    (probe_provider,) = probe.loads
-    seeds = [peer.node.address for peer in peers]
-    for peer in peers[1:]:
-        peer.node.join(seeds[:1])
+    if role == "load":
+        # Per thread on Linux: every thread started from here on inherits it.
+        os.setpriority(os.PRIO_PROCESS, 0, LOAD_NICENESS)
+        sink = serve_sink(config["sink"])
+        peers = [start_peer(config, p, rng) for p in config["peers"] if not p.get("probe")]
+        seeds = [peer.node.address for peer in peers]
+        for peer in peers[1:]:
+            peer.node.join(seeds[:1])
+    else:
+        (spec,) = [p for p in config["peers"] if p.get("probe")]
+        peers = [start_peer(config, spec, random.Random(rng.random()))]
+        seeds = [peers[0].node.address]
+        peers[0].node.join([argv[3]])
     now = datetime.now(UTC)
     for peer in peers:
         peer.publish(now)
@@ -242,19 +261,29 @@ def main(argv: list[str]) -> int:
         stop.set()
 
     threading.Thread(target=stop_when_stdin_closes, daemon=True).start()
-    # The probe has a thread of its own: a pass of a peer standing for many sites takes
-    # seconds, and the probe's changes must not wait for it.
-    probe_thread = threading.Thread(
-        target=run_probe, args=(probe, probe_provider, config, stop, rng.random()), daemon=True
-    )
-    probe_thread.start()
+    if role == "load":
+        run_load(peers, config, stop, rng)
+        sink.shutdown()
+    else:
+        (probe_provider,) = peers[0].loads
+        run_probe(peers[0], probe_provider, config, stop, rng.random())
+    for peer in peers:
+        peer.node.close()
+    return 0
+
+
+def run_load(
+    peers: list[Peer], config: dict[str, Any], stop: threading.Event, rng: random.Random
+) -> None:
+    """Every scrape interval each provider's metrics move; each peer is refreshed a few
+    times per interval and publishes what its engine decides to."""
     interval = config["scrape_interval_s"]
     round_s = interval / _ROUNDS_PER_SCRAPE
     next_report = time.monotonic() + 1.0
     while not stop.wait(_TICK_S):
         moment = time.monotonic()
         now = datetime.now(UTC)
-        for peer in peers[:-1]:
+        for peer in peers:
             if moment < peer.next_round:
                 continue
             peer.next_round += round_s
@@ -276,11 +305,6 @@ def main(argv: list[str]) -> int:
                 published=sum(p.published for p in peers),
                 published_bytes=sum(p.published_bytes for p in peers),
             )
-    probe_thread.join()
-    for peer in peers:
-        peer.node.close()
-    sink.shutdown()
-    return 0
 
 
 def run_probe(

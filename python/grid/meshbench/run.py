@@ -335,10 +335,10 @@ def write_resources(layout: Layout, seeds: list[str]) -> None:
 class Child:
     """A bench process speaking JSON lines."""
 
-    def __init__(self, script: str, config: Path, tree: Tree) -> None:
+    def __init__(self, script: str, config: Path, tree: Tree, *args: str) -> None:
         env = {"PYTHONPATH": str(tree.path), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         self.process = subprocess.Popen(
-            [sys.executable, "-P", str(Path(__file__).with_name(script)), str(config)],
+            [sys.executable, "-P", str(Path(__file__).with_name(script)), str(config), *args],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -390,12 +390,17 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix=f"grid-bench-mesh-{tree.label}-") as name:
         work = Path(name)
         layout = prepare(work, plan)
-        peers = Child("peers.py", layout.peers_config, tree)
+        peers = Child("peers.py", layout.peers_config, tree, "load")
+        probe: Child | None = None
         try:
             ready = next((e for e in peers.events() if e["event"] == "ready"), None)
             if ready is None:
                 raise BenchFailed(peers.failure(f"the peers of {tree.label} did not start"))
             peers.collect()
+            probe = Child("peers.py", layout.peers_config, tree, "probe", ready["seeds"][0])
+            if not any(e["event"] == "ready" for e in probe.events()):
+                raise BenchFailed(probe.failure(f"the probe of {tree.label} did not start"))
+            probe.collect()
             write_resources(layout, ready["seeds"])
             measured = Child("measured.py", layout.measured_config, tree)
             try:
@@ -418,8 +423,10 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
             finally:
                 measured.stop()
         finally:
+            if probe is not None:
+                probe.stop()
             peers.stop()
-        return figures(result, peers.lines, converge_s)
+        return figures(result, peers.lines + probe.lines, converge_s)
 
 
 # -- figures ------------------------------------------------------------------------------
