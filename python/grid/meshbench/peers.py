@@ -11,10 +11,11 @@ another site). One more peer, the probe, has a single provider whose queue depth
 every ``probe_every_s`` seconds; each jump is reported with the moment it was handed to
 SWIM, for the change → overlay latency.
 
-The load peers run in one process, at the lowest CPU priority, which also serves the
-measured site's own providers' ``/metrics`` and accepts the TCP connections of its egress
-probes; the probe runs in a process of its own at normal priority, so that neither the
-measured site nor the probe waits for the CPU behind the load. Run by path (``python -P
+The load peers run in one process, which also serves the measured site's own providers'
+``/metrics`` and accepts the TCP connections of its egress probes; the thread generating
+their load runs at the lowest CPU priority. The probe runs in a process of its own at normal
+priority, so that neither the measured site nor the probe waits for the CPU behind the
+load. Run by path (``python -P
 peers.py CONFIG load`` and ``python -P peers.py CONFIG probe ADDRESS``) with the tree under
 test on ``PYTHONPATH``: it uses only interfaces that today's design has too. Reports are
 JSON lines on standard output; each stops when its standard input closes.
@@ -226,8 +227,10 @@ def serve_sink(address: str) -> ThreadingHTTPServer:
 
 
 LOAD_NICENESS = 19
-"""The load peers run at the lowest CPU priority: the machine is shared with the measured
-site, which on its own host would have the CPU it needs (see docs/scale.md)."""
+"""The thread generating the load runs at the lowest CPU priority: the machine is shared with
+the measured site, which on its own host would have the CPU it needs (see docs/scale.md).
+The peers' SWIM nodes keep the normal priority: they relay what the probe publishes, as the
+other sites of a mesh do."""
 
 
 def main(argv: list[str]) -> int:
@@ -238,13 +241,14 @@ def main(argv: list[str]) -> int:
     role = argv[2]
     rng = random.Random(config["seed"])
     if role == "load":
-        # Per thread on Linux: every thread started from here on inherits it.
-        os.setpriority(os.PRIO_PROCESS, 0, LOAD_NICENESS)
         sink = serve_sink(config["sink"])
         peers = [start_peer(config, p, rng) for p in config["peers"] if not p.get("probe")]
         seeds = [peer.node.address for peer in peers]
         for peer in peers[1:]:
             peer.node.join(seeds[:1])
+        # Per thread on Linux: this one, and those it starts from here on. The nodes'
+        # threads, started above, keep the normal priority.
+        os.setpriority(os.PRIO_PROCESS, 0, LOAD_NICENESS)
     else:
         (spec,) = [p for p in config["peers"] if p.get("probe")]
         peers = [start_peer(config, spec, random.Random(rng.random()))]
