@@ -77,10 +77,10 @@ def test_the_report_holds_figures_measured_for_both_designs(
         assert run["renders"] >= 1
         assert run["probes_seen"] >= 1 and run["probes_missed"] == 0
         assert run["latency_ms_p50"] <= run["latency_ms_p99"] < 10_000
-        # The gossip part of the latency comes before the overlay; the SWIM thread is
-        # part of the site's CPU (counted in clock ticks of 10 ms: a quiet node's thread
-        # may not reach one in a 6 s window).
-        assert run["delivery_ms_p50"] <= run["latency_ms_p50"]
+        # The gossip part of the latency (matched change by change in a test below); the
+        # SWIM thread is part of the site's CPU (counted in clock ticks of 10 ms: a quiet
+        # node's thread may not reach one in a 6 s window).
+        assert 0 <= run["delivery_ms_p50"] <= run["delivery_ms_p99"] < 10_000
         assert 0 <= run["swim_cpu_share"] < run["cpu_share"]
     current, baseline = report["runs"]["current"], report["runs"]["baseline"]
     # Measured, not constants: the two designs (and their memory samples) differ.
