@@ -219,12 +219,7 @@ class _Observed:
     settled: tuple[object, ...] | None = None
     """What ``status`` was evaluated from, when evaluating it again from the same would take
     no transition: a pass skips the evaluation while nothing of it changes."""
-    record: (
-        tuple[
-            InferenceProvider, InferenceProviderPhase, Signals | None, bool | None, ProviderRecord
-        ]
-        | None
-    ) = None
+    record: tuple[tuple[object, ...], ProviderRecord] | None = None
     """What the record last published for the provider was built from, and the record."""
 
 
@@ -814,18 +809,15 @@ class SiteEngine:
             if provider.spec.site_selector is None:
                 continue
             try:
+                made_from = (provider, phase, observed.signals, view.healthy)
                 held = observed.record
-                if (
-                    held is not None
-                    and held[0] is provider
-                    and held[1:4] == (phase, observed.signals, view.healthy)
-                ):
-                    record = held[4]
+                if held is not None and _same_inputs(held[0], made_from):
+                    record = held[1]
                 else:
                     record = provider_record(
                         provider, phase, provider_metrics(observed.signals, view.healthy)
                     )
-                    observed.record = (provider, phase, observed.signals, view.healthy, record)
+                    observed.record = (made_from, record)
                 self._state.put_provider(
                     record, moment, refresh_after=refresh, thresholds=thresholds
                 )
@@ -868,13 +860,7 @@ class SiteEngine:
             observed.scrape,
             observed.publish_error,
         )
-        settled = observed.settled
-        if (
-            observed.status is not None
-            and settled is not None
-            and settled[0] is provider
-            and settled[1:] == inputs[1:]
-        ):
+        if observed.status is not None and _same_inputs(observed.settled, inputs):
             return observed.status.phase
         current = provider.model_copy(update={"status": observed.status})
         outcome = evaluate_provider(current, observation, now)
@@ -969,13 +955,7 @@ class SiteEngine:
                 probe=None if probe is None else _probe_observation(probe, advertised),
             )
             inputs = (site, observation, advertised, probe, egress)
-            settled = self._site_settled.get(name)
-            if (
-                status is not None
-                and settled is not None
-                and settled[0] is site
-                and settled[1:] == inputs[1:]
-            ):
+            if status is not None and _same_inputs(self._site_settled.get(name), inputs):
                 member = self._members.get(name)
                 alive = member is not None and member.state is MemberState.ALIVE
                 if alive and status.last_seen_alive != now:
@@ -1264,6 +1244,12 @@ def _local_view(observed: _Observed, phase: InferenceProviderPhase) -> LocalView
         healthy = False
     degraded = state is HealthState.DEGRADED or phase is InferenceProviderPhase.DEGRADED
     return LocalView(healthy, degraded, signals)
+
+
+def _same_inputs(held: tuple[object, ...] | None, inputs: tuple[object, ...]) -> bool:
+    """Whether ``inputs`` are those ``held``: the resource (first) the very same object, the
+    observations after it equal."""
+    return held is not None and held[0] is inputs[0] and held[1:] == inputs[1:]
 
 
 def _probe_observation(probe: _Probe, advertised: _AdvertisedCert | None) -> ProbeObservation:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
@@ -215,21 +215,11 @@ class CandidateInput:
         return copy
 
 
-_KEPT_ON_OBSERVATION = (
-    "provider",
-    "model",
-    "site",
-    "cluster",
-    "backend_kind",
-    "geography",
-    "site_bound",
-    "cost",
-    "credential",
-    "access_policy",
-    "key",
-    "route",
-    "tie_break",
+_OBSERVED_FIELDS = frozenset({"metrics", "healthy", "degraded", "updated_at", "updated_seconds"})
+_KEPT_ON_OBSERVATION = tuple(
+    f.name for f in fields(CandidateInput) if f.name not in _OBSERVED_FIELDS
 )
+"""What :meth:`CandidateInput.observed` copies: every field but what a report changes."""
 
 
 def _check_observation(provider: str, metrics: Metrics, updated_at: datetime | None) -> None:
