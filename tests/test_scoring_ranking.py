@@ -701,6 +701,21 @@ def test_a_memo_kept_across_passes_never_changes_a_ranking(
     assert len(memo) <= len(current)
 
 
+def assert_ranked_alike(got: Ranking, expected: Ranking, step: int) -> None:
+    """The same ranking: what is offered and left out, why, and what is fresh."""
+    assert summary(got) == summary(expected), step
+    assert [e.fresh for e in got.candidates] == [e.fresh for e in expected.candidates]
+    assert [e.detail for e in got.left_out] == [e.detail for e in expected.left_out]
+
+
+def replace_some(
+    current: list[CandidateInput], replacements: list[CandidateInput], rng: random.Random
+) -> list[CandidateInput]:
+    """``current`` with about a third of the providers ``replacements`` names replaced."""
+    changed = {c.provider: c for c in replacements if rng.random() < 0.3}
+    return [changed.get(c.provider, c) for c in current]
+
+
 @settings(max_examples=100, deadline=None)
 @given(candidate_sets(), candidate_sets(), st.randoms(use_true_random=False))
 def test_filing_kept_across_passes_never_changes_a_ranking(
@@ -720,11 +735,8 @@ def test_filing_kept_across_passes_never_changes_a_ranking(
     for step, moment in enumerate(moments):
         with_memo = rank(*current, memo=memo, now=moment, stale_after_seconds=600)
         without = rank(*current, now=moment, stale_after_seconds=600)
-        assert summary(with_memo) == summary(without), step
-        assert [e.fresh for e in with_memo.candidates] == [e.fresh for e in without.candidates]
-        assert [e.detail for e in with_memo.left_out] == [e.detail for e in without.left_out]
-        changed = {c.provider: c for c in replacements if rng.random() < 0.3}
-        current = [changed.get(c.provider, c) for c in current]
+        assert_ranked_alike(with_memo, without, step)
+        current = replace_some(current, replacements, rng)
 
 
 @settings(max_examples=100, deadline=None)
@@ -758,8 +770,5 @@ def test_routes_kept_across_passes_never_change_a_ranking(
             loose, CONSUMER, CONFIG, moment, stale_after_seconds=600, memo=memo, routes=routes
         )
         without = rank(*current, now=moment, stale_after_seconds=600)
-        assert summary(with_memo) == summary(without), step
-        assert [e.fresh for e in with_memo.candidates] == [e.fresh for e in without.candidates]
-        assert [e.detail for e in with_memo.left_out] == [e.detail for e in without.left_out]
-        changed = {c.provider: c for c in replacements if rng.random() < 0.3}
-        current = [changed.get(c.provider, c) for c in current]
+        assert_ranked_alike(with_memo, without, step)
+        current = replace_some(current, replacements, rng)
