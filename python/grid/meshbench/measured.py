@@ -159,6 +159,8 @@ class Counters:
             "swim_cpu_s": swim_cpu_seconds(),
             "bytes_in": stats.get("bytes_in", 0),
             "bytes_out": stats.get("bytes_out", 0),
+            "packets_in": stats.get("packets_in", 0),
+            "packets_out": stats.get("packets_out", 0),
             "applied": self.applied,
             "received": self.received,
             "receive_s": self.receive_s,

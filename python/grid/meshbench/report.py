@@ -15,6 +15,8 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ("resident memory, max", "rss_mb_max", lambda v: f"{v:.0f} MB"),
     ("gossip in", "bytes_in_per_s", lambda v: f"{v / 1000:.1f} KB/s"),
     ("gossip out", "bytes_out_per_s", lambda v: f"{v / 1000:.1f} KB/s"),
+    ("  datagrams in", "packets_in_per_s", lambda v: f"{v:.0f} /s"),
+    ("  datagrams out", "packets_out_per_s", lambda v: f"{v:.0f} /s"),
     ("items received", "items_received_per_s", lambda v: f"{v:.1f} /s"),
     ("items applied", "items_applied_per_s", lambda v: f"{v:.1f} /s"),
     ("apply time per item, mean", "apply_us_mean", lambda v: f"{v:.0f} µs"),

@@ -515,6 +515,8 @@ def figures(
         "rss_mb_max": max(rss),
         "bytes_in_per_s": (last["bytes_in"] - first["bytes_in"]) / window,
         "bytes_out_per_s": (last["bytes_out"] - first["bytes_out"]) / window,
+        "packets_in_per_s": (last.get("packets_in", 0) - first.get("packets_in", 0)) / window,
+        "packets_out_per_s": (last.get("packets_out", 0) - first.get("packets_out", 0)) / window,
         "items_received_per_s": received / window,
         "items_applied_per_s": applied / window,
         "apply_us_mean": receive_s / received * 1e6 if received else None,
