@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import pytest
 from cryptography.hazmat.primitives import serialization
 
+from grid.crdt.codec import MAX_ITEM_BYTES, item_bytes
 from grid.errors import (
     BindError,
     BroadcastRefused,
@@ -564,3 +565,15 @@ def test_random_keys_work() -> None:
         "127.0.0.1:0", "a", None, [os.urandom(32)], FAST, credentials=credentials("a")
     ) as n:
         assert len(n.key_ids()) == 1
+
+
+def test_the_largest_item_the_state_counts_as_fitting_is_one_the_node_publishes() -> None:
+    # grid.crdt sizes items (and fills signals pages) by item_bytes: it must count exactly
+    # what the transport counts, signature included.
+    with SwimNode("127.0.0.1:0", "site-a", None, [KEY], credentials=credentials("site-a")) as n:
+        key = "signals-page/0"
+        payload = b"x" * (MAX_ITEM_BYTES - item_bytes("site-a", key, b""))
+        assert item_bytes("site-a", key, payload) == MAX_ITEM_BYTES
+        assert n.publish("state", key, 1, payload)
+        with pytest.raises(PayloadTooLarge):
+            n.publish("state", key, 2, payload + b"x")

@@ -25,13 +25,13 @@ whole, signals included, in one item; a reader refuses it, and a format 1 reader
 these."""
 
 MAX_ITEM_BYTES = 1024
-"""Largest item as the gossip transport frames it (origin, lane, key, version and payload),
-so that it fits one UDP packet next to the membership protocol's own bytes. Larger state is
-split across keys."""
+"""Largest item as the gossip transport frames it (origin, lane, key, version, payload and
+the origin's signature), so that it fits one UDP packet next to the membership protocol's
+own bytes. Larger state is split across keys."""
 
-ITEM_OVERHEAD_BYTES = 11
+ITEM_OVERHEAD_BYTES = 75
 """What the transport adds around origin, key and payload: their length bytes, the lane
-byte and the 64-bit version."""
+byte, the 64-bit version and the 64-byte signature."""
 
 MAX_KEY_BYTES = 128
 """Longest item key the transport carries."""
