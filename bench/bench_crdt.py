@@ -3,14 +3,17 @@
 - merges per second of two snapshots of 1,000 providers, against a cache that only keeps
   the newest version of each key;
 - received items applied per second at one site (decode, checks, merge), for the items a
-  large mesh sends (signals items from 100 sites, a few catalogue changes among them),
+  large mesh sends (signals pages from 100 sites, a few catalogue changes among them),
   through ``GridState.apply_item`` and through ``SiteEngine.receive_item``; against the
   same changes applied as catalogue items (the strict JSON reader every load change went
   through when a provider travelled whole) and against bare ``json.loads`` of the whole
   records those changes used to be;
-- encoded bytes per item: a signals item (typical and worst case) against the whole record;
-- signals items published per scrape by 1,000 providers whose load follows a random walk,
-  with the default ``signalPublishing`` steps against publishing every change;
+- encoded bytes per item: a signals register (typical and worst case) against the whole
+  record;
+- signals registers published per scrape by 1,000 providers whose load follows a random
+  walk, with the default ``signalPublishing`` steps against publishing every change;
+- bytes a site of 100 providers puts on the wire for its signals, scraped every 15 s and
+  published once a second, in pages against each register in an item of its own;
 - OR-Set metadata after 100,000 add/remove operations, against an OR-Set that keeps a
   tombstone per removed tag.
 
@@ -46,9 +49,10 @@ from grid.crdt import (
     TokenCost,
 )
 from grid.crdt.codec import MAX_SAFE_INT, canonical_json, item_bytes
+from grid.crdt.pages import PAGE_PREFIX, entry_bytes
 from grid.crdt.records import MAX_AMOUNT
 from grid.crdt.signals import SignalsState
-from grid.crdt.snapshot import MAX_PROVIDER_NAME
+from grid.crdt.snapshot import MAX_PROVIDER_NAME, encode_signals
 from grid.engine import SiteEngine
 from grid.engine.records import signal_thresholds, signals_refresh_seconds
 from grid.models import GridNetwork, load_resource
@@ -206,7 +210,7 @@ def mesh_stream() -> tuple[list[tuple[str, Item]], list[tuple[str, Item]], list[
 
 def bench_apply(repeat: int) -> None:
     start, stream, whole = mesh_stream()
-    signals_share = sum(item.key.startswith("signals/") for _, item in stream) / len(stream)
+    signals_share = sum(item.key.startswith(PAGE_PREFIX) for _, item in stream) / len(stream)
     catalogue_items = [(name, item) for name, item in start if item.key.startswith("provider/")]
 
     def primed() -> GridState:
@@ -215,7 +219,8 @@ def bench_apply(repeat: int) -> None:
             receiver.apply_item(name, item.lane, item.key, item.version, item.payload, NOW)
         return receiver
 
-    signals_only = [(name, item) for name, item in stream if item.key.startswith("signals/")]
+    signals_only = [(name, item) for name, item in stream if item.key.startswith(PAGE_PREFIX)]
+    registers = sum(item.payload.count(b'["') for _, item in signals_only)
     receivers = [primed() for _ in range(2 * repeat)]
     engines = []
     network = _mesh_network()
@@ -266,7 +271,11 @@ def bench_apply(repeat: int) -> None:
     )
     print(f"  GridState.apply_item      {rate:,.0f} items/s (median {applied * 1e3:.1f} ms)")
     print(f"  SiteEngine.receive_item   {len(stream) / received:,.0f} items/s")
-    print(f"  signals items alone       {signals_rate:,.0f} items/s")
+    print(
+        f"  signals pages alone       {signals_rate:,.0f} pages/s, "
+        f"{signals_rate * registers / len(signals_only):,.0f} registers/s "
+        f"({registers / len(signals_only):.1f} per page)"
+    )
     print(
         f"  baseline: as catalogue items (strict JSON reader) {len(stream) / catalogue:,.0f} "
         f"items/s, ratio {catalogue / applied:.1f}x; bare json.loads of the whole records "
@@ -281,19 +290,21 @@ def bench_sizes() -> float:
     catalogue_sizes, signals_sizes, whole_sizes, framed = [], [], [], []
     for index in range(200):
         site.put_provider(record(index, rnd), NOW)
-        catalogue, signals = site.items_to_publish()
+        catalogue, _page = site.items_to_publish()
+        register = site.snapshot().signals[record(index, rnd).name]
         catalogue_sizes.append(len(catalogue.payload))
-        signals_sizes.append(len(signals.payload))
-        whole_sizes.append(
-            len(_whole_record(catalogue, site.snapshot().signals[record(index, rnd).name]))
-        )
-        framed.append(item_bytes(site.site, signals.key, signals.payload))
+        signals_sizes.append(len(entry_bytes(register)))
+        whole_sizes.append(len(_whole_record(catalogue, register)))
+        single = encode_signals(site.site, register)
+        framed.append(item_bytes(site.site, single.key, single.payload))
     site.put_provider(
         dataclasses.replace(record(0, random.Random(2)), metrics=random_load(rnd)), NOW + 1
     )
-    (update,) = site.items_to_publish()
+    site.items_to_publish()
+    update = entry_bytes(site.snapshot().signals["provider-0000"])
     site.remove_provider("provider-0001", NOW + 2)
-    tombstone, void = site.items_to_publish()
+    tombstone, _page = site.items_to_publish()
+    void = entry_bytes(site.snapshot().signals["provider-0001"])
     site.set_gateway(GatewayRecord("gw.eu-west-1.grid.example:8443", "mtls"), NOW)
     site.set_metadata(
         SiteMetadata("eu-west-1", "eu-west-1a", "eu", {"grid.example.com/tier": "gold"}, "g-1"),
@@ -313,15 +324,16 @@ def bench_sizes() -> float:
     signals_median = statistics.median(signals_sizes)
     whole_median = statistics.median(whole_sizes)
     print(
-        f"bytes per signals item: median {signals_median:.0f} (min {min(signals_sizes)}, "
-        f"max {max(signals_sizes)}, worst case {len(worst.payload)} of 128); load update "
-        f"{len(update.payload)}; framed median {statistics.median(framed):.0f}"
+        f"bytes per signals register in a page: median {signals_median:.0f} (min "
+        f"{min(signals_sizes)}, max {max(signals_sizes)}); as an item of its own, worst case "
+        f"payload {len(worst.payload)} of 128, framed with its signature median "
+        f"{statistics.median(framed):.0f}; load update {len(update)}"
     )
     print(
         f"  baseline whole record (format 1) median {whole_median:.0f} bytes, "
         f"ratio {whole_median / signals_median:.1f}x; catalogue item median "
         f"{statistics.median(catalogue_sizes):.0f} (max {max(catalogue_sizes)} of "
-        f"{MAX_ITEM_BYTES}); tombstone {len(tombstone.payload)}, void signals {len(void.payload)}"
+        f"{MAX_ITEM_BYTES}); tombstone {len(tombstone.payload)}, void signals {len(void)}"
     )
     print("bytes per other item: " + ", ".join(f"{k} {v}" for k, v in sorted(other.items())))
     return whole_median
@@ -362,8 +374,8 @@ class Walk:
 
 
 def published_per_scrape(seed: int, step: float | None) -> tuple[float, float]:
-    """Signals items published per provider per scrape with every ``signalPublishing``
-    step at ``step`` (None: publish every change), and their mean size."""
+    """Signals registers published per provider per scrape with every ``signalPublishing``
+    step at ``step`` (None: publish every change), and their mean size in a page."""
     spec = _mesh_network().spec
     if step is None:
         spec.signal_publishing.enabled = False
@@ -382,12 +394,15 @@ def published_per_scrape(seed: int, step: float | None) -> tuple[float, float]:
     published, size = 0, 0
     for scrape in range(1, SCRAPES + 1):
         now = NOW + scrape * SCRAPE_INTERVAL_S
+        before = dict(site.snapshot().signals)
         for entry, walk in zip(base, walks, strict=True):
             current = dataclasses.replace(entry, metrics=walk.step())
             site.put_provider(current, now, refresh_after=refresh, thresholds=thresholds)
-        items = site.items_to_publish()
-        published += len(items)
-        size += sum(len(item.payload) for item in items)
+        site.items_to_publish()
+        after = site.snapshot().signals
+        written = [state for name, state in after.items() if before[name] is not state]
+        published += len(written)
+        size += sum(len(entry_bytes(state)) for state in written)
     return published / (SCRAPES * PROVIDERS), size / max(published, 1)
 
 
@@ -401,7 +416,7 @@ def bench_publishing(whole_record_bytes: float) -> None:
         sizes += [size for _, size in runs]
     every = rates[None]
     print(
-        f"signals items published per provider per scrape ({PROVIDERS} providers, {SCRAPES} "
+        f"signals registers published per provider per scrape ({PROVIDERS} providers, {SCRAPES} "
         f"scrapes of {SCRAPE_INTERVAL_S:.0f} s, random-walk load, median of 5 seeds): "
         f"{rates[0.02]:.3f} with the default steps (2 %), ratio {every / rates[0.02]:.1f}x; "
         f"{rates[0.05]:.3f} with steps of 5 %, ratio {every / rates[0.05]:.1f}x; baseline "
@@ -412,8 +427,62 @@ def bench_publishing(whole_record_bytes: float) -> None:
     whole = per_site * every * whole_record_bytes
     print(
         f"  one site of {MESH_PROVIDERS} providers, default steps: {per_site * rates[0.02]:.2f} "
-        f"signals items/s, {per_site * rates[0.02] * item_size:,.0f} payload bytes/s before "
-        f"relaying; whole records on every change: {whole:,.0f} bytes/s"
+        f"signals registers/s, {per_site * rates[0.02] * item_size:,.0f} register bytes/s "
+        f"before relaying; whole records on every change: {whole:,.0f} bytes/s"
+    )
+
+
+def paged_site(seed: int) -> tuple[int, int, int, int, float]:
+    """One site of MESH_PROVIDERS providers, each scraped every SCRAPE_INTERVAL_S (spread
+    over the interval), the default steps, a pass (and publication) every second:
+    registers written, pages written, their bytes as framed (signature included), the
+    same registers' bytes as items of their own, and the pages the site ends with."""
+    spec = _mesh_network().spec
+    thresholds = signal_thresholds(spec)
+    refresh = signals_refresh_seconds(spec)
+    rnd = random.Random(seed)
+    site = GridState("eu-west-1")
+    base = [record(index, rnd) for index in range(MESH_PROVIDERS)]
+    walks = [Walk(random.Random(seed * 10_000 + i), rnd.random()) for i in range(MESH_PROVIDERS)]
+    for entry, walk in zip(base, walks, strict=True):
+        site.put_provider(dataclasses.replace(entry, metrics=walk.step()), NOW)
+    site.items_to_publish()
+    registers = pages = paged_bytes = single_bytes = 0
+    keys: set[str] = set()
+    seconds = int(SCRAPES * SCRAPE_INTERVAL_S)
+    for second in range(1, seconds + 1):
+        now = NOW + second
+        before = dict(site.snapshot().signals)
+        for index, (entry, walk) in enumerate(zip(base, walks, strict=True)):
+            if (second + index * SCRAPE_INTERVAL_S / MESH_PROVIDERS) % SCRAPE_INTERVAL_S < 1:
+                current = dataclasses.replace(entry, metrics=walk.step())
+                site.put_provider(current, now, refresh_after=refresh, thresholds=thresholds)
+        items = [item for item in site.items_to_publish() if item.key.startswith(PAGE_PREFIX)]
+        after = site.snapshot().signals
+        for name, state in after.items():
+            if before[name] is not state:
+                registers += 1
+                single = encode_signals(site.site, state)
+                single_bytes += item_bytes(site.site, single.key, single.payload)
+        pages += len(items)
+        paged_bytes += sum(item_bytes(site.site, item.key, item.payload) for item in items)
+        keys.update(item.key for item in items)
+    return registers, pages, paged_bytes, single_bytes, len(keys)
+
+
+def bench_pages() -> None:
+    runs = [paged_site(seed) for seed in range(1, 6)]
+    per_register = statistics.median(paged / registers for registers, _, paged, _, _ in runs)
+    single = statistics.median(single / registers for registers, _, _, single, _ in runs)
+    per_page = statistics.median(registers / pages for registers, pages, _, _, _ in runs)
+    seconds = SCRAPES * SCRAPE_INTERVAL_S
+    rate = statistics.median(paged / seconds for _, _, paged, _, _ in runs)
+    print(
+        f"signals of one site of {MESH_PROVIDERS} providers (15 s scrapes, default steps, a "
+        f"pass a second, median of 5 seeds): {per_register:.0f} framed bytes per register in "
+        f"pages ({per_page:.1f} registers per page, {rate:,.0f} bytes/s, at most "
+        f"{max(keys for *_, keys in runs)} pages); baseline items of their own "
+        f"{single:.0f} bytes per register, ratio {single / per_register:.2f}x"
     )
 
 
@@ -498,6 +567,7 @@ def main() -> None:
     bench_merges(args.repeat)
     bench_apply(args.repeat)
     bench_publishing(bench_sizes())
+    bench_pages()
     bench_churn()
 
 

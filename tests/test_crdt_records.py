@@ -33,6 +33,7 @@ from grid.crdt import (
     micro_usd,
 )
 from grid.crdt.codec import MAX_KEY_BYTES, MAX_SAFE_INT, canonical_json, item_bytes
+from grid.crdt.pages import SignalsPage, encode_page, entry_bytes
 from grid.crdt.records import AUTH_STRATEGIES, BACKEND_KINDS, MAX_AMOUNT, PROVIDER_KINDS
 from grid.crdt.signals import SignalsState, decode_signals, site_tag
 from grid.crdt.snapshot import (
@@ -164,12 +165,14 @@ NOW = 1_750_000_000.0
 
 
 def provider_items(site: str = "site-a", record: ProviderRecord | None = None) -> list[Item]:
-    """The catalogue item and the signals item of one newly written provider."""
+    """The catalogue item of one newly written provider, and its signals as an item of their
+    own (the layout before pages, which sites still take)."""
     state = GridState(site)
-    state.put_provider(record or sample_record(), NOW)
-    catalogue, signals = state.items_to_publish()
-    assert catalogue.key.startswith("provider/") and signals.key.startswith("signals/")
-    return [catalogue, signals]
+    record = record or sample_record()
+    state.put_provider(record, NOW)
+    catalogue, page = state.items_to_publish()
+    assert catalogue.key.startswith("provider/") and page.key.startswith("signals-page/")
+    return [catalogue, encode_signals(site, state.snapshot().signals[record.name])]
 
 
 def provider_item(
@@ -381,16 +384,21 @@ def test_provider_items_round_trip_and_are_canonical(
         state.put_provider(record, NOW + offset)
         if offset == 2:
             state.remove_provider(record.name, NOW + offset + 0.5)
+    paged = set()
     for item in state.all_items():
-        assert len(item.payload) <= MAX_ITEM_BYTES
+        assert item_bytes("site-a", item.key, item.payload) <= MAX_ITEM_BYTES
         decoded = decode_item("site-a", item.lane, item.key, item.version, item.payload)
         if isinstance(decoded, ProviderState):
             assert decoded == state.snapshot().providers[decoded.name]
             assert encode_provider("site-a", decoded) == item
         else:
-            assert isinstance(decoded, SignalsState)
-            assert decoded == state.snapshot().signals[decoded.name]
-            assert encode_signals("site-a", decoded) == item
+            assert isinstance(decoded, SignalsPage)
+            for register in decoded.states:
+                if register == state.snapshot().signals[register.name]:
+                    paged.add(register.name)
+            payload = encode_page("site-a", decoded.number, decoded.version, decoded.states)
+            assert payload == item.payload
+    assert paged == set(state.snapshot().signals)
 
 
 @given(site_metadata, gateways)
@@ -440,11 +448,18 @@ def test_the_largest_signals_item_fits_128_bytes() -> None:
     assert item_bytes(site, item.key, item.payload) <= MAX_ITEM_BYTES
     assert len(item.key) == MAX_KEY_BYTES - 1
     assert decode_item(site, item.lane, item.key, item.version, item.payload) == longest
-    # The same through a state: a real write of the longest name.
+    # In a page, a register takes its name and fewer bytes than its own item's payload.
     state = GridState(site)
     state.put_provider(sample_record(name=name, phase="Unavailable", metrics=metrics), NOW)
-    _, written = state.items_to_publish()
-    assert len(written.payload) <= len(longest.payload)
+    _, page = state.items_to_publish()
+    assert item_bytes(site, page.key, page.payload) <= MAX_ITEM_BYTES
+    (register,) = state.snapshot().signals.values()
+    assert len(entry_bytes(register)) - len(name) < len(longest.payload)
+    # A page for one load change of a provider with a usual name stays within 128 bytes.
+    state = GridState("site-a")
+    state.put_provider(sample_record(name="llama-3-70b-eu", metrics=metrics), NOW)
+    _, page = state.items_to_publish()
+    assert len(page.payload) <= 128
 
 
 def test_a_record_too_large_for_one_item_is_refused_and_changes_nothing() -> None:
@@ -568,7 +583,9 @@ def test_every_kind_of_item_round_trips_and_refuses_truncation_and_forgery(item:
     decoded = decode_item("site-a", item.lane, item.key, item.version, item.payload)
     receiver = GridState("site-b")
     assert receiver.apply_item("site-a", item.lane, item.key, item.version, item.payload, NOW)
-    if not isinstance(decoded, SpendSlot):
+    if isinstance(decoded, SignalsPage):
+        assert dict(receiver.snapshot("site-a").signals) == {s.name: s for s in decoded.states}
+    elif not isinstance(decoded, SpendSlot):
         (again,) = [i for i in receiver.snapshot("site-a").items() if i.key == item.key]
         assert again == item
     for end in range(len(item.payload)):

@@ -15,6 +15,7 @@ from grid.engine.records import signal_thresholds, signals_refresh_seconds
 from grid.errors import CrdtValueError, InvalidResourceError
 from grid.models import GridNetwork, load_resource
 from grid.models.network import GridNetworkSpec
+from support.pages import paged
 from test_crdt_records import NOW, sample_record
 
 # The defaults of a GridNetwork: 2 % steps, queue capacity 64, latency ceiling 10 s,
@@ -47,7 +48,8 @@ def load(
 
 
 def published_signals(state: GridState) -> list[str]:
-    return [item.key for item in state.items_to_publish() if item.key.startswith("signals/")]
+    """The providers whose signals the next items publish (in a page)."""
+    return sorted(paged(state.items_to_publish(), state.site))
 
 
 def written(state: GridState) -> ProviderMetrics:
@@ -61,7 +63,7 @@ def test_without_thresholds_every_change_is_published() -> None:
     a.put_provider(sample_record(metrics=load()), NOW)
     a.items_to_publish()
     assert a.put_provider(sample_record(metrics=load(queue=10.001)), NOW + 1)
-    assert published_signals(a) == ["signals/llama"]
+    assert published_signals(a) == ["llama"]
 
 
 @pytest.mark.parametrize(
@@ -98,7 +100,7 @@ def test_steps_and_admission_levels_decide(
     a.put_provider(sample_record(metrics=before), NOW, thresholds=THRESHOLDS)
     a.items_to_publish()
     assert a.put_provider(sample_record(metrics=after), NOW + 1, thresholds=THRESHOLDS) is sent
-    assert published_signals(a) == (["signals/llama"] if sent else [])
+    assert published_signals(a) == (["llama"] if sent else [])
     assert written(a) == (after if sent else before)
 
 
@@ -120,7 +122,7 @@ def test_phase_and_catalogue_changes_are_always_sent() -> None:
     a.items_to_publish()
     record = sample_record(metrics=load(queue=10.1), phase="Degraded")
     assert a.put_provider(record, NOW + 1, thresholds=THRESHOLDS)
-    assert [item.key for item in a.items_to_publish()] == ["signals/llama"]
+    assert [item.key for item in a.items_to_publish()] == ["signals-page/0"]
     # A catalogue change with a small load move sends the catalogue only.
     record = dataclasses.replace(record, metrics=load(queue=10.2), tools=("calculator",))
     assert a.put_provider(record, NOW + 2, thresholds=THRESHOLDS)
@@ -138,7 +140,7 @@ def test_the_refresh_sends_the_current_values_and_keeps_a_quiet_provider_fresh()
     assert not a.put_provider(drifted, NOW + 59, refresh_after=60, thresholds=THRESHOLDS)
     assert a.put_provider(drifted, NOW + 60, refresh_after=60, thresholds=THRESHOLDS)
     (item,) = a.items_to_publish()
-    assert item.key == "signals/llama"
+    assert list(paged([item], "site-a")) == ["llama"]
     b.apply_item("site-a", item.lane, item.key, item.version, item.payload, NOW + 61)
     entry = b.provider("site-a", "llama")
     assert entry is not None and entry.record.metrics == load(queue=10.5)
@@ -146,7 +148,7 @@ def test_the_refresh_sends_the_current_values_and_keeps_a_quiet_provider_fresh()
     # Unchanged: written again all the same once refresh_after has passed.
     assert not a.put_provider(drifted, NOW + 119, refresh_after=60, thresholds=THRESHOLDS)
     assert a.put_provider(drifted, NOW + 120, refresh_after=60)
-    assert published_signals(a) == ["signals/llama"]
+    assert published_signals(a) == ["llama"]
 
 
 def test_thresholds_are_checked() -> None:

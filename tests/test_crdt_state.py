@@ -36,6 +36,7 @@ from grid.crdt import (
 from grid.crdt.codec import item_bytes
 from grid.crdt.snapshot import CERT_CHUNK_CHARS
 from grid.errors import CrdtDecodeError, CrdtForgedItemError, CrdtLimitError, CrdtValueError
+from support.pages import paged
 from test_crdt_records import NOW, gateways, provider_records, sample_record, site_metadata
 
 
@@ -58,8 +59,9 @@ def test_a_provider_travels_as_catalogue_and_signals_and_reads_back_whole() -> N
     assert not a.put_provider(sample_record(), NOW + 1)  # nothing changed: nothing to send
     catalogue, signals = a.items_to_publish()
     assert (catalogue.lane, catalogue.key) == ("state", "provider/llama")
-    assert (signals.lane, signals.key) == ("state", "signals/llama")
-    assert catalogue.version == signals.version  # one write, one revision
+    assert (signals.lane, signals.key) == ("state", "signals-page/0")
+    # One write, one revision: the register in the page has the catalogue's version.
+    assert paged([signals], "site-a")["llama"].version == catalogue.version < signals.version
     assert len(signals.payload) <= 128 < len(catalogue.payload)
     assert a.items_to_publish() == []
     assert deliver(b, "site-a", catalogue, now=NOW + 2)
@@ -172,13 +174,14 @@ def test_tombstones_can_be_pruned_once_old() -> None:
     assert b.prune_tombstones(before=NOW + 10) == 0
     assert b.prune_tombstones(before=NOW + 11) == 1
     assert a.prune_tombstones(before=NOW + 11) == 1
-    assert [item.key for item in a.all_items()] == ["provider/other", "signals/other"]
+    assert [item.key for item in a.all_items()] == ["provider/other", "signals-page/0"]
+    assert list(paged(a.all_items(), "site-a")) == ["other"]  # the page was written again
     assert "llama" not in b.snapshot("site-a").providers
     assert "llama" not in b.snapshot("site-a").signals
     # Signals held without any catalogue (the catalogue never arrived) go once old too.
     c = GridState("site-c")
     for item in a.all_items():
-        if item.key.startswith("signals/"):
+        if item.key.startswith("signals-page/"):
             deliver(c, "site-a", item)
     assert c.prune_tombstones(before=NOW) == 0
     assert c.prune_tombstones(before=NOW + 1) == 1
@@ -389,7 +392,7 @@ def test_an_unrecovered_write_below_old_versions_is_repaired_on_recovery() -> No
     assert len(stale) == 2 and all(item.version < old_version for item in stale)
     # Recovery merges the old life's items, which are later than the stale writes and so
     # replace them: those items are already in the gossip, nothing needs sending.
-    for key in ("provider/llama", "signals/llama"):
+    for key in ("provider/llama", "signals-page/0"):
         assert restarted.apply_item("site-a", "state", key, *_latest(gossip, key), NOW)
     assert restarted.items_to_publish() == []
     entry = restarted.provider("site-a", "llama")
@@ -420,7 +423,7 @@ def test_a_recovery_that_mixes_two_lives_is_republished_above_both() -> None:
     # The catalogue merges to the newer spec of this life and the newer tools of the old
     # one: a state neither life published, so it goes out under a version above both. The
     # signals register takes the old life's later write whole: that item stays current.
-    for key in ("provider/llama", "signals/llama"):
+    for key in ("provider/llama", "signals-page/0"):
         assert restarted.apply_item("site-a", "state", key, *_latest(gossip, key), NOW + 51)
     (mixed,) = restarted.items_to_publish()
     assert mixed.key == "provider/llama"

@@ -30,6 +30,7 @@ from grid.observe.tracker import HealthObservation
 from grid.render.validate import ExpectedScope, validate_overlay
 from grid.trust import self_signed_certificate
 from grid.trust.site import ProbeResult
+from support.pages import paged
 
 T0 = datetime(2026, 7, 1, 12, 0, 0, tzinfo=UTC)
 NETWORK = "mesh"
@@ -227,8 +228,9 @@ def test_own_providers_render_at_once_and_the_document_is_accepted() -> None:
     assert verdict.accepted, verdict.detail
     assert [i.key for i in result.items if i.lane == STATE_LANE] == [
         "provider/llama-a",
-        "signals/llama-a",
+        "signals-page/0",
     ]
+    assert list(paged(result.items, "site-a")) == ["llama-a"]
 
 
 def test_an_unchanged_order_is_not_rendered_again() -> None:
@@ -248,7 +250,8 @@ def test_providers_of_other_sites_in_the_yaml_are_not_offered_from_the_yaml() ->
     published = {i.key for i in a.refresh(T0).items} | {
         i.key for i in a.state.all_items() if i.lane == STATE_LANE
     }
-    assert published == {"provider/llama-a", "signals/llama-a"}
+    assert published == {"provider/llama-a", "signals-page/0"}
+    assert list(paged(a.state.all_items(), "site-a")) == ["llama-a"]
 
 
 def test_a_provider_tied_to_no_site_is_offered_locally_and_not_published() -> None:
@@ -407,7 +410,7 @@ def test_a_metric_change_at_one_site_reorders_the_others() -> None:
 
 def _signals_sent(e: SiteEngine, moment: datetime, **values: float) -> bool:
     e.observe_scrape("llama-a", scrape(**values), moment)
-    return any(i.key == "signals/llama-a" for i in e.refresh(moment).items)
+    return "llama-a" in paged(e.refresh(moment).items, "site-a")
 
 
 def test_load_is_republished_only_when_it_moves_enough_to_matter() -> None:
@@ -749,13 +752,14 @@ TTL = timedelta(seconds=60)
 
 def test_a_quiet_provider_is_written_again_before_peers_could_call_it_stale() -> None:
     b = engine("site-b", [provider("llama-b", "site-b")])
-    first = {i.key: i.version for i in b.refresh(T0).items}
-    assert {"provider/llama-b", "signals/llama-b"} <= set(first)
+    items = b.refresh(T0).items
+    assert {"provider/llama-b", "signals-page/0"} <= {i.key for i in items}
+    first = paged(items, "site-b")["llama-b"].version
     assert not b.refresh(T0 + TTL / 3 - timedelta(seconds=1)).items
-    # Only the small signals item goes out again: it alone keeps the provider fresh.
-    again = {i.key: i.version for i in b.refresh(T0 + TTL / 3 + timedelta(seconds=1)).items}
-    assert set(again) == {"signals/llama-b"}
-    assert again["signals/llama-b"] > first["signals/llama-b"]
+    # Only the small signals page goes out again: it alone keeps the provider fresh.
+    items = b.refresh(T0 + TTL / 3 + timedelta(seconds=1)).items
+    assert {i.key for i in items} == {"signals-page/0"}
+    assert paged(items, "site-b")["llama-b"].version > first
     a = engine("site-a", [], sites=[site("site-a"), site("site-b")])
     for item in b.state.all_items():
         a.receive_item("site-b", item.lane, item.key, item.version, item.payload, T0)

@@ -52,11 +52,11 @@ def plaintext_pair(pem: str, pin: str, *, probe_interval_s: float) -> tuple[Site
 
 
 def busy_peer_sends(a: SiteEngine, b: SiteEngine, queue: float, now: datetime) -> None:
-    """site-b's load moves: its signals item (not its certificate) reaches site-a, which
+    """site-b's load moves: its signals page (not its certificate) reaches site-a, which
     refreshes."""
     b.observe_scrape("llama-b", scrape(queue=queue, kv=0.1), now)
     items = b.refresh(now).items
-    assert any(item.key.startswith("signals/") for item in items)
+    assert any(item.key.startswith("signals-page/") for item in items)
     assert not [item for item in items if item.lane == CERT_LANE]
     for item in items:
         a.receive_item("site-b", item.lane, item.key, item.version, item.payload, now)

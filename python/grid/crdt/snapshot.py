@@ -46,6 +46,7 @@ from grid.crdt.codec import (
 )
 from grid.crdt.lww import LWWRegister, Stamp
 from grid.crdt.orset import Dot, ORSet
+from grid.crdt.pages import PAGE_PREFIX, SignalsPage, decode_page, page_number
 from grid.crdt.records import (
     GatewayRecord,
     ModelEntry,
@@ -685,7 +686,13 @@ def _decode_cert_chunk(origin: str, index: int, version: int, payload: bytes) ->
 # Decoding any item
 
 Fragment: TypeAlias = (
-    ProviderState | SignalsState | SpendSlot | GatewayUpdate | MetadataUpdate | CertChunkUpdate
+    ProviderState
+    | SignalsState
+    | SignalsPage
+    | SpendSlot
+    | GatewayUpdate
+    | MetadataUpdate
+    | CertChunkUpdate
 )
 
 
@@ -700,6 +707,11 @@ def decode_item(origin: str, lane: str, key: str, version: int, payload: bytes) 
             fail("key", f"must be 1 to {MAX_KEY_BYTES} ASCII characters")
         if isinstance(payload, bytes) and item_bytes(origin, key, payload) > MAX_ITEM_BYTES:
             fail("payload", f"makes an item over the {MAX_ITEM_BYTES}-byte limit")
+        if lane == STATE_LANE and key.startswith(PAGE_PREFIX):
+            number = page_number(key)
+            return decode_page(
+                origin, number, version, payload, lambda _: False, check_keyed_provider_name
+            )
         if lane == STATE_LANE and key.startswith(SIGNALS_PREFIX):
             name = check_keyed_provider_name(key[len(SIGNALS_PREFIX) :], "key provider name")
             return decode_signals(origin, name, version, payload)

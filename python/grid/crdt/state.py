@@ -9,7 +9,17 @@ from typing import TypeVar
 
 from grid.crdt.budget import BudgetLedger, BudgetStatus
 from grid.crdt.clock import RevisionClock, wall_millis
+from grid.crdt.codec import MAX_ITEM_BYTES, fail, item_bytes
 from grid.crdt.lww import LWWRegister, Stamp
+from grid.crdt.pages import (
+    MAX_PAGES,
+    PAGE_PREFIX,
+    PageBook,
+    SignalsPage,
+    decode_page,
+    page_key,
+    page_number,
+)
 from grid.crdt.records import GatewayRecord, ProviderRecord, SiteMetadata, check_site_id
 from grid.crdt.signals import SignalsState, SignalThresholds, decode_signals
 from grid.crdt.snapshot import (
@@ -38,7 +48,6 @@ from grid.crdt.snapshot import (
     encode_gateway,
     encode_metadata,
     encode_provider,
-    encode_signals,
     encode_spend,
     provider_key,
     signals_key,
@@ -101,6 +110,10 @@ class _SiteRecords:
     cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
     cert_pem: str | None = None
     """The latest complete certificate: kept while a newer one is still arriving."""
+    pages: dict[int, tuple[int, bytes]] = field(default_factory=dict)
+    """The latest version and payload of each signals page received."""
+    singles: set[str] = field(default_factory=set)
+    """Providers whose signals came as items of their own (the layout before pages)."""
     last_received_at: float | None = None
 
     def __post_init__(self) -> None:
@@ -132,6 +145,9 @@ class GridState:
         self._dirty: set[tuple[str, str]] = set()
         self._spend_windows: dict[tuple[str, str], str] = {}
         """The budget window of each of this site's spend items."""
+        self._pages = PageBook(self._site)
+        self._written_at = 0.0
+        """The time of the latest write: signals pages are written as of then."""
 
     def __repr__(self) -> str:
         return (
@@ -211,16 +227,15 @@ class GridState:
             catalogue = (state, encode_provider(self._site, state))
         signals = None
         if write_signals:
-            register = SignalsState.written(
+            signals = SignalsState.written(
                 self._site, name, stamp.revision, at_ms, record.phase, record.metrics
             )
-            signals = (register, encode_signals(self._site, register))
         self._commit(name, catalogue, signals, now)
         return True
 
     def remove_provider(self, name: str, now: float) -> bool:
         """Remove one of this site's providers (publishing a small tombstone of its
-        catalogue and a void signals item); whether it was there."""
+        catalogue and a void signals register); whether it was there."""
         own = self._own
         current = own.providers.get(name)
         if current is None or current.removed:
@@ -230,19 +245,14 @@ class GridState:
         stamp, at_ms = self._stamp(now)
         state = current.tombstone(stamp, at_ms)
         void = SignalsState.written(self._site, name, stamp.revision, at_ms, None, None)
-        self._commit(
-            name,
-            (state, encode_provider(self._site, state)),
-            (void, encode_signals(self._site, void)),
-            now,
-        )
+        self._commit(name, (state, encode_provider(self._site, state)), void, now)
         return True
 
     def _commit(
         self,
         name: str,
         catalogue: tuple[ProviderState, Item] | None,
-        signals: tuple[SignalsState, Item] | None,
+        signals: SignalsState | None,
         now: float,
     ) -> None:
         # Everything was encoded (and so checked) before this: a refusal changes nothing.
@@ -252,9 +262,10 @@ class GridState:
             own.received_at[name] = now
             self._publish(catalogue[1])
         if signals is not None:
-            own.signals[name] = signals[0]
+            own.signals[name] = signals
             own.signals_received_at[name] = now
-            self._publish(signals[1])
+            self._pages.written(name)
+        self._written_at = now
         _provider_changed(own, name)
 
     def own_provider_names(self) -> tuple[str, ...]:
@@ -324,14 +335,24 @@ class GridState:
         return self._ledger.spend(tenant, window)
 
     def items_to_publish(self) -> list[Item]:
-        """This site's items that changed since the last call, sorted by lane and key."""
+        """This site's items that changed since the last call, sorted by lane and key: the
+        signals registers written since go out in pages (:mod:`grid.crdt.pages`)."""
+        self._write_pages()
         items = [self._own_items[key] for key in sorted(self._dirty)]
         self._dirty.clear()
         return items
 
     def all_items(self) -> list[Item]:
         """Every current item of this site (for a full re-announcement), sorted."""
+        self._write_pages()
         return [self._own_items[key] for key in sorted(self._own_items)]
+
+    def _write_pages(self) -> None:
+        if self._pages.pending:
+            at = self._written_at
+            pages = self._pages.write(self._own.signals, lambda: self._clock.tick(at))
+            for number, version, payload in pages:
+                self._publish(Item(STATE_LANE, page_key(number), version, payload))
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -347,8 +368,11 @@ class GridState:
         """
         if type(now) is not float or not 0.0 <= now <= _PLAIN_NOW:
             wall_millis(now)  # the full check, for anything but a plain time
-        if lane == STATE_LANE and type(key) is str and key.startswith(SIGNALS_PREFIX):
-            return self._apply_signals(origin, key, version, payload, now)
+        if lane == STATE_LANE and type(key) is str:
+            if key.startswith(PAGE_PREFIX):
+                return self._apply_page(origin, key, version, payload, now)
+            if key.startswith(SIGNALS_PREFIX):
+                return self._apply_signals(origin, key, version, payload, now)
         fragment = decode_item(origin, lane, key, version, payload)
         if origin == self._site:
             self._clock.observe(version)
@@ -393,7 +417,72 @@ class GridState:
             records = _SiteRecords()
             self._sites[origin] = records
         changed = _merge_signals(records, origin, incoming, now)
+        records.singles.add(name)
         records.last_received_at = now
+        return changed
+
+    def _apply_page(self, origin: str, key: str, version: int, payload: bytes, now: float) -> bool:
+        number = page_number(key)
+        records = self._sites.get(origin)
+        if records is None:
+            try:
+                check_site_id(origin, "origin")
+            except CrdtValueError as exc:
+                raise CrdtDecodeError(str(exc)) from None
+        elif records.pages.get(number) == (version, payload) and type(version) is int:
+            # A duplicate: these very bytes were checked and merged when they arrived.
+            if origin != self._site:
+                records.last_received_at = now
+            return False
+        if isinstance(payload, bytes) and item_bytes(origin, key, payload) > MAX_ITEM_BYTES:
+            fail("payload", f"makes an item over the {MAX_ITEM_BYTES}-byte limit")
+        held = {} if records is None else records.signals
+        page = decode_page(
+            origin, number, version, payload, held.__contains__, check_keyed_provider_name
+        )
+        states = page.states
+        if records is not None and number not in records.pages and len(records.pages) >= MAX_PAGES:
+            raise CrdtLimitError(f"at most {MAX_PAGES} signals pages are held per site")
+        if len(held) + sum(s.name not in held for s in states) > MAX_PROVIDERS_PER_SITE:
+            raise CrdtLimitError(
+                f"site {origin!r} already holds {MAX_PROVIDERS_PER_SITE} provider records"
+            )
+        if origin == self._site:
+            self._clock.observe(version)
+            return self._recover_page(page, Item(STATE_LANE, key, version, payload), now)
+        if records is None:
+            if len(self._sites) >= MAX_SITES:
+                raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
+            records = _SiteRecords()
+            self._sites[origin] = records
+        changed = self._merge(records, origin, page, now)
+        if version >= records.pages.get(number, (0, b""))[0]:
+            records.pages[number] = (version, payload)
+        records.last_received_at = now
+        return changed
+
+    def _recover_page(self, page: SignalsPage, item: Item, now: float) -> bool:
+        # A page this site wrote in an earlier life. A register newer than this life's is
+        # taken and published again; if the page is newer than this life's page of that
+        # number, what this life put there is published again elsewhere.
+        own = self._own
+        changed = False
+        for state in page.states:
+            if _merge_signals(own, self._site, state, now):
+                self._pages.written(state.name)
+                self._written_at = max(self._written_at, now)
+                changed = True
+        key = (item.lane, item.key)
+        held = self._own_items.get(key)
+        if (
+            held is None
+            or held.version < item.version
+            or (held.version == item.version and held.payload != item.payload)
+        ):
+            current = [state for state in page.states if own.signals.get(state.name) == state]
+            self._pages.recovered(page.number, page.version, current)
+            self._own_items[key] = item
+        own.pages[page.number] = (item.version, item.payload)
         return changed
 
     def _merge(self, records: _SiteRecords, origin: str, fragment: Fragment, now: float) -> bool:
@@ -407,6 +496,11 @@ class GridState:
             return True
         if isinstance(fragment, SignalsState):
             return _merge_signals(records, origin, fragment, now)
+        if isinstance(fragment, SignalsPage):
+            changed = False
+            for state in fragment.states:
+                changed = _merge_signals(records, origin, state, now) or changed
+            return changed
         if isinstance(fragment, SpendSlot):
             return self._ledger.merge_slot(
                 fragment.tenant, fragment.window, origin, fragment.epoch, fragment.spend
@@ -445,6 +539,10 @@ class GridState:
             _provider_changed(own, fragment.name)
         elif not self._merge(own, self._site, fragment, now):
             return False
+        elif isinstance(fragment, SignalsState):
+            # A signals item of the layout before pages: its register goes into a page.
+            self._pages.written(fragment.name)
+            self._written_at = max(self._written_at, now)
         if isinstance(fragment, SpendSlot):
             self._spend_windows[key] = fragment.window
         self._own_items[key] = item
@@ -570,7 +668,8 @@ class GridState:
         if records is None:
             return ()
         items = [(STATE_LANE, provider_key(name)) for name in records.providers]
-        items += [(STATE_LANE, signals_key(name)) for name in records.signals]
+        items += [(STATE_LANE, signals_key(name)) for name in records.singles]
+        items += [(STATE_LANE, page_key(number)) for number in records.pages]
         if records.gateway is not None:
             items.append((GATEWAY_LANE, GATEWAY_KEY))
         if records.metadata is not None:
@@ -610,8 +709,10 @@ class GridState:
                 records.received_at.pop(name, None)
                 records.signals.pop(name, None)
                 records.signals_received_at.pop(name, None)
+                records.singles.discard(name)
                 _provider_changed(records, name)
                 if site == self._site:
+                    self._pages.dropped(name)
                     for key in ((STATE_LANE, provider_key(name)), (STATE_LANE, signals_key(name))):
                         self._own_items.pop(key, None)
                         self._dirty.discard(key)
