@@ -202,10 +202,6 @@ class PageBook:
         one."""
         return bool(self._unpaged or self._stale)
 
-    def home(self, name: str) -> int | None:
-        """The page holding ``name``'s latest register, or None while it waits for one."""
-        return self._home.get(name)
-
     def written(self, name: str) -> None:
         """``name`` has a new register: it goes into the next pages written."""
         self._leave(name)
