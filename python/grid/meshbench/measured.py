@@ -161,6 +161,7 @@ class Counters:
             "bytes_out": stats.get("bytes_out", 0),
             "packets_in": stats.get("packets_in", 0),
             "packets_out": stats.get("packets_out", 0),
+            "backlog": stats.get("broadcast_backlog", 0),
             "applied": self.applied,
             "received": self.received,
             "receive_s": self.receive_s,

@@ -17,6 +17,7 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ("gossip out", "bytes_out_per_s", lambda v: f"{v / 1000:.1f} KB/s"),
     ("  datagrams in", "packets_in_per_s", lambda v: f"{v:.0f} /s"),
     ("  datagrams out", "packets_out_per_s", lambda v: f"{v:.0f} /s"),
+    ("  relay backlog, at the end", "relay_backlog", lambda v: f"{v:,.0f}"),
     ("items received", "items_received_per_s", lambda v: f"{v:.1f} /s"),
     ("items applied", "items_applied_per_s", lambda v: f"{v:.1f} /s"),
     ("apply time per item, mean", "apply_us_mean", lambda v: f"{v:.0f} µs"),

@@ -57,7 +57,7 @@ MODELS = 16
 MAX_PEERS_ONE_EACH = 10
 """Up to this many sites, every other site is a peer of its own."""
 DEFAULT_PEERS = 4
-CONVERGE_TIMEOUT_S = 240.0
+CONVERGE_TIMEOUT_S = 600.0
 MISSED_AFTER_S = 5.0
 """A probe change not in the overlay this long before the run ends counts as missed."""
 
@@ -517,6 +517,7 @@ def figures(
         "bytes_out_per_s": (last["bytes_out"] - first["bytes_out"]) / window,
         "packets_in_per_s": (last.get("packets_in", 0) - first.get("packets_in", 0)) / window,
         "packets_out_per_s": (last.get("packets_out", 0) - first.get("packets_out", 0)) / window,
+        "relay_backlog": last.get("backlog"),
         "items_received_per_s": received / window,
         "items_applied_per_s": applied / window,
         "apply_us_mean": receive_s / received * 1e6 if received else None,
