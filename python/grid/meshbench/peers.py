@@ -347,8 +347,10 @@ def run_probe(
         load = probe.loads[provider]
         load.queue = _PROBE_QUEUE[probes % 2]
         probe.engine.observe_scrape(provider, ScrapeResult(200, 0.001, text=load.exposition()), now)
+        # Before publishing: the item can reach the site before the call returns.
+        handed = time.monotonic()
         probe.publish(now)
-        emit("probe", t=time.monotonic(), queue=load.queue, serial=probes)
+        emit("probe", t=handed, queue=load.queue, serial=probes)
 
 
 if __name__ == "__main__":
