@@ -373,6 +373,20 @@ class Walk:
         )
 
 
+def walking_site(
+    name: str, providers: int, seed: int
+) -> tuple[GridState, list[ProviderRecord], list[Walk]]:
+    """A site whose providers' loads follow random walks, each written and published once."""
+    rnd = random.Random(seed)
+    site = GridState(name)
+    base = [record(index, rnd) for index in range(providers)]
+    walks = [Walk(random.Random(seed * 10_000 + i), rnd.random()) for i in range(providers)]
+    for entry, walk in zip(base, walks, strict=True):
+        site.put_provider(dataclasses.replace(entry, metrics=walk.step()), NOW)
+    site.items_to_publish()
+    return site, base, walks
+
+
 def published_per_scrape(seed: int, step: float | None) -> tuple[float, float]:
     """Signals registers published per provider per scrape with every ``signalPublishing``
     step at ``step`` (None: publish every change), and their mean size in a page."""
@@ -384,13 +398,7 @@ def published_per_scrape(seed: int, step: float | None) -> tuple[float, float]:
             setattr(spec.signal_publishing, name, step)
     thresholds = signal_thresholds(spec)
     refresh = signals_refresh_seconds(spec)
-    rnd = random.Random(seed)
-    site = GridState("site-a")
-    base = [record(index, rnd) for index in range(PROVIDERS)]
-    walks = [Walk(random.Random(seed * 10_000 + i), rnd.random()) for i in range(PROVIDERS)]
-    for entry, walk in zip(base, walks, strict=True):
-        site.put_provider(dataclasses.replace(entry, metrics=walk.step()), NOW)
-    site.items_to_publish()
+    site, base, walks = walking_site("site-a", PROVIDERS, seed)
     published, size = 0, 0
     for scrape in range(1, SCRAPES + 1):
         now = NOW + scrape * SCRAPE_INTERVAL_S
@@ -440,13 +448,7 @@ def paged_site(seed: int) -> tuple[int, int, int, int, float]:
     spec = _mesh_network().spec
     thresholds = signal_thresholds(spec)
     refresh = signals_refresh_seconds(spec)
-    rnd = random.Random(seed)
-    site = GridState("eu-west-1")
-    base = [record(index, rnd) for index in range(MESH_PROVIDERS)]
-    walks = [Walk(random.Random(seed * 10_000 + i), rnd.random()) for i in range(MESH_PROVIDERS)]
-    for entry, walk in zip(base, walks, strict=True):
-        site.put_provider(dataclasses.replace(entry, metrics=walk.step()), NOW)
-    site.items_to_publish()
+    site, base, walks = walking_site("eu-west-1", MESH_PROVIDERS, seed)
     registers = pages = paged_bytes = single_bytes = 0
     keys: set[str] = set()
     seconds = int(SCRAPES * SCRAPE_INTERVAL_S)

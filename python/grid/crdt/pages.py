@@ -193,9 +193,6 @@ class PageBook:
         self._stale: set[int] = set()
         """Pages that still carry a dropped register."""
 
-    def __len__(self) -> int:
-        return len(self._pages)
-
     @property
     def pending(self) -> bool:
         """Whether some register is in no page yet, or some page still carries a dropped

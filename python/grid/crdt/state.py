@@ -411,11 +411,7 @@ class GridState:
         if origin == self._site:
             self._clock.observe(version)
             return self._recover(incoming, Item(STATE_LANE, key, version, payload), now)
-        if records is None:
-            if len(self._sites) >= MAX_SITES:
-                raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
-            records = _SiteRecords()
-            self._sites[origin] = records
+        records = self._records_of(origin)
         changed = _merge_signals(records, origin, incoming, now)
         records.singles.add(name)
         records.last_received_at = now
@@ -450,16 +446,26 @@ class GridState:
         if origin == self._site:
             self._clock.observe(version)
             return self._recover_page(page, Item(STATE_LANE, key, version, payload), now)
-        if records is None:
-            if len(self._sites) >= MAX_SITES:
-                raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
-            records = _SiteRecords()
-            self._sites[origin] = records
+        records = self._records_of(origin)
         changed = self._merge(records, origin, page, now)
         if version >= records.pages.get(number, (0, b""))[0]:
             records.pages[number] = (version, payload)
         records.last_received_at = now
         return changed
+
+    def _records_of(self, origin: str) -> _SiteRecords:
+        """The records held of ``origin``, new ones if none (within :data:`MAX_SITES`)."""
+        records = self._sites.get(origin)
+        if records is None:
+            if len(self._sites) >= MAX_SITES:
+                raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
+            records = self._sites[origin] = _SiteRecords()
+        return records
+
+    def _recovered_register(self, name: str, now: float) -> None:
+        """A register of an earlier life became this site's latest: it goes into a page."""
+        self._pages.written(name)
+        self._written_at = max(self._written_at, now)
 
     def _recover_page(self, page: SignalsPage, item: Item, now: float) -> bool:
         # A page this site wrote in an earlier life. A register newer than this life's is
@@ -469,8 +475,7 @@ class GridState:
         changed = False
         for state in page.states:
             if _merge_signals(own, self._site, state, now):
-                self._pages.written(state.name)
-                self._written_at = max(self._written_at, now)
+                self._recovered_register(state.name, now)
                 changed = True
         key = (item.lane, item.key)
         held = self._own_items.get(key)
@@ -540,9 +545,8 @@ class GridState:
         elif not self._merge(own, self._site, fragment, now):
             return False
         elif isinstance(fragment, SignalsState):
-            # A signals item of the layout before pages: its register goes into a page.
-            self._pages.written(fragment.name)
-            self._written_at = max(self._written_at, now)
+            # A signals item of the layout before pages.
+            self._recovered_register(fragment.name, now)
         if isinstance(fragment, SpendSlot):
             self._spend_windows[key] = fragment.window
         self._own_items[key] = item
