@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from grid.models.common import BackendKind, ScoringConfig
 from grid.render.digest import content_digest, fnv1a_32, stable_id
 from grid.render.overlay import (
     MAX_CANDIDATES,
+    DocumentMemo,
     OverlayScope,
     OverlaySource,
     render_overlay,
@@ -22,7 +24,7 @@ from grid.render.overlay import (
 )
 from grid.render.validate import ExpectedScope, validate_overlay
 from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography, Metrics, SecretRef
-from grid.scoring.ranking import LeftOutReason, Ranking, rank_candidates
+from grid.scoring.ranking import LeftOutReason, Ranking, ScoringMemo, rank_candidates
 
 NOW = datetime(2026, 7, 29, 12, 0, tzinfo=UTC)
 CONSUMER = ConsumingSite("east", Geography("us-east", "us-east-1a"), {})
@@ -160,6 +162,36 @@ def test_rendering_later_with_the_same_content_keeps_the_revision() -> None:
     assert later.text != first.text
     other_scope = OverlayScope("mesh", "other-gw", "ns", "east")
     assert render_overlay(sample(), other_scope, SOURCE, NOW).revision == first.revision
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_documents_kept_across_renders_render_the_same_bytes(seed: int) -> None:
+    """Passes that keep most route objects (a scoring memo), change some candidates' load,
+    add and drop others, with a cut below the ranking's size: with a document memo the
+    rendered text is the text rendered without one, pass after pass."""
+    rng = random.Random(seed)
+    routes = {
+        f"p{index}": (
+            candidate(f"p{index}", f"m{index % 7}", credential=TOKEN_REF if index % 3 else None),
+        )
+        for index in range(60)
+    }
+    scoring, documents = ScoringMemo(), DocumentMemo()
+    for step in range(8):
+        for name in rng.sample(sorted(routes), 12):
+            load = Metrics(queue_depth=rng.uniform(0, 40), p99_latency_ms=rng.uniform(50, 900))
+            routes[name] = (candidate(name, f"m{int(name[1:]) % 7}", metrics=load),)
+        if step % 3 == 2:
+            routes.pop(rng.choice(sorted(routes)))
+        ranked = rank_candidates(
+            [], CONSUMER, ScoringConfig(), NOW, memo=scoring, routes=list(routes.values())
+        )
+        with_memo = render_overlay(
+            ranked, SCOPE, SOURCE, NOW, max_candidates=40, documents=documents
+        )
+        without = render_overlay(ranked, SCOPE, SOURCE, NOW, max_candidates=40)
+        assert with_memo.text == without.text, step
+        assert with_memo.document == without.document
 
 
 def test_a_content_change_changes_the_revision() -> None:

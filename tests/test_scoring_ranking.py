@@ -468,6 +468,14 @@ def test_a_route_given_with_a_candidate_of_another_is_refused() -> None:
     mixed = (candidate("a", cluster="c1"), candidate("b", cluster="c2"))
     with pytest.raises(ScoringInputError, match="route"):
         rank_candidates([], CONSUMER, CONFIG, NOW, routes=[mixed])
+    # With a memo, a route given as the same block as last pass is not checked again; a new
+    # block for the same route is, even though the memo holds the route.
+    memo = ScoringMemo()
+    block = (candidate("a", cluster="c1"),)
+    for _ in range(2):
+        rank_candidates([], CONSUMER, CONFIG, NOW, memo=memo, routes=[block])
+    with pytest.raises(ScoringInputError, match="route"):
+        rank_candidates([], CONSUMER, CONFIG, NOW, memo=memo, routes=[(*block, mixed[1])])
 
 
 def test_a_new_observation_of_a_candidate_equals_one_built_anew() -> None:

@@ -139,6 +139,8 @@ class GridState:
         self._site = check_site_id(site)
         self._clock = RevisionClock()
         self._sites: dict[str, _SiteRecords] = {site: _SiteRecords()}
+        self._provider_names: frozenset[str] | None = None
+        """The union of every site's live providers, None until read again."""
         self._ledger = BudgetLedger()
         self._epoch: int | None = None
         self._own_items: dict[tuple[str, str], Item] = {}
@@ -570,20 +572,32 @@ class GridState:
                 entries.extend(_entries(name, records))
         return tuple(entries)
 
-    def provider_names(self) -> set[str]:
+    def provider_names(self) -> frozenset[str]:
         """The names of the live providers of every site (those :meth:`providers` reads);
-        each site's set is kept until its providers change."""
-        names: set[str] = set()
+        each site's set is kept until its providers change, and their union until one of
+        the sets does (at 100 sites x 100 providers, a union of 10,000 names on every pass
+        for a count that seldom moves)."""
+        changed = self._provider_names is None
         for records in self._sites.values():
+            if not records.unchecked:
+                continue
+            live = records.live
             for name in records.unchecked:
                 state = records.providers.get(name)
                 if state is not None and state.readable(records.signals.get(name)):
-                    records.live.add(name)
-                else:
-                    records.live.discard(name)
+                    if name not in live:
+                        live.add(name)
+                        changed = True
+                elif name in live:
+                    live.discard(name)
+                    changed = True
             records.unchecked.clear()
-            names |= records.live
-        return names
+        if changed:
+            self._provider_names = frozenset().union(
+                *(records.live for records in self._sites.values())
+            )
+        assert self._provider_names is not None
+        return self._provider_names
 
     def providers_stamp(self, site: str) -> int | None:
         """A number that changes whenever :meth:`providers` of ``site`` may read
@@ -671,6 +685,7 @@ class GridState:
         records = self._sites.pop(site, None)
         if records is None:
             return ()
+        self._provider_names = None
         items = [(STATE_LANE, provider_key(name)) for name in records.providers]
         items += [(STATE_LANE, signals_key(name)) for name in records.singles]
         items += [(STATE_LANE, page_key(number)) for number in records.pages]

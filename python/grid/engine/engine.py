@@ -95,6 +95,7 @@ from grid.observe.signals import SignalMapping, Signals
 from grid.observe.tracker import HealthObservation, HealthPolicy, HealthState, HealthStatus
 from grid.render.consumer import ClusterEndpoint, GatewayPlan, consumer_config_yaml
 from grid.render.overlay import (
+    DocumentMemo,
     OverlayScope,
     OverlaySource,
     RenderedOverlay,
@@ -296,6 +297,7 @@ class SiteEngine:
         self._advertised: dict[str, _AdvertisedCert] = {}
         self._remote_candidates = RemoteCandidates()
         self._scoring_memo = ScoringMemo()
+        self._documents = DocumentMemo()
         self._config_error: str | None = None
         self._records_error: str | None = None
         self._membership_running = False
@@ -1144,7 +1146,9 @@ class SiteEngine:
         key = (gateway.namespace, gateway.name)
         current = self._overlays.get(key) or GatewayOverlay(gateway, self._scope(gateway))
         try:
-            rendered = render_overlay(ranking, self._scope(gateway), source, now)
+            rendered = render_overlay(
+                ranking, self._scope(gateway), source, now, documents=self._documents
+            )
             consumer = gateway.consumer_config
             config = None
             if consumer is not None and consumer.enabled:

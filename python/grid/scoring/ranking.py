@@ -342,7 +342,7 @@ def rank_candidates(
     }
     left_out: list[Sequence[LeftOut]] = []
     model_sites: dict[tuple[str, str], Sequence[CandidateInput]] = {}
-    for route, block in _route_blocks(candidates, routes):
+    for route, block in _route_blocks(candidates, routes, held):
         known = held.get(route)
         if not (
             reusable
@@ -375,10 +375,13 @@ def rank_candidates(
 
 
 def _route_blocks(
-    candidates: Iterable[CandidateInput], routes: Iterable[Sequence[CandidateInput]]
+    candidates: Iterable[CandidateInput],
+    routes: Iterable[Sequence[CandidateInput]],
+    held: Mapping[Route, _RouteOutcome],
 ) -> list[tuple[Route, Sequence[CandidateInput]]]:
     """Every route with its candidates: ``routes`` as given, ``candidates`` grouped (and
-    merged into a given route of the same name, if any)."""
+    merged into a given route of the same name, if any). A route given as the block the
+    memo ``held`` decided last pass was checked then and is not checked again."""
     grouped: dict[Route, list[CandidateInput]] = {}
     for candidate in candidates:
         grouped.setdefault(candidate.route, []).append(candidate)
@@ -387,12 +390,14 @@ def _route_blocks(
         if not block:
             continue
         route = block[0].route
-        for candidate in block:
-            if candidate.route != route:
-                raise ScoringInputError(
-                    f"route {route!r} was given with provider {candidate.provider!r} of "
-                    f"route {candidate.route!r}"
-                )
+        known = held.get(route)
+        if known is None or known.block is not block:
+            for candidate in block:
+                if candidate.route != route:
+                    raise ScoringInputError(
+                        f"route {route!r} was given with provider {candidate.provider!r} of "
+                        f"route {candidate.route!r}"
+                    )
         taken = blocks.get(route)
         blocks[route] = block if taken is None else (*taken, *block)
     for route, group in grouped.items():
