@@ -41,8 +41,9 @@ use crate::config::{max_transmissions, ConfigError, SwimConfig};
 use crate::identity::{validate_site, Interner, NodeId, SiteAddr, MAX_SITE_LEN};
 use crate::lanes::{
     encode_publish, lock, ExportEnd, Item, ItemHandler, ItemName, ItemStore, Lane, PublishError,
-    Refusals, MAX_KEY_LEN,
+    Refusals, Relays, MAX_KEY_LEN,
 };
+use crate::relay::{RelayQueue, DEFAULT_RELAY_CAPACITY, MAX_HANDED, RELAY_WINDOW};
 use crate::session::{hello_wants_reply, Session, SessionStats, Verdict};
 use crate::timers::{TimerEvent, TimerHeap};
 use crate::wire::{
@@ -224,7 +225,13 @@ pub struct DriverStats {
     pub items_delivered: u64,
     pub item_refusals: Refusals,
     pub members: usize,
+    /// Items waiting to be gossiped: in the relay queue and held by foca.
     pub broadcast_backlog: usize,
+    /// Of those, in the relay queue (the rest foca holds).
+    pub relay_queue: usize,
+    /// Items that left a full relay queue before making every transmission (syncs carry
+    /// them).
+    pub relays_dropped: u64,
     pub updates_backlog: usize,
     pub items_stored: usize,
     pub max_transmissions: u8,
@@ -360,6 +367,12 @@ pub struct Driver {
     config: SwimConfig,
     interner: Interner,
     store: Arc<Mutex<ItemStore>>,
+    /// Items waiting to be gossiped (this site's and relayed), handed to foca a few at a
+    /// time: see [`crate::relay`].
+    relays: Arc<Mutex<Relays>>,
+    /// foca's config as tuned for the cluster's size (handing relays changes it for a
+    /// moment).
+    foca_config: foca::Config,
     timers: TimerHeap,
     rng: SmallRng,
     notes: Vec<OwnedNotification<NodeId>>,
@@ -570,13 +583,17 @@ impl Driver {
         let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);
         let tuned_for = foca_config.max_transmissions.get();
+        let relays = Arc::new(Mutex::new(Relays::new(
+            RelayQueue::new(DEFAULT_RELAY_CAPACITY),
+            tuned_for,
+        )));
         let mut rng = SmallRng::seed_from_u64(seed);
         let foca = Foca::with_custom_broadcast(
             identity,
-            foca_config,
+            foca_config.clone(),
             SmallRng::seed_from_u64(rng.random()),
             WireCodec::new(interner.clone()),
-            ItemHandler::new(store.clone()),
+            ItemHandler::new(store.clone(), relays.clone()),
         );
         Driver {
             foca,
@@ -584,6 +601,8 @@ impl Driver {
             codec: WireCodec::new(interner.clone()),
             interner,
             store,
+            relays,
+            foca_config,
             timers: TimerHeap::default(),
             rng,
             notes: Vec::new(),
@@ -692,11 +711,14 @@ impl Driver {
 
     pub fn stats(&self) -> DriverStats {
         let store = lock(&self.store);
+        let relays = lock(&self.relays);
         DriverStats {
             item_refusals: store.refusals(),
             items_stored: store.len(),
             members: self.foca.num_members(),
-            broadcast_backlog: self.foca.custom_broadcast_backlog(),
+            broadcast_backlog: self.foca.custom_broadcast_backlog() + relays.queue.len(),
+            relay_queue: relays.queue.len(),
+            relays_dropped: relays.queue.dropped(),
             updates_backlog: self.foca.updates_backlog(),
             max_transmissions: self.tuned_for,
             local_health: self.probe.local_health,
@@ -1184,27 +1206,66 @@ impl Driver {
             &mut self.scratch,
             |signed| authority.sign(ITEM_DOMAIN, signed),
         )?;
-        {
-            let store = lock(&self.store);
+        let news = {
+            let mut store = lock(&self.store);
             if !store.is_newer(&origin, lane, key, version) {
                 return Ok(false);
             }
             if store.is_full_for(&origin, lane, key) {
                 return Err(PublishError::StoreFull);
             }
+            store.accept(&self.scratch, false)
+        };
+        let Some(key) = news else {
+            return Ok(false);
+        };
+        lock(&self.relays).push(key, self.scratch.clone());
+        self.stats.items_published += 1;
+        self.broadcast_pending = true;
+        Ok(true)
+    }
+
+    /// Hands foca items from the relay queue (see [`crate::relay`]): news never handed
+    /// while foca holds fewer than [`MAX_HANDED`] items, and, once foca has sent everything
+    /// it holds and no news waits, a window of the items with most transmissions left.
+    /// Each goes for at most as many transmissions as foca's broadcast has members to send
+    /// to, so that news fans out at once; the queue counts the rest.
+    fn hand_relays(&mut self) {
+        let held = self.foca.custom_broadcast_backlog();
+        if held >= MAX_HANDED {
+            return;
         }
-        match self.foca.add_broadcast(&self.scratch) {
-            Ok(accepted) => {
-                if accepted {
-                    self.stats.items_published += 1;
-                    self.broadcast_pending = true;
+        let burst = u8::try_from(self.foca_config.num_indirect_probes.get()).unwrap_or(u8::MAX);
+        let window = {
+            let queue = &mut lock(&self.relays).queue;
+            let news = queue.take_window(MAX_HANDED - held, burst, true);
+            if news.is_empty() && held == 0 {
+                queue.take_window(RELAY_WINDOW, burst, false)
+            } else {
+                news
+            }
+        };
+        if window.is_empty() {
+            return;
+        }
+        let mut handing = self.foca_config.clone();
+        for handed in window {
+            let Some(transmissions) = std::num::NonZeroU8::new(handed.transmissions) else {
+                continue;
+            };
+            if handing.max_transmissions != transmissions {
+                handing.max_transmissions = transmissions;
+                if let Err(err) = self.foca.set_config(handing.clone()) {
+                    self.stats.foca_errors[foca_error_index(&err)] += 1;
                 }
-                Ok(accepted)
             }
-            Err(err) => {
+            lock(&self.relays).hand(handed.key);
+            if let Err(err) = self.foca.add_broadcast(&handed.data) {
                 self.stats.foca_errors[foca_error_index(&err)] += 1;
-                Ok(false)
             }
+        }
+        if let Err(err) = self.foca.set_config(self.foca_config.clone()) {
+            self.stats.foca_errors[foca_error_index(&err)] += 1;
         }
     }
 
@@ -1245,6 +1306,7 @@ impl Driver {
         out: &mut O,
         call: impl FnOnce(&mut GridFoca, &mut Rt<'_, O>) -> Result<(), foca::Error>,
     ) {
+        self.hand_relays();
         let incarnation = self.probe.incarnation;
         let mut rt = Rt {
             now,
@@ -1446,8 +1508,12 @@ impl Driver {
         let wanted = max_transmissions(self.foca.num_members() + 1).get();
         if wanted != self.tuned_for {
             let config = self.config.foca_config(self.foca.num_members() + 1);
-            match self.foca.set_config(config) {
-                Ok(()) => self.tuned_for = wanted,
+            match self.foca.set_config(config.clone()) {
+                Ok(()) => {
+                    self.tuned_for = wanted;
+                    self.foca_config = config;
+                    lock(&self.relays).transmissions = wanted;
+                }
                 Err(err) => self.stats.foca_errors[foca_error_index(&err)] += 1,
             }
         }

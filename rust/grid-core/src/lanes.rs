@@ -26,6 +26,7 @@ use foca::{BroadcastHandler, Invalidates};
 
 use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::{validate_site, Interner, NodeId, MAX_SITE_LEN};
+use crate::relay::RelayQueue;
 use crate::wire::{Reader, WireError, MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -250,12 +251,32 @@ fn decode_item(data: &[u8]) -> Result<ItemView<'_>, WireError> {
 
 /// Names an item version in foca's backlog: a higher version of the same name evicts the
 /// lower one, anything else is left alone.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct BroadcastKey {
     origin: Arc<str>,
     lane: Lane,
     key: Arc<str>,
     version: u64,
+}
+
+impl BroadcastKey {
+    #[cfg(test)]
+    pub(crate) fn new(origin: Arc<str>, lane: Lane, key: Arc<str>, version: u64) -> BroadcastKey {
+        BroadcastKey {
+            origin,
+            lane,
+            key,
+            version,
+        }
+    }
+
+    pub fn name(&self) -> ItemName {
+        ItemName {
+            origin: self.origin.clone(),
+            lane: self.lane,
+            key: self.key.clone(),
+        }
+    }
 }
 
 impl Invalidates for BroadcastKey {
@@ -659,7 +680,7 @@ fn lane_entries<'a>(
 
 /// An item's name, in the order syncs walk a store: by origin, then lane (certificates,
 /// gateway, metadata, state), then key, bytewise.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ItemName {
     pub origin: Arc<str>,
     pub lane: Lane,
@@ -727,19 +748,52 @@ pub enum ExportEnd {
     },
 }
 
-/// The foca side of the store: decides whether a received item is news.
+/// The foca side of the store: decides whether a received item is news, and queues news
+/// for relaying ([`crate::relay`]) rather than handing it to foca's backlog. foca is handed
+/// items only by the driver: this site's own, and the relay queue's one window at a time.
 pub struct ItemHandler {
     store: Arc<Mutex<ItemStore>>,
+    relays: Arc<Mutex<Relays>>,
 }
 
 impl ItemHandler {
-    pub fn new(store: Arc<Mutex<ItemStore>>) -> ItemHandler {
-        ItemHandler { store }
+    pub fn new(store: Arc<Mutex<ItemStore>>, relays: Arc<Mutex<Relays>>) -> ItemHandler {
+        ItemHandler { store, relays }
     }
 }
 
-pub fn lock(store: &Mutex<ItemStore>) -> MutexGuard<'_, ItemStore> {
-    store
+/// The relay queue, with what the driver and the handler pass each other through it.
+pub struct Relays {
+    pub queue: RelayQueue,
+    /// Transmissions of each item: foca's `max_transmissions` for the cluster's size.
+    pub transmissions: u8,
+    /// The item the driver is handing foca, already stored (`add_broadcast` asks the
+    /// handler for its key).
+    handing: Option<BroadcastKey>,
+}
+
+impl Relays {
+    pub fn new(queue: RelayQueue, transmissions: u8) -> Relays {
+        Relays {
+            queue,
+            transmissions,
+            handing: None,
+        }
+    }
+
+    /// Queues a news item for every transmission it is due.
+    pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>) {
+        self.queue.push(key, data, self.transmissions);
+    }
+
+    /// Names the item the next `add_broadcast` hands foca.
+    pub fn hand(&mut self, key: BroadcastKey) {
+        self.handing = Some(key);
+    }
+}
+
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -755,7 +809,15 @@ impl BroadcastHandler<NodeId> for ItemHandler {
         data: &[u8],
         sender: Option<&NodeId>,
     ) -> Result<Option<BroadcastKey>, Infallible> {
-        Ok(lock(&self.store).accept(data, sender.is_some()))
+        if sender.is_none() {
+            // The driver handing an item, already stored.
+            return Ok(lock(&self.relays).handing.take());
+        }
+        let news = lock(&self.store).accept(data, true);
+        if let Some(key) = news {
+            lock(&self.relays).push(key, data.to_vec());
+        }
+        Ok(None)
     }
 }
 

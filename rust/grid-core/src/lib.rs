@@ -4,6 +4,7 @@
 //! - [`wire`]: our message kinds inside a frame, and foca's codec.
 //! - [`identity`]: who a node is (site, address, generation).
 //! - [`lanes`]: versioned broadcast items on four lanes.
+//! - [`relay`]: the items waiting to be gossiped, handed to foca a few at a time.
 //! - [`config`]: `GridNetwork.spec.swim` mapped onto foca.
 //! - [`timers`]: the single ordered timer queue.
 //! - [`driver`]: the sans-IO driver around foca (also used by simulations).
@@ -21,6 +22,7 @@ pub mod frame;
 pub mod identity;
 pub mod lanes;
 pub mod node;
+pub mod relay;
 pub mod rounding;
 pub mod session;
 pub mod sim;
