@@ -77,6 +77,10 @@ def test_the_report_holds_figures_measured_for_both_designs(
         assert run["renders"] >= 1
         assert run["probes_seen"] >= 1 and run["probes_missed"] == 0
         assert run["latency_ms_p50"] <= run["latency_ms_p99"] < 10_000
+        # Each change's latency is listed, in the order of the changes.
+        assert len(run["latencies_ms"]) == run["probes_seen"]
+        assert max(run["latencies_ms"]) == pytest.approx(run["latency_ms_p99"], abs=0.1)
+        assert len(run["deliveries_ms"]) <= run["probes"]
         # The gossip part of the latency (matched change by change in a test below); the
         # SWIM thread is part of the site's CPU (counted in clock ticks of 10 ms: a quiet
         # node's thread may not reach one in a 6 s window).

@@ -537,6 +537,8 @@ def figures(
         "probes": len(probes),
         "probes_seen": len(latencies),
         "probes_missed": missed,
+        "latencies_ms": [round(latency * 1000, 1) for latency in latencies],
+        "deliveries_ms": [round(delivery * 1000, 1) for delivery in deliveries],
         "peers_cpu_share": peers_cpu,
         "peers_items_per_s": peers_rate,
     }
