@@ -43,7 +43,7 @@ use crate::lanes::{
     encode_publish, lock, ExportEnd, Item, ItemHandler, ItemName, ItemStore, Lane, PublishError,
     Refusals, Relays, MAX_KEY_LEN,
 };
-use crate::relay::{RelayQueue, DEFAULT_RELAY_CAPACITY, MAX_HANDED, RELAY_WINDOW};
+use crate::relay::{RelayQueue, DEFAULT_RELAY_CAPACITY, WINDOW_BYTES, WINDOW_ITEMS};
 use crate::session::{hello_wants_reply, Session, SessionStats, Verdict};
 use crate::timers::{TimerEvent, TimerHeap};
 use crate::wire::{
@@ -367,7 +367,7 @@ pub struct Driver {
     config: SwimConfig,
     interner: Interner,
     store: Arc<Mutex<ItemStore>>,
-    /// Items waiting to be gossiped (this site's and relayed), handed to foca a few at a
+    /// Items waiting to be gossiped (this site's and relayed), handed to foca a window at a
     /// time: see [`crate::relay`].
     relays: Arc<Mutex<Relays>>,
     /// foca's config as tuned for the cluster's size (handing relays changes it for a
@@ -1225,42 +1225,26 @@ impl Driver {
         Ok(true)
     }
 
-    /// Hands foca items from the relay queue (see [`crate::relay`]): news never handed
-    /// while foca holds fewer than [`MAX_HANDED`] items, and, once foca has sent everything
-    /// it holds and no news waits, a window of the items with most transmissions left.
-    /// Each goes for at most as many transmissions as foca's broadcast has members to send
-    /// to, so that news fans out at once; the queue counts the rest.
+    /// Hands foca the next window of the relay queue, each item for one transmission,
+    /// once foca has sent everything it holds (see [`crate::relay`]).
     fn hand_relays(&mut self) {
-        let held = self.foca.custom_broadcast_backlog();
-        if held >= MAX_HANDED {
+        if self.foca.custom_broadcast_backlog() > 0 {
             return;
         }
-        let burst = u8::try_from(self.foca_config.num_indirect_probes.get()).unwrap_or(u8::MAX);
-        let window = {
-            let queue = &mut lock(&self.relays).queue;
-            let news = queue.take_window(MAX_HANDED - held, burst, true);
-            if news.is_empty() && held == 0 {
-                queue.take_window(RELAY_WINDOW, burst, false)
-            } else {
-                news
-            }
-        };
+        let window = lock(&self.relays)
+            .queue
+            .take_window(WINDOW_ITEMS, WINDOW_BYTES);
         if window.is_empty() {
             return;
         }
-        let mut handing = self.foca_config.clone();
-        for handed in window {
-            let Some(transmissions) = std::num::NonZeroU8::new(handed.transmissions) else {
-                continue;
-            };
-            if handing.max_transmissions != transmissions {
-                handing.max_transmissions = transmissions;
-                if let Err(err) = self.foca.set_config(handing.clone()) {
-                    self.stats.foca_errors[foca_error_index(&err)] += 1;
-                }
-            }
-            lock(&self.relays).hand(handed.key);
-            if let Err(err) = self.foca.add_broadcast(&handed.data) {
+        let mut once = self.foca_config.clone();
+        once.max_transmissions = std::num::NonZeroU8::MIN;
+        if let Err(err) = self.foca.set_config(once) {
+            self.stats.foca_errors[foca_error_index(&err)] += 1;
+        }
+        for (key, data) in window {
+            lock(&self.relays).hand(key);
+            if let Err(err) = self.foca.add_broadcast(&data) {
                 self.stats.foca_errors[foca_error_index(&err)] += 1;
             }
         }
@@ -1269,10 +1253,18 @@ impl Driver {
         }
     }
 
-    /// Sends what the last inputs made pending: fresh items go out in `Broadcast` messages.
+    /// Sends what the last inputs made pending: news goes out at once in `Broadcast`
+    /// messages, to as many members as foca's gossip reaches (one window of the relay queue
+    /// per member: foca sends each item it is handed once).
     pub fn flush<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         if std::mem::take(&mut self.broadcast_pending) && !self.stopped() {
-            self.foca_call(now, out, |foca, rt| foca.broadcast(rt));
+            for _ in 0..self.foca_config.num_indirect_probes.get() {
+                self.foca_call(now, out, |foca, rt| foca.broadcast(rt));
+                if self.foca.custom_broadcast_backlog() == 0 && lock(&self.relays).queue.is_empty()
+                {
+                    break;
+                }
+            }
             self.settle(now);
         }
     }

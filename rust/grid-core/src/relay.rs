@@ -5,14 +5,13 @@
 //! of a message grows with the backlog. A site of a large mesh relays more than its messages
 //! carry (at 100 sites x 100 providers some 4,000 items wait), and that scan was most of
 //! its SWIM thread's time. So items (this site's own and those it relays alike) wait here,
-//! ordered as foca orders them (most transmissions left first, then newest), and foca is
-//! handed a few at a time, each for a few of its transmissions ([`Handed::transmissions`]);
-//! the queue counts the rest.
+//! in the order foca sends them (most transmissions left first: every item makes its first
+//! transmission before any makes its second; then newest), and foca is handed a small
+//! window at a time, each item for one transmission; the queue counts the rest.
 //!
-//! foca holds nothing but what it was handed, so the driver knows what went out: it hands
-//! items never handed before (news) whenever foca holds fewer than [`MAX_HANDED`], and a
-//! window of the others only once foca has sent everything it holds and no news waits. A
-//! name is never in foca twice, and every transmission counted went out.
+//! foca holds nothing but what it was handed, and is handed the next window only once it
+//! has sent everything it holds: a name is never in foca twice, and every transmission
+//! counted went out.
 //!
 //! Only the latest version of a name waits: a newer one takes its place, with every
 //! transmission to make again. The queue holds at most `capacity` names; past it, the one
@@ -23,22 +22,20 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::lanes::{BroadcastKey, ItemName};
 
-/// Items handed to foca for their further transmissions once it holds nothing: small, so
-/// that what foca holds is always near the front of the queue, and enough for a round of
-/// gossip (a message to each of a few members).
-pub const RELAY_WINDOW: usize = 4;
+/// Items handed to foca at most at once.
+pub const WINDOW_ITEMS: usize = 16;
 
-/// foca holds at most this many items: news beyond it waits here.
-pub const MAX_HANDED: usize = 16;
+/// Bytes of items handed to foca at once (the first item whatever its size): about what
+/// one round of gossip carries (a message to each of a few members), so that news waits for
+/// a few messages at most.
+pub const WINDOW_BYTES: usize = 4096;
 
 /// Names waiting at most, by default.
 pub const DEFAULT_RELAY_CAPACITY: usize = 8192;
 
-/// The order in which items go out: never handed first, then most transmissions left,
-/// then newest.
+/// The order in which items go out: most transmissions left first, then newest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Priority {
-    fresh: bool,
     remaining: u8,
     seq: u64,
 }
@@ -47,14 +44,6 @@ struct Waiting {
     key: BroadcastKey,
     data: Vec<u8>,
     priority: Priority,
-}
-
-/// An item handed to foca for `transmissions` of its transmissions.
-#[derive(Debug)]
-pub struct Handed {
-    pub key: BroadcastKey,
-    pub data: Vec<u8>,
-    pub transmissions: u8,
 }
 
 /// Items waiting to be gossiped, and how many times each still goes out.
@@ -108,7 +97,6 @@ impl RelayQueue {
         }
         self.next_seq += 1;
         let priority = Priority {
-            fresh: true,
             remaining: transmissions,
             seq: self.next_seq,
         };
@@ -123,40 +111,34 @@ impl RelayQueue {
         );
     }
 
-    /// The next `max` items to hand foca, first first, each for up to `burst` of its
-    /// transmissions (at most one version of a name); each stays queued with the
-    /// transmissions it has left, or leaves with its last. `fresh_only`: only items never
-    /// handed before (foca may still hold the others).
-    pub fn take_window(&mut self, max: usize, burst: u8, fresh_only: bool) -> Vec<Handed> {
-        let burst = burst.max(1);
-        let mut window = Vec::with_capacity(max.min(self.waiting.len()));
+    /// The next items to go out once each, first first: at most `max_items`, and no more
+    /// than `max_bytes` of them but the first. Each stays queued with one transmission
+    /// less, or leaves with its last; a window holds a name once.
+    pub fn take_window(
+        &mut self,
+        max_items: usize,
+        max_bytes: usize,
+    ) -> Vec<(BroadcastKey, Vec<u8>)> {
+        let mut window = Vec::new();
         let mut again = Vec::new();
-        while window.len() < max {
+        let mut bytes = 0;
+        while window.len() < max_items {
             let Some(entry) = self.order.last_entry() else {
                 break;
             };
-            if fresh_only && !entry.key().fresh {
+            let size = self.waiting[entry.get()].data.len();
+            if !window.is_empty() && bytes + size > max_bytes {
                 break;
             }
+            bytes += size;
             let (priority, name) = entry.remove_entry();
-            let transmissions = priority.remaining.min(burst);
-            let remaining = priority.remaining - transmissions;
-            if remaining == 0 {
+            if priority.remaining == 1 {
                 let waiting = self.waiting.remove(&name).expect("ordered names wait");
-                window.push(Handed {
-                    key: waiting.key,
-                    data: waiting.data,
-                    transmissions,
-                });
+                window.push((waiting.key, waiting.data));
             } else {
                 let waiting = self.waiting.get_mut(&name).expect("ordered names wait");
-                window.push(Handed {
-                    key: waiting.key.clone(),
-                    data: waiting.data.clone(),
-                    transmissions,
-                });
-                waiting.priority.fresh = false;
-                waiting.priority.remaining = remaining;
+                window.push((waiting.key.clone(), waiting.data.clone()));
+                waiting.priority.remaining -= 1;
                 again.push((waiting.priority, name));
             }
         }
@@ -177,50 +159,57 @@ mod tests {
         BroadcastKey::new(Arc::from("b"), Lane::State, Arc::from(name), version)
     }
 
-    fn names(window: &[Handed]) -> Vec<String> {
+    fn names(window: &[(BroadcastKey, Vec<u8>)]) -> Vec<String> {
         window
             .iter()
-            .map(|handed| {
-                let data = String::from_utf8_lossy(&handed.data);
-                format!("{}:{data}x{}", handed.key.name().key, handed.transmissions)
-            })
+            .map(|(key, data)| format!("{}:{}", key.name().key, String::from_utf8_lossy(data)))
             .collect()
     }
 
     #[test]
-    fn every_transmission_asked_is_handed_once_most_left_first() {
+    fn every_transmission_goes_out_once_first_transmissions_first() {
         let mut q = RelayQueue::new(100);
         q.push(key("x", 1), b"x1".to_vec(), 2);
-        q.push(key("y", 1), b"y1".to_vec(), 5);
-        assert_eq!(names(&q.take_window(8, 2, false)), ["y:y1x2", "x:x1x2"]);
-        assert_eq!(names(&q.take_window(8, 2, false)), ["y:y1x2"]);
-        assert_eq!(names(&q.take_window(8, 2, false)), ["y:y1x1"]);
-        assert!(q.take_window(8, 2, false).is_empty());
+        q.push(key("y", 1), b"y1".to_vec(), 3);
+        assert_eq!(names(&q.take_window(1, 100)), ["y:y1"]);
+        // y has two left, x two: the newest first.
+        assert_eq!(names(&q.take_window(8, 100)), ["y:y1", "x:x1"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["y:y1", "x:x1"]);
+        assert!(q.take_window(8, 100).is_empty());
         assert!(q.is_empty());
     }
 
     #[test]
-    fn never_handed_first_then_newest_among_equals() {
+    fn news_goes_before_items_that_went_out_already() {
         let mut q = RelayQueue::new(100);
-        q.push(key("handed", 1), b"".to_vec(), 4);
-        q.take_window(1, 1, false);
-        q.push(key("old", 1), b"".to_vec(), 2);
-        q.push(key("new", 1), b"".to_vec(), 2);
-        // "handed" has three left, more than the others, but foca may still hold it.
-        assert_eq!(names(&q.take_window(2, 1, true)), ["new:x1", "old:x1"]);
-        assert!(q.take_window(2, 1, true).is_empty());
-        assert_eq!(names(&q.take_window(1, 1, false)), ["handed:x1"]);
+        q.push(key("old", 1), b"".to_vec(), 4);
+        q.take_window(8, 100);
+        q.push(key("new", 1), b"".to_vec(), 4);
+        assert_eq!(names(&q.take_window(1, 100)), ["new:"]);
+        // Both have three left: the newest first.
+        assert_eq!(names(&q.take_window(8, 100)), ["new:", "old:"]);
+    }
+
+    #[test]
+    fn a_window_stops_at_its_bytes_but_always_holds_one_item() {
+        let mut q = RelayQueue::new(100);
+        q.push(key("a", 1), vec![0; 60], 1);
+        q.push(key("b", 1), vec![0; 60], 1);
+        q.push(key("c", 1), vec![0; 500], 1);
+        assert_eq!(q.take_window(8, 100).len(), 1);
+        assert_eq!(q.take_window(8, 130).len(), 2);
+        assert!(q.is_empty());
     }
 
     #[test]
     fn a_newer_version_takes_the_place_of_the_older() {
         let mut q = RelayQueue::new(100);
         q.push(key("x", 1), b"v1".to_vec(), 2);
-        q.take_window(8, 1, false);
+        q.take_window(8, 100);
         q.push(key("x", 2), b"v2".to_vec(), 2);
         assert_eq!(q.len(), 1);
-        assert_eq!(names(&q.take_window(8, 1, true)), ["x:v2x1"]);
-        assert_eq!(names(&q.take_window(8, 1, false)), ["x:v2x1"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:v2"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:v2"]);
         assert!(q.is_empty());
     }
 
@@ -231,7 +220,7 @@ mod tests {
         q.push(key("b", 1), b"".to_vec(), 3);
         q.push(key("c", 1), b"".to_vec(), 3);
         assert_eq!(q.dropped(), 1);
-        assert_eq!(names(&q.take_window(8, 1, false)), ["c:x1", "b:x1"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["c:", "b:"]);
         // Replacing a waiting name is not growth: nothing more is dropped.
         q.push(key("c", 2), b"".to_vec(), 3);
         assert_eq!(q.dropped(), 1);
@@ -243,7 +232,7 @@ mod tests {
         let mut q = RelayQueue::new(100);
         q.push(key("x", 1), b"".to_vec(), 4);
         q.push(key("none", 1), b"".to_vec(), 0);
-        assert_eq!(names(&q.take_window(8, 1, false)), ["x:x1"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:"]);
         assert_eq!(q.len(), 1);
     }
 }

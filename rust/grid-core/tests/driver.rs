@@ -493,7 +493,10 @@ fn a_flood_on_one_lane_does_not_hold_back_another() {
     // Only the latest gateway versions remain queued, and foca holds no more.
     let stats = c.nodes[&addrs[0]].stats();
     assert!(stats.relay_queue <= 6, "{stats:?}");
-    assert!(stats.broadcast_backlog - stats.relay_queue <= 6, "{stats:?}");
+    assert!(
+        stats.broadcast_backlog - stats.relay_queue <= 6,
+        "{stats:?}"
+    );
 }
 
 #[test]
@@ -519,14 +522,14 @@ fn a_burst_waits_in_the_relay_queue_and_reaches_everyone() {
             let stats = c.nodes[at].stats();
             // What foca holds stays small whatever waits in the queue.
             assert!(
-                stats.broadcast_backlog - stats.relay_queue <= grid_core::relay::MAX_HANDED,
+                stats.broadcast_backlog - stats.relay_queue <= grid_core::relay::WINDOW_ITEMS,
                 "{stats:?}"
             );
             queued_max = queued_max.max(stats.relay_queue);
         }
         addrs[1..].iter().all(|at| c.items_at(*at).len() == count)
     });
-    assert!(queued_max > grid_core::relay::MAX_HANDED, "{queued_max}");
+    assert!(queued_max > grid_core::relay::WINDOW_ITEMS, "{queued_max}");
     // Every relay made all its transmissions and dropped nothing.
     c.run_until(Duration::from_secs(300), |c| {
         addrs
