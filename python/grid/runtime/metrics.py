@@ -210,10 +210,6 @@ FAMILIES: dict[str, Family] = {
             "Item versions replaced by a newer one while waiting for the shell.",
         ),
         _counter(
-            "grid_swim_relays_dropped_total",
-            "Items that left a full relay queue before their last transmission (syncs carry them).",
-        ),
-        _counter(
             "grid_swim_protocol_errors_total",
             "Errors the SWIM protocol (foca) reported, by kind.",
             "kind",
@@ -372,7 +368,6 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "answers_withheld": ("grid_swim_answers_withheld_total", ()),
     "events_dropped": ("grid_swim_events_dropped_total", ()),
     "items_coalesced": ("grid_swim_items_coalesced_total", ()),
-    "relays_dropped": ("grid_swim_relays_dropped_total", ()),
     "broadcast_backlog": ("grid_swim_broadcast_backlog", ()),
     "relay_queue": ("grid_swim_relay_queue", ()),
     "updates_backlog": ("grid_swim_membership_backlog", ()),

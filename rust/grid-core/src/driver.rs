@@ -43,7 +43,7 @@ use crate::lanes::{
     encode_publish, lock, ExportEnd, Item, ItemHandler, ItemName, ItemStore, Lane, PublishError,
     Refusals, Relays, MAX_KEY_LEN,
 };
-use crate::relay::{RelayQueue, DEFAULT_RELAY_CAPACITY, WINDOW_BYTES, WINDOW_ITEMS};
+use crate::relay::{RelayQueue, WINDOW_BYTES, WINDOW_ITEMS};
 use crate::session::{hello_wants_reply, Session, SessionStats, Verdict};
 use crate::timers::{TimerEvent, TimerHeap};
 use crate::wire::{
@@ -229,9 +229,6 @@ pub struct DriverStats {
     pub broadcast_backlog: usize,
     /// Of those, in the relay queue (the rest foca holds).
     pub relay_queue: usize,
-    /// Items that left a full relay queue before making every transmission (syncs carry
-    /// them).
-    pub relays_dropped: u64,
     pub updates_backlog: usize,
     pub items_stored: usize,
     pub max_transmissions: u8,
@@ -583,10 +580,7 @@ impl Driver {
         let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);
         let tuned_for = foca_config.max_transmissions.get();
-        let relays = Arc::new(Mutex::new(Relays::new(
-            RelayQueue::new(DEFAULT_RELAY_CAPACITY),
-            tuned_for,
-        )));
+        let relays = Arc::new(Mutex::new(Relays::new(RelayQueue::default(), tuned_for)));
         let mut rng = SmallRng::seed_from_u64(seed);
         let foca = Foca::with_custom_broadcast(
             identity,
@@ -718,7 +712,6 @@ impl Driver {
             members: self.foca.num_members(),
             broadcast_backlog: self.foca.custom_broadcast_backlog() + relays.queue.len(),
             relay_queue: relays.queue.len(),
-            relays_dropped: relays.queue.dropped(),
             updates_backlog: self.foca.updates_backlog(),
             max_transmissions: self.tuned_for,
             local_health: self.probe.local_health,

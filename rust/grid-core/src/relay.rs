@@ -14,9 +14,9 @@
 //! counted went out.
 //!
 //! Only the latest version of a name waits: a newer one takes its place, with every
-//! transmission to make again. The queue holds at most `capacity` names; past it, the one
-//! that would go out last (fewest transmissions left, oldest) is dropped: it is in the
-//! store, and syncs carry it.
+//! transmission to make again. Only news is queued, and news is stored first, so the queue
+//! never holds more names than the item store (bounded, docs/swim.md): nothing waiting is
+//! ever dropped.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -29,9 +29,6 @@ pub const WINDOW_ITEMS: usize = 16;
 /// one round of gossip carries (a message to each of a few members), so that news waits for
 /// a few messages at most.
 pub const WINDOW_BYTES: usize = 4096;
-
-/// Names waiting at most, by default.
-pub const DEFAULT_RELAY_CAPACITY: usize = 8192;
 
 /// The order in which items go out: most transmissions left first, then newest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -47,36 +44,20 @@ struct Waiting {
 }
 
 /// Items waiting to be gossiped, and how many times each still goes out.
+#[derive(Default)]
 pub struct RelayQueue {
     order: BTreeMap<Priority, ItemName>,
     waiting: HashMap<ItemName, Waiting>,
     next_seq: u64,
-    capacity: usize,
-    dropped: u64,
 }
 
 impl RelayQueue {
-    pub fn new(capacity: usize) -> RelayQueue {
-        RelayQueue {
-            order: BTreeMap::new(),
-            waiting: HashMap::new(),
-            next_seq: 0,
-            capacity: capacity.max(1),
-            dropped: 0,
-        }
-    }
-
     pub fn len(&self) -> usize {
         self.waiting.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.waiting.is_empty()
-    }
-
-    /// Names dropped because the queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped
     }
 
     /// Queues an item version for `transmissions` transmissions (none when 0), replacing
@@ -88,12 +69,6 @@ impl RelayQueue {
         let name = key.name();
         if let Some(old) = self.waiting.remove(&name) {
             self.order.remove(&old.priority);
-        }
-        if self.waiting.len() >= self.capacity {
-            if let Some((_, last)) = self.order.pop_first() {
-                self.waiting.remove(&last);
-                self.dropped += 1;
-            }
         }
         self.next_seq += 1;
         let priority = Priority {
@@ -168,7 +143,7 @@ mod tests {
 
     #[test]
     fn every_transmission_goes_out_once_first_transmissions_first() {
-        let mut q = RelayQueue::new(100);
+        let mut q = RelayQueue::default();
         q.push(key("x", 1), b"x1".to_vec(), 2);
         q.push(key("y", 1), b"y1".to_vec(), 3);
         assert_eq!(names(&q.take_window(1, 100)), ["y:y1"]);
@@ -181,7 +156,7 @@ mod tests {
 
     #[test]
     fn news_goes_before_items_that_went_out_already() {
-        let mut q = RelayQueue::new(100);
+        let mut q = RelayQueue::default();
         q.push(key("old", 1), b"".to_vec(), 4);
         q.take_window(8, 100);
         q.push(key("new", 1), b"".to_vec(), 4);
@@ -192,7 +167,7 @@ mod tests {
 
     #[test]
     fn a_window_stops_at_its_bytes_but_always_holds_one_item() {
-        let mut q = RelayQueue::new(100);
+        let mut q = RelayQueue::default();
         q.push(key("a", 1), vec![0; 60], 1);
         q.push(key("b", 1), vec![0; 60], 1);
         q.push(key("c", 1), vec![0; 500], 1);
@@ -203,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_newer_version_takes_the_place_of_the_older() {
-        let mut q = RelayQueue::new(100);
+        let mut q = RelayQueue::default();
         q.push(key("x", 1), b"v1".to_vec(), 2);
         q.take_window(8, 100);
         q.push(key("x", 2), b"v2".to_vec(), 2);
@@ -214,22 +189,8 @@ mod tests {
     }
 
     #[test]
-    fn a_full_queue_drops_what_would_go_out_last() {
-        let mut q = RelayQueue::new(2);
-        q.push(key("a", 1), b"".to_vec(), 1);
-        q.push(key("b", 1), b"".to_vec(), 3);
-        q.push(key("c", 1), b"".to_vec(), 3);
-        assert_eq!(q.dropped(), 1);
-        assert_eq!(names(&q.take_window(8, 100)), ["c:", "b:"]);
-        // Replacing a waiting name is not growth: nothing more is dropped.
-        q.push(key("c", 2), b"".to_vec(), 3);
-        assert_eq!(q.dropped(), 1);
-        assert_eq!(q.len(), 2);
-    }
-
-    #[test]
     fn a_window_holds_a_name_once_and_no_transmission_is_nothing() {
-        let mut q = RelayQueue::new(100);
+        let mut q = RelayQueue::default();
         q.push(key("x", 1), b"".to_vec(), 4);
         q.push(key("none", 1), b"".to_vec(), 0);
         assert_eq!(names(&q.take_window(8, 100)), ["x:"]);

@@ -530,15 +530,12 @@ fn a_burst_waits_in_the_relay_queue_and_reaches_everyone() {
         addrs[1..].iter().all(|at| c.items_at(*at).len() == count)
     });
     assert!(queued_max > grid_core::relay::WINDOW_ITEMS, "{queued_max}");
-    // Every relay made all its transmissions and dropped nothing.
+    // Every node made all its transmissions.
     c.run_until(Duration::from_secs(300), |c| {
         addrs
             .iter()
             .all(|at| c.nodes[at].stats().broadcast_backlog == 0)
     });
-    for at in &addrs {
-        assert_eq!(c.nodes[at].stats().relays_dropped, 0, "{at}");
-    }
     c.assert_driver_healthy();
 }
 

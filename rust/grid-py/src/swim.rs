@@ -340,7 +340,6 @@ impl SwimNode {
             ("items_coalesced", stats.items_coalesced),
             ("members", d.members as u64),
             ("broadcast_backlog", d.broadcast_backlog as u64),
-            ("relays_dropped", d.relays_dropped),
             ("relay_queue", d.relay_queue as u64),
             ("updates_backlog", d.updates_backlog as u64),
             ("items_stored", d.items_stored as u64),
