@@ -580,7 +580,12 @@ impl Driver {
         let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);
         let tuned_for = foca_config.max_transmissions.get();
-        let relays = Arc::new(Mutex::new(Relays::new(RelayQueue::default(), tuned_for)));
+        let burst = u8::try_from(foca_config.num_indirect_probes.get()).unwrap_or(u8::MAX);
+        let relays = Arc::new(Mutex::new(Relays::new(
+            RelayQueue::default(),
+            tuned_for,
+            burst,
+        )));
         let mut rng = SmallRng::seed_from_u64(seed);
         let foca = Foca::with_custom_broadcast(
             identity,

@@ -3,10 +3,10 @@
 //!
 //! An item is named by `(origin site, lane, key)` and carries a version; only a higher
 //! version of the same name is news. News is handed to the host exactly once, re-gossiped
-//! (foca retransmits it `max_transmissions` times) and replaces the older version in foca's
-//! backlog at once, while items of other names are untouched. The latest version of every
-//! name is kept in an [`ItemStore`] so a push/pull sync can teach late joiners what was
-//! published before they arrived. The store keeps names in one order every node shares
+//! `max_transmissions` times (through the relay queue, [`crate::relay`]) and replaces the
+//! older version waiting there at once, while items of other names are untouched. The
+//! latest version of every name is kept in an [`ItemStore`] so a push/pull sync can teach
+//! late joiners what was published before they arrived. The store keeps names in one order every node shares
 //! ([`ItemName`]), so a node can walk a store larger than one sync in parts, each part from
 //! whichever peer answers.
 //!
@@ -767,23 +767,26 @@ pub struct Relays {
     pub queue: RelayQueue,
     /// Transmissions of each item: foca's `max_transmissions` for the cluster's size.
     pub transmissions: u8,
+    /// Of those, made ahead of items past theirs: the members a `Broadcast` reaches.
+    pub burst: u8,
     /// The item the driver is handing foca, already stored (`add_broadcast` asks the
     /// handler for its key).
     handing: Option<BroadcastKey>,
 }
 
 impl Relays {
-    pub fn new(queue: RelayQueue, transmissions: u8) -> Relays {
+    pub fn new(queue: RelayQueue, transmissions: u8, burst: u8) -> Relays {
         Relays {
             queue,
             transmissions,
+            burst,
             handing: None,
         }
     }
 
     /// Queues a news item for every transmission it is due.
     pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>) {
-        self.queue.push(key, data, self.transmissions);
+        self.queue.push(key, data, self.transmissions, self.burst);
     }
 
     /// Names the item the next `add_broadcast` hands foca.

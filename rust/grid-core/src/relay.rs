@@ -5,9 +5,11 @@
 //! of a message grows with the backlog. A site of a large mesh relays more than its messages
 //! carry (at 100 sites x 100 providers some 4,000 items wait), and that scan was most of
 //! its SWIM thread's time. So items (this site's own and those it relays alike) wait here,
-//! in the order foca sends them (most transmissions left first: every item makes its first
-//! transmission before any makes its second; then newest), and foca is handed a small
-//! window at a time, each item for one transmission; the queue counts the rest.
+//! and foca is handed a small window at a time, each item for one transmission; the queue
+//! counts the rest. Order: news first, for its first g transmissions (g: the members a
+//! `Broadcast` reaches, so that news fans out at once, one member per window); then the
+//! rest as foca orders it (most transmissions left first, so every item makes its next
+//! transmission before any makes the one after; then newest).
 //!
 //! foca holds nothing but what it was handed, and is handed the next window only once it
 //! has sent everything it holds: a name is never in foca twice, and every transmission
@@ -30,9 +32,11 @@ pub const WINDOW_ITEMS: usize = 16;
 /// a few messages at most.
 pub const WINDOW_BYTES: usize = 4096;
 
-/// The order in which items go out: most transmissions left first, then newest.
+/// The order in which items go out (the greatest first): most of its first burst left, then
+/// most transmissions left, then newest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Priority {
+    burst: u8,
     remaining: u8,
     seq: u64,
 }
@@ -60,9 +64,10 @@ impl RelayQueue {
         self.waiting.is_empty()
     }
 
-    /// Queues an item version for `transmissions` transmissions (none when 0), replacing
-    /// an older version of the same name.
-    pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>, transmissions: u8) {
+    /// Queues an item version for `transmissions` transmissions (none when 0), the first
+    /// `burst` of them ahead of every item past its own burst, replacing an older version
+    /// of the same name.
+    pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>, transmissions: u8, burst: u8) {
         if transmissions == 0 {
             return;
         }
@@ -72,6 +77,7 @@ impl RelayQueue {
         }
         self.next_seq += 1;
         let priority = Priority {
+            burst: burst.min(transmissions),
             remaining: transmissions,
             seq: self.next_seq,
         };
@@ -114,6 +120,7 @@ impl RelayQueue {
                 let waiting = self.waiting.get_mut(&name).expect("ordered names wait");
                 window.push((waiting.key.clone(), waiting.data.clone()));
                 waiting.priority.remaining -= 1;
+                waiting.priority.burst = waiting.priority.burst.saturating_sub(1);
                 again.push((waiting.priority, name));
             }
         }
@@ -144,8 +151,8 @@ mod tests {
     #[test]
     fn every_transmission_goes_out_once_first_transmissions_first() {
         let mut q = RelayQueue::default();
-        q.push(key("x", 1), b"x1".to_vec(), 2);
-        q.push(key("y", 1), b"y1".to_vec(), 3);
+        q.push(key("x", 1), b"x1".to_vec(), 2, 0);
+        q.push(key("y", 1), b"y1".to_vec(), 3, 0);
         assert_eq!(names(&q.take_window(1, 100)), ["y:y1"]);
         // y has two left, x two: the newest first.
         assert_eq!(names(&q.take_window(8, 100)), ["y:y1", "x:x1"]);
@@ -157,9 +164,9 @@ mod tests {
     #[test]
     fn news_goes_before_items_that_went_out_already() {
         let mut q = RelayQueue::default();
-        q.push(key("old", 1), b"".to_vec(), 4);
+        q.push(key("old", 1), b"".to_vec(), 4, 0);
         q.take_window(8, 100);
-        q.push(key("new", 1), b"".to_vec(), 4);
+        q.push(key("new", 1), b"".to_vec(), 4, 0);
         assert_eq!(names(&q.take_window(1, 100)), ["new:"]);
         // Both have three left: the newest first.
         assert_eq!(names(&q.take_window(8, 100)), ["new:", "old:"]);
@@ -168,20 +175,31 @@ mod tests {
     #[test]
     fn a_window_stops_at_its_bytes_but_always_holds_one_item() {
         let mut q = RelayQueue::default();
-        q.push(key("a", 1), vec![0; 60], 1);
-        q.push(key("b", 1), vec![0; 60], 1);
-        q.push(key("c", 1), vec![0; 500], 1);
+        q.push(key("a", 1), vec![0; 60], 1, 0);
+        q.push(key("b", 1), vec![0; 60], 1, 0);
+        q.push(key("c", 1), vec![0; 500], 1, 0);
         assert_eq!(q.take_window(8, 100).len(), 1);
         assert_eq!(q.take_window(8, 130).len(), 2);
         assert!(q.is_empty());
     }
 
     #[test]
+    fn news_makes_its_burst_ahead_of_items_past_theirs() {
+        let mut q = RelayQueue::default();
+        q.push(key("old", 1), b"".to_vec(), 4, 0);
+        q.push(key("news", 1), b"".to_vec(), 4, 2);
+        assert_eq!(names(&q.take_window(1, 100)), ["news:"]);
+        // One of its burst left: still ahead of "old", which has more transmissions left.
+        assert_eq!(names(&q.take_window(1, 100)), ["news:"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["old:", "news:"]);
+    }
+
+    #[test]
     fn a_newer_version_takes_the_place_of_the_older() {
         let mut q = RelayQueue::default();
-        q.push(key("x", 1), b"v1".to_vec(), 2);
+        q.push(key("x", 1), b"v1".to_vec(), 2, 0);
         q.take_window(8, 100);
-        q.push(key("x", 2), b"v2".to_vec(), 2);
+        q.push(key("x", 2), b"v2".to_vec(), 2, 0);
         assert_eq!(q.len(), 1);
         assert_eq!(names(&q.take_window(8, 100)), ["x:v2"]);
         assert_eq!(names(&q.take_window(8, 100)), ["x:v2"]);
@@ -191,8 +209,8 @@ mod tests {
     #[test]
     fn a_window_holds_a_name_once_and_no_transmission_is_nothing() {
         let mut q = RelayQueue::default();
-        q.push(key("x", 1), b"".to_vec(), 4);
-        q.push(key("none", 1), b"".to_vec(), 0);
+        q.push(key("x", 1), b"".to_vec(), 4, 0);
+        q.push(key("none", 1), b"".to_vec(), 0, 0);
         assert_eq!(names(&q.take_window(8, 100)), ["x:"]);
         assert_eq!(q.len(), 1);
     }
