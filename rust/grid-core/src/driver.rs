@@ -1223,8 +1223,8 @@ impl Driver {
         Ok(true)
     }
 
-    /// Hands foca the next window of the relay queue, each item for one transmission,
-    /// once foca has sent everything it holds (see [`crate::relay`]).
+    /// Hands foca the next window of the relay queue once foca has sent everything it
+    /// holds (see [`crate::relay`]): news for its burst of transmissions, the rest for one.
     fn hand_relays(&mut self) {
         if self.foca.custom_broadcast_backlog() > 0 {
             return;
@@ -1235,14 +1235,19 @@ impl Driver {
         if window.is_empty() {
             return;
         }
-        let mut once = self.foca_config.clone();
-        once.max_transmissions = std::num::NonZeroU8::MIN;
-        if let Err(err) = self.foca.set_config(once) {
-            self.stats.foca_errors[foca_error_index(&err)] += 1;
-        }
-        for (key, data) in window {
-            lock(&self.relays).hand(key);
-            if let Err(err) = self.foca.add_broadcast(&data) {
+        let mut handing = self.foca_config.clone();
+        for handed in window {
+            let Some(transmissions) = std::num::NonZeroU8::new(handed.transmissions) else {
+                continue;
+            };
+            if handing.max_transmissions != transmissions {
+                handing.max_transmissions = transmissions;
+                if let Err(err) = self.foca.set_config(handing.clone()) {
+                    self.stats.foca_errors[foca_error_index(&err)] += 1;
+                }
+            }
+            lock(&self.relays).hand(handed.key);
+            if let Err(err) = self.foca.add_broadcast(&handed.data) {
                 self.stats.foca_errors[foca_error_index(&err)] += 1;
             }
         }

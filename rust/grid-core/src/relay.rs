@@ -5,11 +5,11 @@
 //! of a message grows with the backlog. A site of a large mesh relays more than its messages
 //! carry (at 100 sites x 100 providers some 4,000 items wait), and that scan was most of
 //! its SWIM thread's time. So items (this site's own and those it relays alike) wait here,
-//! and foca is handed a small window at a time, each item for one transmission; the queue
-//! counts the rest. Order: news first, for its first g transmissions (g: the members a
-//! `Broadcast` reaches, so that news fans out at once, one member per window); then the
-//! rest as foca orders it (most transmissions left first, so every item makes its next
-//! transmission before any makes the one after; then newest).
+//! and foca is handed a small window at a time; the queue counts the transmissions left.
+//! News goes first, handed for its first g transmissions at once (g: the members a
+//! `Broadcast` reaches, each sent the item, as foca's own backlog did); then the rest, one
+//! transmission at a time, as foca orders it (most transmissions left first, so every item
+//! makes its next transmission before any makes the one after; then newest).
 //!
 //! foca holds nothing but what it was handed, and is handed the next window only once it
 //! has sent everything it holds: a name is never in foca twice, and every transmission
@@ -27,9 +27,10 @@ use crate::lanes::{BroadcastKey, ItemName};
 /// Items handed to foca at most at once.
 pub const WINDOW_ITEMS: usize = 16;
 
-/// Bytes of items handed to foca at once (the first item whatever its size): about what
-/// one round of gossip carries (a message to each of a few members), so that news waits for
-/// a few messages at most.
+/// Bytes of transmissions handed to foca at once (an item's size times the transmissions it
+/// is handed for; the first item whatever its size): about what one `Broadcast` round
+/// carries (a message to each of a few members), so that news waits for a few messages at
+/// most.
 pub const WINDOW_BYTES: usize = 4096;
 
 /// The order in which items go out (the greatest first): most of its first burst left, then
@@ -45,6 +46,14 @@ struct Waiting {
     key: BroadcastKey,
     data: Vec<u8>,
     priority: Priority,
+}
+
+/// An item handed to foca for `transmissions` of its transmissions.
+#[derive(Debug)]
+pub struct Handed {
+    pub key: BroadcastKey,
+    pub data: Vec<u8>,
+    pub transmissions: u8,
 }
 
 /// Items waiting to be gossiped, and how many times each still goes out.
@@ -92,14 +101,12 @@ impl RelayQueue {
         );
     }
 
-    /// The next items to go out once each, first first: at most `max_items`, and no more
-    /// than `max_bytes` of them but the first. Each stays queued with one transmission
-    /// less, or leaves with its last; a window holds a name once.
-    pub fn take_window(
-        &mut self,
-        max_items: usize,
-        max_bytes: usize,
-    ) -> Vec<(BroadcastKey, Vec<u8>)> {
+    /// The next items to hand foca, first first: news for the rest of its burst at once,
+    /// any other item for one transmission; at most `max_items`, and no more than
+    /// `max_bytes` of transmissions (size times transmissions) but the first item's. Each
+    /// stays queued with the transmissions it has left, or leaves with its last; a window
+    /// holds a name once.
+    pub fn take_window(&mut self, max_items: usize, max_bytes: usize) -> Vec<Handed> {
         let mut window = Vec::new();
         let mut again = Vec::new();
         let mut bytes = 0;
@@ -107,20 +114,30 @@ impl RelayQueue {
             let Some(entry) = self.order.last_entry() else {
                 break;
             };
-            let size = self.waiting[entry.get()].data.len();
+            let priority = *entry.key();
+            let transmissions = priority.burst.max(1);
+            let size = self.waiting[entry.get()].data.len() * usize::from(transmissions);
             if !window.is_empty() && bytes + size > max_bytes {
                 break;
             }
             bytes += size;
-            let (priority, name) = entry.remove_entry();
-            if priority.remaining == 1 {
+            let name = entry.remove();
+            if priority.remaining == transmissions {
                 let waiting = self.waiting.remove(&name).expect("ordered names wait");
-                window.push((waiting.key, waiting.data));
+                window.push(Handed {
+                    key: waiting.key,
+                    data: waiting.data,
+                    transmissions,
+                });
             } else {
                 let waiting = self.waiting.get_mut(&name).expect("ordered names wait");
-                window.push((waiting.key.clone(), waiting.data.clone()));
-                waiting.priority.remaining -= 1;
-                waiting.priority.burst = waiting.priority.burst.saturating_sub(1);
+                window.push(Handed {
+                    key: waiting.key.clone(),
+                    data: waiting.data.clone(),
+                    transmissions,
+                });
+                waiting.priority.remaining -= transmissions;
+                waiting.priority.burst = 0;
                 again.push((waiting.priority, name));
             }
         }
@@ -141,68 +158,62 @@ mod tests {
         BroadcastKey::new(Arc::from("b"), Lane::State, Arc::from(name), version)
     }
 
-    fn names(window: &[(BroadcastKey, Vec<u8>)]) -> Vec<String> {
+    fn names(window: &[Handed]) -> Vec<String> {
         window
             .iter()
-            .map(|(key, data)| format!("{}:{}", key.name().key, String::from_utf8_lossy(data)))
+            .map(|handed| {
+                let data = String::from_utf8_lossy(&handed.data);
+                format!("{}:{data}x{}", handed.key.name().key, handed.transmissions)
+            })
             .collect()
     }
 
     #[test]
-    fn every_transmission_goes_out_once_first_transmissions_first() {
+    fn every_transmission_goes_out_once_most_left_first() {
         let mut q = RelayQueue::default();
         q.push(key("x", 1), b"x1".to_vec(), 2, 0);
         q.push(key("y", 1), b"y1".to_vec(), 3, 0);
-        assert_eq!(names(&q.take_window(1, 100)), ["y:y1"]);
+        assert_eq!(names(&q.take_window(1, 100)), ["y:y1x1"]);
         // y has two left, x two: the newest first.
-        assert_eq!(names(&q.take_window(8, 100)), ["y:y1", "x:x1"]);
-        assert_eq!(names(&q.take_window(8, 100)), ["y:y1", "x:x1"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["y:y1x1", "x:x1x1"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["y:y1x1", "x:x1x1"]);
         assert!(q.take_window(8, 100).is_empty());
         assert!(q.is_empty());
     }
 
     #[test]
-    fn news_goes_before_items_that_went_out_already() {
+    fn news_goes_first_for_its_whole_burst_at_once() {
         let mut q = RelayQueue::default();
         q.push(key("old", 1), b"".to_vec(), 4, 0);
-        q.take_window(8, 100);
-        q.push(key("new", 1), b"".to_vec(), 4, 0);
-        assert_eq!(names(&q.take_window(1, 100)), ["new:"]);
-        // Both have three left: the newest first.
-        assert_eq!(names(&q.take_window(8, 100)), ["new:", "old:"]);
+        q.push(key("news", 1), b"".to_vec(), 4, 3);
+        assert_eq!(names(&q.take_window(8, 100)), ["news:x3", "old:x1"]);
+        // Past its burst, news is one of the others: "old" has more left.
+        assert_eq!(names(&q.take_window(8, 100)), ["old:x1", "news:x1"]);
     }
 
     #[test]
-    fn a_window_stops_at_its_bytes_but_always_holds_one_item() {
+    fn a_window_counts_each_transmission_and_always_holds_one_item() {
         let mut q = RelayQueue::default();
-        q.push(key("a", 1), vec![0; 60], 1, 0);
-        q.push(key("b", 1), vec![0; 60], 1, 0);
-        q.push(key("c", 1), vec![0; 500], 1, 0);
-        assert_eq!(q.take_window(8, 100).len(), 1);
-        assert_eq!(q.take_window(8, 130).len(), 2);
+        q.push(key("a", 1), vec![0; 500], 1, 0);
+        q.push(key("b", 1), vec![0; 60], 2, 2);
+        q.push(key("c", 1), vec![0; 60], 1, 0);
+        // "b" is news: 120 bytes for its two transmissions.
+        assert_eq!(names(&q.take_window(8, 100)).len(), 1);
+        assert_eq!(q.take_window(8, 60).len(), 1);
+        assert_eq!(q.take_window(8, 60).len(), 1);
         assert!(q.is_empty());
     }
 
     #[test]
-    fn news_makes_its_burst_ahead_of_items_past_theirs() {
+    fn a_newer_version_takes_the_place_of_the_older_as_news() {
         let mut q = RelayQueue::default();
-        q.push(key("old", 1), b"".to_vec(), 4, 0);
-        q.push(key("news", 1), b"".to_vec(), 4, 2);
-        assert_eq!(names(&q.take_window(1, 100)), ["news:"]);
-        // One of its burst left: still ahead of "old", which has more transmissions left.
-        assert_eq!(names(&q.take_window(1, 100)), ["news:"]);
-        assert_eq!(names(&q.take_window(8, 100)), ["old:", "news:"]);
-    }
-
-    #[test]
-    fn a_newer_version_takes_the_place_of_the_older() {
-        let mut q = RelayQueue::default();
-        q.push(key("x", 1), b"v1".to_vec(), 2, 0);
-        q.take_window(8, 100);
-        q.push(key("x", 2), b"v2".to_vec(), 2, 0);
+        q.push(key("x", 1), b"v1".to_vec(), 4, 2);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:v1x2"]);
+        q.push(key("x", 2), b"v2".to_vec(), 4, 2);
         assert_eq!(q.len(), 1);
-        assert_eq!(names(&q.take_window(8, 100)), ["x:v2"]);
-        assert_eq!(names(&q.take_window(8, 100)), ["x:v2"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:v2x2"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:v2x1"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:v2x1"]);
         assert!(q.is_empty());
     }
 
@@ -211,7 +222,7 @@ mod tests {
         let mut q = RelayQueue::default();
         q.push(key("x", 1), b"".to_vec(), 4, 0);
         q.push(key("none", 1), b"".to_vec(), 0, 0);
-        assert_eq!(names(&q.take_window(8, 100)), ["x:"]);
+        assert_eq!(names(&q.take_window(8, 100)), ["x:x1"]);
         assert_eq!(q.len(), 1);
     }
 }
