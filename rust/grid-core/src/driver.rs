@@ -1257,8 +1257,9 @@ impl Driver {
     }
 
     /// Sends what the last inputs made pending: news goes out at once in `Broadcast`
-    /// messages, to as many members as foca's gossip reaches (one window of the relay queue
-    /// per member: foca sends each item it is handed once).
+    /// messages. Up to g rounds, each handing foca the next window of the relay queue if it
+    /// holds nothing and sending what it holds to g members (news is handed for g
+    /// transmissions, so one round takes it to g distinct members).
     pub fn flush<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         if std::mem::take(&mut self.broadcast_pending) && !self.stopped() {
             for _ in 0..self.foca_config.num_indirect_probes.get() {

@@ -750,7 +750,8 @@ pub enum ExportEnd {
 
 /// The foca side of the store: decides whether a received item is news, and queues news
 /// for relaying ([`crate::relay`]) rather than handing it to foca's backlog. foca is handed
-/// items only by the driver: this site's own, and the relay queue's one window at a time.
+/// items only by the driver, from that queue (this site's own items included), one window
+/// at a time.
 pub struct ItemHandler {
     store: Arc<Mutex<ItemStore>>,
     relays: Arc<Mutex<Relays>>,

@@ -122,20 +122,15 @@ impl RelayQueue {
             }
             bytes += size;
             let name = entry.remove();
+            let waiting = self.waiting.get_mut(&name).expect("ordered names wait");
+            window.push(Handed {
+                key: waiting.key.clone(),
+                data: waiting.data.clone(),
+                transmissions,
+            });
             if priority.remaining == transmissions {
-                let waiting = self.waiting.remove(&name).expect("ordered names wait");
-                window.push(Handed {
-                    key: waiting.key,
-                    data: waiting.data,
-                    transmissions,
-                });
+                self.waiting.remove(&name);
             } else {
-                let waiting = self.waiting.get_mut(&name).expect("ordered names wait");
-                window.push(Handed {
-                    key: waiting.key.clone(),
-                    data: waiting.data.clone(),
-                    transmissions,
-                });
                 waiting.priority.remaining -= transmissions;
                 waiting.priority.burst = 0;
                 again.push((waiting.priority, name));

@@ -168,6 +168,16 @@ impl Cluster {
         accepted
     }
 
+    /// `count` state items `provider/00000`... at version 1 from `at`, published without
+    /// a flush: they go out with the node's next messages.
+    fn publish_providers(&mut self, at: SocketAddr, count: usize, payload: &[u8]) {
+        let node = self.nodes.get_mut(&at).unwrap();
+        for k in 0..count {
+            node.publish(Lane::State, &format!("provider/{k:05}"), 1, payload)
+                .unwrap();
+        }
+    }
+
     fn leave(&mut self, at: SocketAddr) {
         let mut out = Outbox::default();
         let now = self.now;
@@ -508,14 +518,7 @@ fn a_burst_waits_in_the_relay_queue_and_reaches_everyone() {
     }
     c.run_until(Duration::from_secs(5), Cluster::all_see_all);
     let count = 600;
-    for k in 0..count {
-        let key = format!("provider/{k:04}");
-        c.nodes
-            .get_mut(&addrs[0])
-            .unwrap()
-            .publish(Lane::State, &key, 1, &[7u8; 600])
-            .unwrap();
-    }
+    c.publish_providers(addrs[0], count, &[7u8; 600]);
     let mut queued_max = 0;
     c.run_until(Duration::from_secs(300), |c| {
         for at in &addrs {
@@ -1038,14 +1041,7 @@ fn a_joiner_walks_a_store_larger_than_one_sync_part_after_part() {
     let addrs: Vec<_> = (0..3).map(|i| c.add(i, 100)).collect();
     let payload = [7u8; 900];
     let count = 1_200;
-    for k in 0..count {
-        let key = format!("provider/{k:05}");
-        c.nodes
-            .get_mut(&addrs[0])
-            .unwrap()
-            .publish(Lane::State, &key, 1, &payload)
-            .unwrap();
-    }
+    c.publish_providers(addrs[0], count, &payload);
     let stored_bytes = count * (payload.len() + 100);
     let parts = stored_bytes.div_ceil(part_bytes());
     assert!(parts >= 3, "the store spans several syncs ({parts})");
@@ -1085,14 +1081,7 @@ fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
     let origin = c.add(0, 100);
     let payload = [7u8; 900];
     let count = 400;
-    for k in 0..count {
-        let key = format!("provider/{k:05}");
-        c.nodes
-            .get_mut(&origin)
-            .unwrap()
-            .publish(Lane::State, &key, 1, &payload)
-            .unwrap();
-    }
+    c.publish_providers(origin, count, &payload);
     let parts = (count * (payload.len() + 100)).div_ceil(part_bytes());
     // A first member takes everything in, until no gossip of these items is left: only
     // syncs can bring them to the joiner.
