@@ -267,6 +267,20 @@ def test_a_provider_tied_to_no_site_is_offered_locally_and_not_published() -> No
     assert not [i for i in a.state.all_items() if i.lane == STATE_LANE]
 
 
+def test_the_network_counts_each_provider_once_published_observed_or_both() -> None:
+    a = engine(
+        "site-a",
+        [provider("llama-a", "site-a"), provider("openai", None, backend="api_provider")],
+    )
+    b = engine("site-b", [provider("llama-b", "site-b")])
+    a.member_up("site-b", "b:7946", 1, T0)
+    b.member_up("site-a", "a:7946", 1, T0)
+    exchange([a, b], T0)
+    # llama-a is published and observed here, openai only observed, llama-b only published.
+    network_status = a.statuses()[("GridNetwork", NETWORK)]
+    assert network_status.provider_count == 3  # type: ignore[union-attr]
+
+
 # --- trust gates remote providers ------------------------------------------------------
 
 

@@ -300,30 +300,39 @@ def test_a_costly_render_stretches_the_spacing_up_to_a_second() -> None:
 def test_a_spacing_that_wavers_with_the_cost_of_passes_keeps_the_rate() -> None:
     """Passes cost a little more, then a little less: the spacing shrinks and grows from
     one render to the next, and renders stay within one per (shortest) spacing once the
-    burst is spent. A shrinking spacing used to pass for a clock gone back, giving the
-    whole burst back every time."""
+    burst is spent, and no change waits longer than one (longest) spacing. A shrinking
+    spacing used to pass for a clock gone back, giving the whole burst back every time;
+    then it put the next render off by the burst's length times the shrink (4 to 5 s at
+    a site of a 100 x 100 mesh, rendering once a second)."""
     a, b = pair("250ms")
     renders = Renders(a)
     start = T0 + timedelta(seconds=10)
     due: datetime | None = None
-    costs = (0.030, 0.020)
+    costs = (0.030, 0.020, 0.045, 0.015)
     spacings = set()
+    waiting: datetime | None = None  # the oldest change not rendered yet
+    waits = []
     for k in range(600):  # a minute, ten changes a second
         moment = start + timedelta(milliseconds=100 * k)
         for when in ([due] if due is not None and due <= moment else []) + [moment]:
             if when is moment:
                 deliver(a, b, (10, 300)[k % 2], moment)
+                waiting = waiting or moment
             before = renders.count
             next_render_at = renders.refresh(when)
             if renders.count > before:
-                a.note_render_cost(costs[renders.count % 2])
+                a.note_render_cost(costs[renders.count % len(costs)])
                 spacings.add(a.render_spacing)
+                if waiting is not None:
+                    waits.append(when - waiting)
+                waiting = None
             if when is due:
                 due = None
             due = next_render_at or due
-    shortest = min(spacings)
-    assert max(spacings) > shortest  # the spacing did waver
+    shortest, longest = min(spacings), max(spacings)
+    assert longest > shortest  # the spacing did waver
     assert renders.count <= RENDER_BURST + timedelta(seconds=60) / shortest + 1
+    assert max(waits) <= longest
 
 
 def test_the_running_cost_follows_the_passes_and_a_single_slow_one_does_not_dominate() -> None:

@@ -310,14 +310,13 @@ class SiteEngine:
         self.refused_items: Counter[str] = Counter()
         """Received items refused, by reason (``malformed``, ``forged``, ``limit``)."""
         self._dirty = True
-        self._render_paced_until: datetime | None = None
-        self._render_paced_at: datetime | None = None
+        self._render_tokens = float(RENDER_BURST)
+        """Renders the pacing allowed at the last render, that one spent (a token bucket of
+        :data:`RENDER_BURST`, refilled at one token per render spacing)."""
+        self._render_tokens_at: datetime | None = None
         """When the last render counted against the pacing was made."""
         self._render_cost_s: float | None = None
         """Running cost (CPU seconds) of a render pass, as the shell measured it."""
-        """Render pacing (a generic cell rate algorithm): each render moves this one render
-        interval past the later of itself and the render; a change is rendered at once while
-        it is at most ``RENDER_BURST - 1`` intervals ahead."""
         self.set_resources(network, sites, providers)
 
     # -- identity -------------------------------------------------------------------------
@@ -717,32 +716,35 @@ class SiteEngine:
 
     def _render_due_at(self, now: datetime) -> datetime | None:
         """When the pending change should be rendered: at once while the renders so far
-        keep within one per render interval (with room for a burst), else when the pacing
+        keep within one per render spacing (with room for a burst), else when the pacing
         allows the next one; None when nothing changed."""
         if not self._dirty:
             return None
-        paced = self._pacing(now)
-        if paced is None:
+        tokens = self._render_tokens_now(now)
+        if tokens is None or tokens >= 1:
             return now
-        return max(now, paced - self.render_spacing * (RENDER_BURST - 1))
+        return now + self.render_spacing * (1 - tokens)
 
-    def _pacing(self, now: datetime) -> datetime | None:
-        """The pacing time, or None when it holds nothing back: never rendered, every render
-        long enough ago, or a clock that went back (before the last render)."""
-        paced = self._render_paced_until
-        if paced is None or paced <= now:
+    def _render_tokens_now(self, now: datetime) -> float | None:
+        """Renders the pacing allows at ``now``, or None when it holds nothing back: never
+        rendered, a spacing of 0s, or a clock that went back (before the last render). The
+        bucket refills at the spacing of the moment, so a spacing that changes with the
+        cost of passes changes the rate from then on and never moves a render already due
+        (worked out from a pacing time instead, a spacing a little shorter than the last
+        put the next render off by the burst's length times the difference: seconds under
+        a steady stream)."""
+        at = self._render_tokens_at
+        spacing = self.render_spacing
+        if at is None or now < at or not spacing:
             return None
-        last = self._render_paced_at
-        return None if last is not None and now < last else paced
+        return min(float(RENDER_BURST), self._render_tokens + (now - at) / spacing)
 
     def _paced(self, now: datetime) -> None:
-        """Count a render made at ``now`` against the pacing, which is never further ahead
-        than a whole burst of the current spacing (a spacing that shrank drops the excess;
-        it does not give the burst back)."""
-        spacing = self.render_spacing
-        ahead = (self._pacing(now) or now) + spacing
-        self._render_paced_until = min(ahead, now + spacing * RENDER_BURST)
-        self._render_paced_at = now
+        """Count a render made at ``now`` against the pacing (a flushed render may leave
+        the bucket below empty: the renders after it wait for it too)."""
+        tokens = self._render_tokens_now(now)
+        self._render_tokens = (float(RENDER_BURST) if tokens is None else tokens) - 1
+        self._render_tokens_at = now
 
     def _evict_stale(self, now: datetime) -> None:
         ttl = self._network.spec.stale_candidate_ttl_seconds
@@ -1206,7 +1208,12 @@ class SiteEngine:
         current = network.model_copy(update={"status": self._network_status})
         outcome = evaluate_network(current, observation, now)
         self._record_events(_NETWORK, network.metadata.name, outcome.events, now)
-        providers = self._state.provider_names()
+        # Counted, not united: the union of 10,000 names on every pass would cost more than
+        # the rest of this evaluation.
+        published = self._state.provider_names()
+        provider_count = len(published) + sum(
+            1 for p in self._observed_providers() if p.metadata.name not in published
+        )
         self._network_status = GridNetworkStatus(
             phase=outcome.phase,
             phase_transition_time=outcome.phase_transition_time,
@@ -1214,7 +1221,7 @@ class SiteEngine:
             conditions=outcome.conditions,
             grid_id=self._grid_id,
             connected_sites=len(self._trusted),
-            provider_count=len(providers | {p.metadata.name for p in self._observed_providers()}),
+            provider_count=provider_count,
             gateways=[
                 GatewayOverlayStatus(
                     name=o.gateway.name,
