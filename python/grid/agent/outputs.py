@@ -51,7 +51,7 @@ class OutputWriter:
         self._state_dir = state_dir
         self._status_interval_s = status_interval_s
         self._overlays: dict[Path, str] = {}
-        self._statuses: dict[Path, _Written] = {}
+        self._statuses: dict[tuple[str, str], _Written] = {}
         self.failures = 0
         """Writes that failed (each one logged)."""
 
@@ -82,9 +82,8 @@ class OutputWriter:
         """Write a resource's status if it changed: at once when its phase changed (or
         ``force``), else at most once per status interval (probe and check times change
         constantly)."""
-        path = self._state_dir / "status" / kind / f"{name}.json"
         phase = str(status.phase)
-        previous = self._statuses.get(path)
+        previous = self._statuses.get((kind, name))
         recent = previous is not None and now - previous.at < self._status_interval_s
         if previous is not None and previous.phase == phase and recent and not force:
             # Decided before encoding: a site's refresh passes come several times a second.
@@ -99,9 +98,10 @@ class OutputWriter:
         text = json.dumps(document, sort_keys=True) + "\n"
         if previous is not None and previous.text == text:
             return False
+        path = self._state_dir / "status" / kind / f"{name}.json"
         if not self._write(path, text.encode(), durable=False):
             return False
-        self._statuses[path] = _Written(text, phase, now)
+        self._statuses[(kind, name)] = _Written(text, phase, now)
         return True
 
     def _write(self, path: Path, data: bytes, *, durable: bool = True) -> bool:
