@@ -3,13 +3,16 @@ needs to state per-site gossip at 100 sites from a run with a few peers.
 
 Every SWIM node relays every item it receives, each up to `max_transmissions` times, and
 that budget grows with the cluster (4 below 10 nodes, 8 below 100, 12 from 100 to 999:
-docs/swim.md). `grid bench mesh` has the measured site, a probe and a few peers standing
-for the other sites, so its gossip figures are those of a small cluster. This bench runs N
-real SWIM nodes in one process on 127.0.0.1 (encrypted, signed frames, the default timing),
-lets one of them publish items at a steady rate, and reports per node the bytes sent and
-received per second: with no items (membership alone) and with them, so the bytes each
-published item costs every node is measured at each size, and the ratio between sizes is
-the relay factor.
+docs/swim.md); signals pages, which their origin replaces within seconds, are relayed for
+g + 1 transmissions whatever the size. `grid bench mesh` has the measured site, a probe
+and a few peers standing for the other sites, so its gossip figures are those of a small
+cluster. This bench runs N real SWIM nodes in one process on 127.0.0.1 (encrypted, signed
+frames, the default timing), lets one of them publish items at a steady rate, and reports
+per node the bytes sent and received per second: with no items (membership alone) and
+with them, for signals pages and for catalogue-like items, so the bytes each published
+item costs every node is measured at each size, and the ratio between sizes is the relay
+factor. It also reports the share of published versions each node received (median and
+lowest node): a version a node misses is replaced by a later one.
 
     .venv/bin/python bench/bench_gossip_relay.py [--nodes 6 101] [--rate 20] [--seconds 40]
 """
@@ -26,8 +29,13 @@ from grid.membership import SwimConfig, SwimNode
 from grid.runtime.credentials import swim_credentials
 from grid.trust import CertificateAuthority
 
-SIGNALS_PAYLOAD = 65
-"""The median signals item payload (docs/crdt.md)."""
+KINDS = {
+    # A real site's page: about 4 registers of about 70 bytes (docs/scale.md).
+    "page": ("signals-page/{n}", 32, 280),
+    # A provider's catalogue: rarely replaced, relayed for the cluster's whole budget.
+    "catalogue": ("provider/p{n:03d}", 500, 640),
+}
+"""Item kind: key pattern, how many keys the publisher cycles through, payload bytes."""
 
 
 def per_node_rates(nodes: list[SwimNode], seconds: float) -> tuple[float, float]:
@@ -42,7 +50,7 @@ def per_node_rates(nodes: list[SwimNode], seconds: float) -> tuple[float, float]
     return statistics.median(received), statistics.median(sent)
 
 
-def measure(count: int, rate: float, seconds: float) -> dict[str, float]:
+def measure(count: int, rate: float, seconds: float) -> list[dict[str, float]]:
     now = datetime.now(UTC)
     ca = CertificateAuthority.generate("bench CA", now=now)
     key = bytes(range(32))
@@ -74,33 +82,49 @@ def measure(count: int, rate: float, seconds: float) -> dict[str, float]:
         time.sleep(10)
         idle_in, idle_out = per_node_rates(nodes, seconds)
         publisher = nodes[count // 2]
-        stop = time.monotonic() + seconds + 5
-        published = 0
-        started = time.monotonic()
-        before = [node.stats() for node in nodes]
-        while time.monotonic() < stop:
-            publisher.publish(
-                "state", f"signals/p{published % 500:03d}", published + 1, b"s" * SIGNALS_PAYLOAD
+        results = []
+        version = 0
+        for kind, (pattern, keys, size) in KINDS.items():
+            stop = time.monotonic() + seconds + 5
+            published = 0
+            started = time.monotonic()
+            before = [node.stats() for node in nodes]
+            while time.monotonic() < stop:
+                version += 1
+                publisher.publish("state", pattern.format(n=published % keys), version, b"s" * size)
+                published += 1
+                time.sleep(max(0.0, started + published / rate - time.monotonic()))
+            window = time.monotonic() - started
+            # What is still on its way arrives within a few gossip rounds.
+            time.sleep(5)
+            after = [node.stats() for node in nodes]
+            busy_in = statistics.median(
+                (a["bytes_in"] - b["bytes_in"]) / window for a, b in zip(after, before, strict=True)
             )
-            published += 1
-            time.sleep(max(0.0, started + published / rate - time.monotonic()))
-        window = time.monotonic() - started
-        after = [node.stats() for node in nodes]
-        busy_in = statistics.median(
-            (a["bytes_in"] - b["bytes_in"]) / window for a, b in zip(after, before, strict=True)
-        )
-        busy_out = statistics.median(
-            (a["bytes_out"] - b["bytes_out"]) / window for a, b in zip(after, before, strict=True)
-        )
-        items_rate = published / window
-        return {
-            "nodes": count,
-            "max_transmissions": nodes[0].stats()["max_transmissions"],
-            "idle_in": idle_in,
-            "idle_out": idle_out,
-            "item_in": (busy_in - idle_in) / items_rate,
-            "item_out": (busy_out - idle_out) / items_rate,
-        }
+            busy_out = statistics.median(
+                (a["bytes_out"] - b["bytes_out"]) / window
+                for a, b in zip(after, before, strict=True)
+            )
+            received = [
+                (a["items_delivered"] - b["items_delivered"]) / published
+                for node, a, b in zip(nodes, after, before, strict=True)
+                if node is not publisher
+            ]
+            items_rate = published / window
+            results.append(
+                {
+                    "kind": kind,
+                    "nodes": count,
+                    "max_transmissions": nodes[0].stats()["max_transmissions"],
+                    "idle_in": idle_in,
+                    "idle_out": idle_out,
+                    "item_in": (busy_in - idle_in) / items_rate,
+                    "item_out": (busy_out - idle_out) / items_rate,
+                    "received_median": statistics.median(received),
+                    "received_lowest": min(received),
+                }
+            )
+        return results
     finally:
         for node in nodes:
             node.close()
@@ -112,25 +136,28 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="items published per second")
     parser.add_argument("--seconds", type=float, default=40.0)
     args = parser.parse_args()
-    results = [measure(n, args.rate, args.seconds) for n in args.nodes]
+    results = [result for n in args.nodes for result in measure(n, args.rate, args.seconds)]
     print(
-        f"{'nodes':>5} {'max tx':>6} {'membership in/out B/s':>22} "
-        f"{'per item in/out B per node':>27}"
+        f"{'kind':>9} {'nodes':>5} {'max tx':>6} {'membership in/out B/s':>22} "
+        f"{'per item in/out B per node':>27} {'received median/lowest':>23}"
     )
     for r in results:
         print(
-            f"{r['nodes']:>5} {r['max_transmissions']:>6} "
+            f"{r['kind']:>9} {r['nodes']:>5} {r['max_transmissions']:>6} "
             f"{r['idle_in']:>10,.0f} /{r['idle_out']:>9,.0f} "
-            f"{r['item_in']:>13,.0f} /{r['item_out']:>11,.0f}"
+            f"{r['item_in']:>13,.0f} /{r['item_out']:>11,.0f} "
+            f"{r['received_median']:>13.1%} /{r['received_lowest']:>7.1%}"
         )
-    first = results[0]
-    for r in results[1:]:
-        factor_in = r["item_in"] / first["item_in"]
-        factor_out = r["item_out"] / first["item_out"]
-        print(
-            f"relay factor {first['nodes']} -> {r['nodes']} nodes: "
-            f"{factor_in:.2f} (in), {factor_out:.2f} (out)"
-        )
+    for kind in KINDS:
+        runs = [r for r in results if r["kind"] == kind]
+        first = runs[0]
+        for r in runs[1:]:
+            factor_in = r["item_in"] / first["item_in"]
+            factor_out = r["item_out"] / first["item_out"]
+            print(
+                f"relay factor of a {kind} {first['nodes']} -> {r['nodes']} nodes: "
+                f"{factor_in:.2f} (in), {factor_out:.2f} (out)"
+            )
     return 0
 
 
