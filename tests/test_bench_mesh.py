@@ -166,10 +166,23 @@ def test_probe_latency_is_matched_to_the_change_it_follows() -> None:
     assert missed == 1  # the last change never reached the overlay, 6 s before the end
 
 
-def test_delivery_is_the_first_item_of_the_probe_after_each_change() -> None:
-    probes = [{"t": 10.0, "queue": 500.0}, {"t": 12.0, "queue": 0.0}, {"t": 14.0, "queue": 500.0}]
-    received = [9.5, 10.1, 10.4, 12.3]
-    assert delivery_latencies(probes, received) == pytest.approx([0.1, 0.3])
+def test_delivery_is_the_first_item_that_carries_each_change() -> None:
+    page = "signals-page/0"
+    probes = [
+        {"t": 10.0, "queue": 500.0, "items": [[page, 7]]},
+        {"t": 12.0, "queue": 0.0, "items": [[page, 8]]},
+        {"t": 14.0, "queue": 500.0, "items": [[page, 9]]},
+        {"t": 16.0, "queue": 0.0, "items": []},
+    ]
+    received = [
+        (9.5, page, 6),
+        (10.1, "provider/other", 12),  # another item of the probe's site: not the change
+        (10.4, page, 7),
+        (12.3, page, 7),  # a late copy of the earlier version
+        (12.6, page, 9),  # a later version carries the change on
+        (16.2, page, 10),  # the change at 16 was published in no item: no delivery
+    ]
+    assert delivery_latencies(probes, received) == pytest.approx([0.4, 0.6, 2.2])
 
 
 def test_a_missed_change_fails_the_latency_target() -> None:

@@ -77,8 +77,10 @@ class Counters:
         self.engine = engine
         self.probe_model = probe_model
         self.probe_site = probe_site
-        self.probe_received: list[float] = []
-        """When (monotonic) each item of the probe's site reached the engine."""
+        self.probe_received: list[tuple[float, str, int]] = []
+        """(monotonic time, key, version) of each item of the probe's site taken in."""
+        self.lanes_received: Counter[tuple[str, str]] = Counter()
+        """Items taken in by (origin, lane): what a site that never converged was missing."""
         self.applied = 0
         self.received = 0
         self.receive_s = 0.0
@@ -101,8 +103,9 @@ class Counters:
             started = time.perf_counter()
             outcome = receive(*args)
             self.receive_s += time.perf_counter() - started
+            self.lanes_received[(args[0], args[1])] += 1
             if args[0] == self.probe_site:
-                self.probe_received.append(time.monotonic())
+                self.probe_received.append((time.monotonic(), args[2], args[3]))
             self.received += 1
             if outcome is ItemOutcome.APPLIED:
                 self.applied += 1
@@ -223,16 +226,34 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
             )
             node = agent.networks[network].node
             stats = node.stats() if node is not None else {}
-            watched = ("members", "items_stored", "items_store_full", "syncs_incomplete")
+            watched = (
+                "members",
+                "items_stored",
+                "items_store_full",
+                "items_unverified_origin",
+                "syncs_done",
+                "catch_up_syncs",
+                "syncs_incomplete",
+            )
             swim = {k: stats.get(k) for k in watched}
             refused = dict(engine.refused_items)
             reasons = sorted({reason for _, reason in engine.not_offered})[:5]
+            inactive = _inactive_sites(engine)
+            taken = {
+                site: {
+                    lane: count
+                    for (origin, lane), count in sorted(counters.lanes_received.items())
+                    if origin == site
+                }
+                for site in inactive
+            }
             await agent.stop()
             return {
                 "error": f"only {counters.candidates()} of {expected} candidates ranked "
                 f"(by site: {dict(sorted(per_site.items()))}; SWIM: {swim}; "
                 f"items refused: {refused or 'none'}; not offered: {reasons or 'none'}; "
-                f"sites not active: {_inactive_sites(engine) or 'none'})"
+                f"sites not active: {inactive or 'none'}; "
+                f"their items taken in, by lane: {taken or 'none'})"
             }
         emit("converging", candidates=counters.candidates(), expected=expected)
         await asyncio.sleep(_SAMPLE_S)
@@ -257,7 +278,7 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
         "render_s": counters.render_s[first_render : last["renders"]],
         "render_cpu_s": counters.render_cpu_s[first_render : last["renders"]],
         "probe_seen": [seen for seen in counters.probe_seen if seen[0] >= first["t"]],
-        "probe_received": [t for t in counters.probe_received if t >= first["t"]],
+        "probe_received": [r for r in counters.probe_received if r[0] >= first["t"]],
         "candidates": ranked,
     }
 

@@ -92,22 +92,27 @@ class Peer:
     published_bytes: int = 0
     pending: set[str] = field(default_factory=set)
 
-    def publish(self, now: datetime) -> None:
+    def publish(self, now: datetime) -> list[tuple[str, int]]:
+        """Refresh the engine and publish what it decides to; the (key, version) of each item
+        the node took as new."""
         items = self.engine.refresh(now).items
         if not items:
-            return
+            return []
         # One exchange with the node's thread for the whole pass: one at a time, each item
         # would wait for the thread to finish a batch of received datagrams, and a peer
         # carrying thousands of providers would fall behind the load it stands for.
         results = self.node.publish_many(
             [(item.lane, item.key, item.version, item.payload) for item in items]
         )
+        taken = []
         for item, result in zip(items, results, strict=True):
             if isinstance(result, str):
                 raise RuntimeError(f"{self.site} cannot publish {item.key}: {result}")
             if result:
                 self.published += 1
                 self.published_bytes += len(item.payload)
+                taken.append((item.key, item.version))
+        return taken
 
 
 def resources(config: dict[str, Any], peer: dict[str, Any]) -> tuple[Any, Any, list[Any]]:
@@ -338,7 +343,7 @@ def run_probe(
     probe: Peer, provider: str, config: dict[str, Any], stop: threading.Event, seed: float
 ) -> None:
     """Every two seconds or so, the probe provider's queue jumps between 0 and 500; the
-    moment each change is handed to SWIM is reported."""
+    moment each change is handed to SWIM is reported, with the items that carry it."""
     rng = random.Random(seed)
     probes = 0
     while not stop.wait(config["probe_every_s"] * rng.uniform(0.8, 1.2)):
@@ -349,8 +354,8 @@ def run_probe(
         probe.engine.observe_scrape(provider, ScrapeResult(200, 0.001, text=load.exposition()), now)
         # Before publishing: the item can reach the site before the call returns.
         handed = time.monotonic()
-        probe.publish(now)
-        emit("probe", t=handed, queue=load.queue, serial=probes)
+        items = probe.publish(now)
+        emit("probe", t=handed, queue=load.queue, serial=probes, items=items)
 
 
 if __name__ == "__main__":

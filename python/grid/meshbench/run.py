@@ -468,13 +468,26 @@ def probe_latencies(
     return latencies, missed
 
 
-def delivery_latencies(probes: list[dict[str, Any]], received: list[float]) -> list[float]:
-    """Seconds from each probe change handed to SWIM at the peer to the first item of the
-    probe's site that reached the measured site's engine after it: the gossip part of the
-    change -> overlay latency (the rest is waiting for the site's loop, and the render)."""
+def delivery_latencies(
+    probes: list[dict[str, Any]], received: list[tuple[float, str, int]]
+) -> list[float]:
+    """Seconds from each probe change handed to SWIM at the peer to the first item that
+    carries it reaching the measured site's engine: the same key as an item the change was
+    published in, at its version or a later one (which carries the change on, unless a
+    later change replaced it). The gossip part of the change -> overlay latency (the rest is
+    waiting for the site's loop, and the render). A change published in no item has no
+    delivery."""
     latencies = []
     for probe in probes:
-        found = next((t for t in received if t >= probe["t"]), None)
+        carriers = dict(probe.get("items", ()))
+        found = next(
+            (
+                t
+                for t, key, version in received
+                if t >= probe["t"] and version >= carriers.get(key, math.inf)
+            ),
+            None,
+        )
         if found is not None:
             latencies.append(found - probe["t"])
     return latencies
@@ -496,7 +509,9 @@ def figures(
         if line["event"] == "probe" and first["t"] <= line["t"] <= last["t"]
     ]
     latencies, missed = probe_latencies(probes, [tuple(s) for s in result["probe_seen"]], last["t"])
-    deliveries = delivery_latencies(probes, result.get("probe_received", []))
+    deliveries = delivery_latencies(
+        probes, [(t, key, version) for t, key, version in result.get("probe_received", [])]
+    )
     load = [line for line in peer_lines if line["event"] == "peers"]
     in_window = [line for line in load if first["t"] <= line["t"] <= last["t"]]
     peers_cpu = peers_rate = None
