@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from grid.meshbench.run import MeshPlan, delivery_latencies, probe_latencies, verdicts
+from grid.meshbench.run import (
+    MeshPlan,
+    delivery_latencies,
+    probe_latencies,
+    verdicts,
+    versions_skipped,
+)
 
 GRID = [sys.executable, "-m", "grid.cli"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -183,6 +189,19 @@ def test_delivery_is_the_first_item_that_carries_each_change() -> None:
         (16.2, page, 10),  # the change at 16 was published in no item: no delivery
     ]
     assert delivery_latencies(probes, received) == pytest.approx([0.4, 0.6, 2.2])
+
+
+def test_a_version_the_site_never_got_while_a_later_one_came_is_counted() -> None:
+    page = "signals-page/0"
+    probes = [
+        {"t": 10.0, "queue": 500.0, "items": [[page, 7]]},
+        {"t": 12.0, "queue": 0.0, "items": [[page, 8]]},  # skipped: 9 came, 8 never did
+        {"t": 14.0, "queue": 500.0, "items": [[page, 9]]},
+        {"t": 16.0, "queue": 0.0, "items": [[page, 10]]},  # not yet received: not skipped
+        {"t": 18.0, "queue": 500.0, "items": []},
+    ]
+    received = [(10.2, page, 7), (14.1, page, 9), (14.2, "provider/p", 11)]
+    assert versions_skipped(probes, received) == 1
 
 
 def test_a_missed_change_fails_the_latency_target() -> None:

@@ -76,6 +76,10 @@ def render(report: dict[str, Any]) -> str:
             else f"{'-':>24}"
         )
     )
+    skipped = f"{'probe versions the site never got':<{width}}  "
+    skipped += f"{current.get('probe_versions_skipped', 0):>14}  "
+    skipped += f"{baseline.get('probe_versions_skipped', 0):>24}" if baseline else f"{'-':>24}"
+    lines.append(skipped)
     if baseline is None:
         lines.append(f"today's design did not run: {base['reason']}")
     lines += ["", "scale targets (100 sites x 100 providers, 15 s scrape, per site):"]

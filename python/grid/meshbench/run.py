@@ -493,6 +493,22 @@ def delivery_latencies(
     return latencies
 
 
+def versions_skipped(probes: list[dict[str, Any]], received: list[tuple[float, str, int]]) -> int:
+    """Probe changes whose own item version never reached the measured site while a later
+    version of that item did: gossip missed the site, and the next change came first (the
+    skipped change then counts in change -> overlay until the overlay next moves its way)."""
+    taken = {(key, version) for _, key, version in received}
+    latest: dict[str, int] = {}
+    for _, key, version in received:
+        latest[key] = max(version, latest.get(key, 0))
+    skipped = 0
+    for probe in probes:
+        carriers = [(key, version) for key, version in probe.get("items", ())]
+        if carriers and not any(carrier in taken for carrier in carriers):
+            skipped += any(latest.get(key, 0) > version for key, version in carriers)
+    return skipped
+
+
 def figures(
     result: dict[str, Any], peer_lines: list[dict[str, Any]], converge_s: float | None
 ) -> dict[str, Any]:
@@ -509,9 +525,8 @@ def figures(
         if line["event"] == "probe" and first["t"] <= line["t"] <= last["t"]
     ]
     latencies, missed = probe_latencies(probes, [tuple(s) for s in result["probe_seen"]], last["t"])
-    deliveries = delivery_latencies(
-        probes, [(t, key, version) for t, key, version in result.get("probe_received", [])]
-    )
+    received_items = [(t, key, version) for t, key, version in result.get("probe_received", [])]
+    deliveries = delivery_latencies(probes, received_items)
     load = [line for line in peer_lines if line["event"] == "peers"]
     in_window = [line for line in load if first["t"] <= line["t"] <= last["t"]]
     peers_cpu = peers_rate = None
@@ -552,6 +567,7 @@ def figures(
         "probes": len(probes),
         "probes_seen": len(latencies),
         "probes_missed": missed,
+        "probe_versions_skipped": versions_skipped(probes, received_items),
         "latencies_ms": [round(latency * 1000, 1) for latency in latencies],
         "deliveries_ms": [round(delivery * 1000, 1) for delivery in deliveries],
         "peers_cpu_share": peers_cpu,
