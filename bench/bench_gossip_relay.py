@@ -3,16 +3,14 @@ needs to state per-site gossip at 100 sites from a run with a few peers.
 
 Every SWIM node relays every item it receives, each up to `max_transmissions` times, and
 that budget grows with the cluster (4 below 10 nodes, 8 below 100, 12 from 100 to 999:
-docs/swim.md); signals pages, which their origin replaces within seconds, are relayed for
-g + 1 transmissions whatever the size. `grid bench mesh` has the measured site, a probe
-and a few peers standing for the other sites, so its gossip figures are those of a small
-cluster. This bench runs N real SWIM nodes in one process on 127.0.0.1 (encrypted, signed
-frames, the default timing), lets one of them publish items at a steady rate, and reports
-per node the bytes sent and received per second: with no items (membership alone) and
-with them, for signals pages and for catalogue-like items, so the bytes each published
-item costs every node is measured at each size, and the ratio between sizes is the relay
-factor. It also reports the share of published versions each node received (median and
-lowest node): a version a node misses is replaced by a later one.
+docs/swim.md). `grid bench mesh` has the measured site, a probe and a few peers standing
+for the other sites, so its gossip figures are those of a small cluster. This bench runs N
+real SWIM nodes in one process on 127.0.0.1 (encrypted, signed frames, the default
+timing), lets one of them publish items at a steady rate, and reports per node the bytes
+sent and received per second: with no items (membership alone) and with them, for
+signals pages and for catalogue-like items, so the bytes each published item costs every
+node is measured at each size, and the ratio between sizes is the relay factor. It also
+reports the share of published versions each node received (median and lowest node).
 
     .venv/bin/python bench/bench_gossip_relay.py [--nodes 6 101] [--rate 20] [--seconds 40]
 """
@@ -32,7 +30,7 @@ from grid.trust import CertificateAuthority
 KINDS = {
     # A real site's page: about 4 registers of about 70 bytes (docs/scale.md).
     "page": ("signals-page/{n}", 32, 280),
-    # A provider's catalogue: rarely replaced, relayed for the cluster's whole budget.
+    # A provider's catalogue: rarely replaced.
     "catalogue": ("provider/p{n:03d}", 500, 640),
 }
 """Item kind: key pattern, how many keys the publisher cycles through, payload bytes."""

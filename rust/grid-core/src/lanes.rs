@@ -78,14 +78,6 @@ impl Lane {
 
 /// Longest item key, in bytes.
 pub const MAX_KEY_LEN: usize = 128;
-
-/// Keys of the state lane whose origin writes a new version within seconds whatever
-/// happens (signals pages: docs/crdt.md). Such an item is relayed for its first burst and
-/// one transmission more, whatever the cluster's size, rather than for
-/// `max_transmissions`: a node that misses one version has the next one soon, so the
-/// transmissions a large cluster adds for near-certain delivery (12 from 100 members) would
-/// triple every node's gossip for items about to be replaced.
-pub const FLEETING_KEY_PREFIX: &str = "signals-page/";
 /// Largest encoded item, signature included. Below what is left of a packet after the
 /// largest `Broadcast` header and the item's length prefix, so an item always fits a
 /// `Broadcast` message and never sits in foca's backlog forever.
@@ -268,12 +260,6 @@ pub struct BroadcastKey {
 }
 
 impl BroadcastKey {
-    /// Whether a newer version of this item follows within seconds
-    /// ([`FLEETING_KEY_PREFIX`]).
-    pub fn is_fleeting(&self) -> bool {
-        self.lane == Lane::State && self.key.starts_with(FLEETING_KEY_PREFIX)
-    }
-
     #[cfg(test)]
     pub(crate) fn new(origin: Arc<str>, lane: Lane, key: Arc<str>, version: u64) -> BroadcastKey {
         BroadcastKey {
@@ -799,15 +785,9 @@ impl Relays {
         }
     }
 
-    /// Queues a news item for every transmission it is due: `transmissions`, or a fleeting
-    /// item's burst and one more, if fewer.
+    /// Queues a news item for every transmission it is due.
     pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>) {
-        let transmissions = if key.is_fleeting() {
-            self.transmissions.min(self.burst.saturating_add(1))
-        } else {
-            self.transmissions
-        };
-        self.queue.push(key, data, transmissions, self.burst);
+        self.queue.push(key, data, self.transmissions, self.burst);
     }
 
     /// Names the item the next `add_broadcast` hands foca.
@@ -1253,34 +1233,5 @@ mod tests {
         assert!(s
             .accept(&encoded("gone", Lane::State, "x", 1, b"p"), true)
             .is_none());
-    }
-
-    #[test]
-    fn fleeting_items_are_relayed_for_their_burst_and_one_more() {
-        let mut relays = Relays::new(RelayQueue::default(), 12, 3);
-        let key = |lane, name: &str| BroadcastKey::new(Arc::from("a"), lane, Arc::from(name), 1);
-        relays.push(key(Lane::State, "signals-page/0"), b"page".to_vec());
-        relays.push(key(Lane::State, "provider/p"), b"catalogue".to_vec());
-        relays.push(key(Lane::Cert, "signals-page/0"), b"cert".to_vec());
-        let mut made: HashMap<String, u32> = HashMap::new();
-        loop {
-            let window = relays.queue.take_window(16, 4096);
-            if window.is_empty() {
-                break;
-            }
-            for handed in window {
-                *made
-                    .entry(String::from_utf8(handed.data).unwrap())
-                    .or_default() += u32::from(handed.transmissions);
-            }
-        }
-        assert_eq!(made["page"], 4);
-        assert_eq!(made["catalogue"], 12);
-        assert_eq!(made["cert"], 12, "only the state lane's pages are fleeting");
-        // In a cluster whose budget is below burst + 1, the budget holds.
-        let mut small = Relays::new(RelayQueue::default(), 2, 3);
-        small.push(key(Lane::State, "signals-page/1"), b"page".to_vec());
-        let handed = small.queue.take_window(16, 4096);
-        assert_eq!(handed[0].transmissions, 2);
     }
 }
