@@ -1,16 +1,18 @@
 """How gossip bandwidth per node grows with the mesh: the relay factor `grid bench mesh`
 needs to state per-site gossip at 100 sites from a run with a few peers.
 
-Every SWIM node relays every item it receives, each up to `max_transmissions` times, and
-that budget grows with the cluster (4 below 10 nodes, 8 below 100, 12 from 100 to 999:
-docs/swim.md). `grid bench mesh` has the measured site, a probe and a few peers standing
-for the other sites, so its gossip figures are those of a small cluster. This bench runs N
+Every SWIM node sends each item version it takes in on to g members, and digests bring
+what that push misses (repair by pull, docs/swim.md): how the bytes per item grow with the
+cluster is measured here, not assumed. `grid bench mesh` has the measured site, a probe
+and a few peers standing for the other sites, so its gossip figures are those of a small
+cluster. This bench runs N
 real SWIM nodes in one process on 127.0.0.1 (encrypted, signed frames, the default
 timing), lets one of them publish items at a steady rate, and reports per node the bytes
 sent and received per second: with no items (membership alone) and with them, for
 signals pages and for catalogue-like items, so the bytes each published item costs every
 node is measured at each size, and the ratio between sizes is the relay factor. It also
-reports the share of published versions each node received (median and lowest node).
+reports the share of published versions each node received (median and lowest node), and
+of those the share repair by pull brought (docs/swim.md), the rest push gossip.
 
     .venv/bin/python bench/bench_gossip_relay.py [--nodes 6 101] [--rate 20] [--seconds 40]
 """
@@ -108,6 +110,14 @@ def measure(count: int, rate: float, seconds: float) -> list[dict[str, float]]:
                 for node, a, b in zip(nodes, after, before, strict=True)
                 if node is not publisher
             ]
+            repaired = sum(
+                a["items_repaired"] - b["items_repaired"]
+                for a, b in zip(after, before, strict=True)
+            )
+            delivered = sum(
+                a["items_delivered"] - b["items_delivered"]
+                for a, b in zip(after, before, strict=True)
+            )
             items_rate = published / window
             results.append(
                 {
@@ -120,6 +130,7 @@ def measure(count: int, rate: float, seconds: float) -> list[dict[str, float]]:
                     "item_out": (busy_out - idle_out) / items_rate,
                     "received_median": statistics.median(received),
                     "received_lowest": min(received),
+                    "repaired": repaired / max(delivered, 1),
                 }
             )
         return results
@@ -137,14 +148,15 @@ def main() -> int:
     results = [result for n in args.nodes for result in measure(n, args.rate, args.seconds)]
     print(
         f"{'kind':>9} {'nodes':>5} {'max tx':>6} {'membership in/out B/s':>22} "
-        f"{'per item in/out B per node':>27} {'received median/lowest':>23}"
+        f"{'per item in/out B per node':>27} {'received median/lowest':>23} {'repaired':>8}"
     )
     for r in results:
         print(
             f"{r['kind']:>9} {r['nodes']:>5} {r['max_transmissions']:>6} "
             f"{r['idle_in']:>10,.0f} /{r['idle_out']:>9,.0f} "
             f"{r['item_in']:>13,.0f} /{r['item_out']:>11,.0f} "
-            f"{r['received_median']:>13.1%} /{r['received_lowest']:>7.1%}"
+            f"{r['received_median']:>13.1%} /{r['received_lowest']:>7.1%} "
+            f"{r['repaired']:>8.2%}"
         )
     for kind in KINDS:
         runs = [r for r in results if r["kind"] == kind]

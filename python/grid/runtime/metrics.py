@@ -189,6 +189,20 @@ FAMILIES: dict[str, Family] = {
             "Answers to this node's syncs that did not arrive whole in time (asked again).",
         ),
         _counter("grid_swim_sync_chunks_sent_total", "Sync chunks sent."),
+        _counter("grid_swim_repair_digests_sent_total", "Repair digests sent to a member."),
+        _counter(
+            "grid_swim_repair_digests_answered_total",
+            "Members' repair digests answered with items they lacked.",
+        ),
+        _counter(
+            "grid_swim_repair_digests_held_back_total",
+            "Repair digests not answered: the same member's previous one was answered just before.",
+        ),
+        _counter("grid_swim_repair_items_sent_total", "Items sent in answers to repair digests."),
+        _counter(
+            "grid_swim_items_repaired_total",
+            "Items received in answers to this node's digests that were news (push gossip missed them).",
+        ),
         _counter("grid_swim_sync_chunks_received_total", "Sync chunks received."),
         _counter(
             "grid_swim_sync_entries_known_total",
@@ -361,6 +375,11 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "syncs_incomplete": ("grid_swim_syncs_incomplete_total", ()),
     "sync_chunks_sent": ("grid_swim_sync_chunks_sent_total", ()),
     "sync_chunks_received": ("grid_swim_sync_chunks_received_total", ()),
+    "digests_sent": ("grid_swim_repair_digests_sent_total", ()),
+    "digests_answered": ("grid_swim_repair_digests_answered_total", ()),
+    "digests_held_back": ("grid_swim_repair_digests_held_back_total", ()),
+    "repair_items_sent": ("grid_swim_repair_items_sent_total", ()),
+    "items_repaired": ("grid_swim_items_repaired_total", ()),
     "sync_entries_known": ("grid_swim_sync_entries_known_total", ()),
     "leave_notices": ("grid_swim_leave_notices_total", ()),
     "hellos_sent": ("grid_swim_hellos_sent_total", ()),

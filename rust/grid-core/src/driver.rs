@@ -44,12 +44,15 @@ use crate::lanes::{
     Refusals, Relays, MAX_KEY_LEN,
 };
 use crate::relay::{RelayQueue, WINDOW_BYTES, WINDOW_ITEMS};
+use crate::repair::{
+    Digest, MAX_DIGEST_ENTRIES, MAX_REPAIR_CHUNKS, REPAIR_INTERVAL, REPAIR_SETTLE, REPAIR_WINDOW,
+};
 use crate::session::{hello_wants_reply, Session, SessionStats, Verdict};
 use crate::timers::{TimerEvent, TimerHeap};
 use crate::wire::{
     decode_member, encode_member, state_byte, Reader, WireCodec, WireError, KIND_CONFLICT,
-    KIND_FOCA, KIND_HELLO, KIND_LEAVE, KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
-    MAX_UNSEALED_LEN, STATE_LEFT,
+    KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE, KIND_REPAIR, KIND_SYNC_REQUEST,
+    KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, MAX_UNSEALED_LEN, STATE_LEFT,
 };
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
@@ -258,6 +261,18 @@ pub struct DriverStats {
     pub members_implausible: u64,
     /// Other members' Down claims held as suspicions until confirmed here.
     pub down_claims_held: u64,
+    /// Repair digests sent (one every [`REPAIR_INTERVAL`] while there are members).
+    pub digests_sent: u64,
+    /// Digests answered with the items they showed missing (none missing: no answer).
+    pub digests_answered: u64,
+    /// Digests left unanswered because the same sender's previous one was answered less
+    /// than half an interval before.
+    pub digests_held_back: u64,
+    /// Items sent in answers to digests.
+    pub repair_items_sent: u64,
+    /// Items received in answers to this node's digests that were news: versions push
+    /// gossip had not brought.
+    pub items_repaired: u64,
 }
 
 struct Rt<'a, O: Transmit + ?Sized> {
@@ -379,6 +394,9 @@ pub struct Driver {
     /// Backoff exponent of the armed join retry, if one is armed.
     join_retry: Option<u32>,
     push_pull_armed: bool,
+    repair_armed: bool,
+    /// When each sender's last digest was answered: one answer per half interval each.
+    digests_answered_at: HashMap<SiteAddr, Duration>,
     /// Site and address → generation of members that announced they are leaving.
     left: HashMap<SiteAddr, u64>,
     left_order: std::collections::VecDeque<SiteAddr>,
@@ -580,12 +598,8 @@ impl Driver {
         let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);
         let tuned_for = foca_config.max_transmissions.get();
-        let burst = u8::try_from(foca_config.num_indirect_probes.get()).unwrap_or(u8::MAX);
-        let relays = Arc::new(Mutex::new(Relays::new(
-            RelayQueue::default(),
-            tuned_for,
-            burst,
-        )));
+        let fanout = u8::try_from(foca_config.num_indirect_probes.get()).unwrap_or(u8::MAX);
+        let relays = Arc::new(Mutex::new(Relays::new(RelayQueue::default(), fanout)));
         let mut rng = SmallRng::seed_from_u64(seed);
         let foca = Foca::with_custom_broadcast(
             identity,
@@ -610,6 +624,8 @@ impl Driver {
             seeds: Vec::new(),
             join_retry: None,
             push_pull_armed: false,
+            repair_armed: false,
+            digests_answered_at: HashMap::new(),
             left: HashMap::new(),
             left_order: std::collections::VecDeque::new(),
             has_left: false,
@@ -759,6 +775,7 @@ impl Driver {
         if self.stopped() {
             return;
         }
+        lock(&self.store).set_clock(now);
         let envelope = match self.session.open(now, message) {
             Verdict::Accepted(envelope) => envelope,
             Verdict::UnknownSender(sender) => {
@@ -787,6 +804,8 @@ impl Driver {
                 Ok(())
             }
             KIND_CONFLICT => self.handle_conflict(now, body, out),
+            KIND_DIGEST => self.handle_digest(now, &sender, body, out),
+            KIND_REPAIR => self.handle_repair(body),
             _ => Err(WireError::BadMessage(kind)),
         };
         if handled.is_err() {
@@ -1137,6 +1156,7 @@ impl Driver {
 
     /// Runs every timer due at `now`, in order.
     pub fn handle_timers<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        lock(&self.store).set_clock(now);
         while let Some(event) = self.timers.pop_due(now) {
             // Timers change foca's state in ways the baseline cannot follow; it is only
             // meant to span the burst of one sync's chunks.
@@ -1162,6 +1182,7 @@ impl Driver {
                     }
                 }
                 TimerEvent::PushPull => self.push_pull(now, out),
+                TimerEvent::Repair => self.send_digest(now, out),
                 TimerEvent::JoinRetry => self.join_retry(now, out),
                 TimerEvent::ConfirmDown {
                     member,
@@ -1224,28 +1245,31 @@ impl Driver {
     }
 
     /// Hands foca the next window of the relay queue once foca has sent everything it
-    /// holds (see [`crate::relay`]): news for its burst of transmissions, the rest for one.
+    /// holds (see [`crate::relay`]), each item for g transmissions.
     fn hand_relays(&mut self) {
         if self.foca.custom_broadcast_backlog() > 0 {
             return;
         }
-        let window = lock(&self.relays)
-            .queue
-            .take_window(WINDOW_ITEMS, WINDOW_BYTES);
+        let (window, transmissions) = {
+            let mut relays = lock(&self.relays);
+            let transmissions = relays.transmissions;
+            let window = relays
+                .queue
+                .take_window(transmissions, WINDOW_ITEMS, WINDOW_BYTES);
+            (window, transmissions)
+        };
+        let Some(transmissions) = std::num::NonZeroU8::new(transmissions) else {
+            return;
+        };
         if window.is_empty() {
             return;
         }
         let mut handing = self.foca_config.clone();
+        handing.max_transmissions = transmissions;
+        if let Err(err) = self.foca.set_config(handing) {
+            self.stats.foca_errors[foca_error_index(&err)] += 1;
+        }
         for handed in window {
-            let Some(transmissions) = std::num::NonZeroU8::new(handed.transmissions) else {
-                continue;
-            };
-            if handing.max_transmissions != transmissions {
-                handing.max_transmissions = transmissions;
-                if let Err(err) = self.foca.set_config(handing.clone()) {
-                    self.stats.foca_errors[foca_error_index(&err)] += 1;
-                }
-            }
             lock(&self.relays).hand(handed.key);
             if let Err(err) = self.foca.add_broadcast(&handed.data) {
                 self.stats.foca_errors[foca_error_index(&err)] += 1;
@@ -1258,8 +1282,8 @@ impl Driver {
 
     /// Sends what the last inputs made pending: news goes out at once in `Broadcast`
     /// messages. Up to g rounds, each handing foca the next window of the relay queue if it
-    /// holds nothing and sending what it holds to g members (news is handed for g
-    /// transmissions, so one round takes it to g distinct members).
+    /// holds nothing and sending what it holds to g members (items are handed for g
+    /// transmissions, so one round takes each to g distinct members).
     pub fn flush<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         if std::mem::take(&mut self.broadcast_pending) && !self.stopped() {
             for _ in 0..self.foca_config.num_indirect_probes.get() {
@@ -1472,6 +1496,11 @@ impl Driver {
                         let phase = period.mul_f64(self.rng.random::<f64>());
                         self.timers.push(now + phase, TimerEvent::PushPull);
                     }
+                    if !self.repair_armed {
+                        self.repair_armed = true;
+                        let phase = REPAIR_INTERVAL.mul_f64(self.rng.random::<f64>());
+                        self.timers.push(now + phase, TimerEvent::Repair);
+                    }
                 }
                 OwnedNotification::Idle => {
                     // Alone: whatever happened meanwhile is learned by walking a peer's
@@ -1508,7 +1537,6 @@ impl Driver {
                 Ok(()) => {
                     self.tuned_for = wanted;
                     self.foca_config = config;
-                    lock(&self.relays).transmissions = wanted;
                 }
                 Err(err) => self.stats.foca_errors[foca_error_index(&err)] += 1,
             }
@@ -1572,6 +1600,105 @@ impl Driver {
         }
         let period = self.config.push_pull_period(count + 1);
         self.timers.push(now + period, TimerEvent::PushPull);
+    }
+
+    /// Tells a random member which item versions this node stored lately (see
+    /// [`crate::repair`]), and arms the next digest.
+    fn send_digest<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        if self.stopped() || self.foca.num_members() == 0 {
+            self.repair_armed = false;
+            return;
+        }
+        self.timers.push(now + REPAIR_INTERVAL, TimerEvent::Repair);
+        let Some(peer) = self.random_member() else {
+            return;
+        };
+        let (versions, window) =
+            lock(&self.store).recent_versions(now, REPAIR_WINDOW, MAX_DIGEST_ENTRIES);
+        let mut message = Vec::with_capacity(MAX_MESSAGE_LEN);
+        message.push(KIND_DIGEST);
+        self.foca.identity().encode(&mut message);
+        Digest::new(self.rng.random(), window, &versions).encode(&mut message);
+        self.stats.digests_sent += 1;
+        self.session.send(now, peer, &mut message, out);
+    }
+
+    /// Answers a digest with the versions this node stored in its window (the last quarter
+    /// of it left out: the sender may have stored those a little earlier than this node),
+    /// held long enough that push gossip's copies would have arrived, which it lacks.
+    fn handle_digest<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        sender: &NodeId,
+        body: &[u8],
+        out: &mut O,
+    ) -> Result<(), WireError> {
+        let mut r = Reader::new(body);
+        NodeId::decode(&mut r, &self.interner)?;
+        let digest = Digest::decode(&mut r)?;
+        let from = sender.site_addr();
+        if let Some(&at) = self.digests_answered_at.get(&from) {
+            if now < at + REPAIR_INTERVAL / 2 {
+                self.stats.digests_held_back += 1;
+                return Ok(());
+            }
+        }
+        if self.digests_answered_at.len() >= LEFT_CAPACITY {
+            let stale = now.saturating_sub(REPAIR_INTERVAL);
+            self.digests_answered_at.retain(|_, at| *at >= stale);
+        }
+        self.digests_answered_at.insert(from, now);
+        let me = self.foca.identity().clone();
+        let mut chunks = ChunkWriter::new(KIND_REPAIR, self.rng.random(), &me, 0);
+        let oldest = digest.window() - digest.window() / 4;
+        let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
+        let sent = lock(&self.store).export_missing(
+            now,
+            REPAIR_SETTLE,
+            oldest,
+            &digest,
+            &mut entry,
+            |_, item| chunks.push(ENTRY_ITEM, item, MAX_REPAIR_CHUNKS),
+        );
+        if sent == 0 {
+            return Ok(());
+        }
+        self.stats.digests_answered += 1;
+        self.stats.repair_items_sent += sent as u64;
+        for mut chunk in chunks.finish(&[]) {
+            self.session
+                .send(now, sender.socket_addr(), &mut chunk, out);
+        }
+        Ok(())
+    }
+
+    /// Takes the items of an answer to a digest (any chunk alone: they are independent).
+    fn handle_repair(&mut self, body: &[u8]) -> Result<(), WireError> {
+        let mut r = Reader::new(body);
+        NodeId::decode(&mut r, &self.interner)?;
+        let _answer_id = r.u32()?;
+        let index = r.u16()?;
+        let count = r.u16()?;
+        if index >= count {
+            return Err(WireError::TrailingBytes);
+        }
+        let mut items = Vec::new();
+        while !r.is_empty() {
+            let tag = r.u8()?;
+            let len = usize::from(r.u16()?);
+            let body = r.bytes(len)?;
+            if tag != ENTRY_ITEM {
+                return Err(WireError::BadEntry(tag));
+            }
+            items.push(body);
+        }
+        let mut store = lock(&self.store);
+        for item in items {
+            if store.accept(item, true).is_some() {
+                self.stats.items_repaired += 1;
+            }
+        }
+        Ok(())
     }
 
     /// The answer to sync `sync_id` should be whole by now. If it is not, the walk moves

@@ -3,8 +3,9 @@
 //!
 //! An item is named by `(origin site, lane, key)` and carries a version; only a higher
 //! version of the same name is news. News is handed to the host exactly once, re-gossiped
-//! `max_transmissions` times (through the relay queue, [`crate::relay`]) and replaces the
-//! older version waiting there at once, while items of other names are untouched. The
+//! to g members (through the relay queue, [`crate::relay`]) and replaces the older version
+//! waiting there at once, while items of other names are untouched; digests
+//! ([`crate::repair`]) bring what that push misses. The
 //! latest version of every name is kept in an [`ItemStore`] so a push/pull sync can teach
 //! late joiners what was published before they arrived. The store keeps names in one order every node shares
 //! ([`ItemName`]), so a node can walk a store larger than one sync in parts, each part from
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use bytes::BufMut;
 use foca::{BroadcastHandler, Invalidates};
@@ -27,6 +29,7 @@ use foca::{BroadcastHandler, Invalidates};
 use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::{validate_site, Interner, NodeId, MAX_SITE_LEN};
 use crate::relay::RelayQueue;
+use crate::repair::{version_hash, Digest, REPAIR_WINDOW};
 use crate::wire::{Reader, WireError, MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -334,7 +337,26 @@ pub struct ItemStore {
     interner: Interner,
     fresh: Vec<Item>,
     refused: Refusals,
+    /// The versions stored in the last [`REPAIR_WINDOW`], oldest first (see
+    /// [`crate::repair`]); a version no longer the latest of its name is skipped on use.
+    recent: std::collections::VecDeque<Recent>,
+    /// The driver's time as of its latest input: when items taken now are stored.
+    clock: Duration,
 }
+
+/// A version stored lately, and when.
+struct Recent {
+    at: Duration,
+    origin: Arc<str>,
+    lane: Lane,
+    key: Arc<str>,
+    version: u64,
+    hash: u64,
+}
+
+/// Most versions remembered as recent, whatever their age: a flood cannot grow the store's
+/// memory past this.
+const RECENT_CAPACITY: usize = 16_384;
 
 impl ItemStore {
     /// A store that takes only items signed by their origin (`signed`), or any item.
@@ -349,7 +371,14 @@ impl ItemStore {
             interner,
             fresh: Vec::new(),
             refused: Refusals::default(),
+            recent: std::collections::VecDeque::new(),
+            clock: Duration::ZERO,
         }
+    }
+
+    /// Sets the time at which the items taken from now on are stored.
+    pub fn set_clock(&mut self, now: Duration) {
+        self.clock = now;
     }
 
     /// Trusts `key` for the items of `origin` (its certificate was verified), and takes
@@ -465,6 +494,7 @@ impl ItemStore {
             }
         };
         let origin = self.interner.intern(item.origin);
+        self.remember_recent(&origin, item.lane, &key, item.version);
         if from_peer {
             self.fresh.push(Item {
                 origin: origin.clone(),
@@ -568,6 +598,109 @@ impl ItemStore {
     /// Changes how many names the store may hold; never below what it holds.
     pub fn set_capacity(&mut self, capacity: usize) {
         self.capacity = capacity.max(self.len);
+    }
+
+    fn remember_recent(&mut self, origin: &Arc<str>, lane: Lane, key: &Arc<str>, version: u64) {
+        let oldest = self.clock.saturating_sub(REPAIR_WINDOW);
+        while self
+            .recent
+            .front()
+            .is_some_and(|r| r.at < oldest || self.recent.len() >= RECENT_CAPACITY)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(Recent {
+            at: self.clock,
+            origin: origin.clone(),
+            lane,
+            key: key.clone(),
+            version,
+            hash: version_hash(origin, lane, key, version),
+        });
+    }
+
+    /// The held payload of this name if `version` is still its latest.
+    fn held_latest(&self, origin: &str, lane: Lane, key: &str, version: u64) -> Option<&Held> {
+        self.origins
+            .get(origin)
+            .and_then(|lanes| lanes[lane as usize].get(key))
+            .filter(|stored| stored.version == version)
+            .and_then(|stored| stored.held.as_ref())
+    }
+
+    /// The hashes of the latest versions stored since `now - window`, newest first, at most
+    /// `max`; and how far back they reach (`window`, or less when `max` cut them short).
+    pub fn recent_versions(
+        &self,
+        now: Duration,
+        window: Duration,
+        max: usize,
+    ) -> (Vec<u64>, Duration) {
+        let since = now.saturating_sub(window);
+        let mut hashes = Vec::new();
+        for recent in self.recent.iter().rev() {
+            if recent.at < since {
+                return (hashes, window);
+            }
+            if self
+                .held_latest(&recent.origin, recent.lane, &recent.key, recent.version)
+                .is_none()
+            {
+                continue;
+            }
+            if hashes.len() == max {
+                return (hashes, now.saturating_sub(recent.at));
+            }
+            hashes.push(recent.hash);
+        }
+        (hashes, window)
+    }
+
+    /// Encodes, oldest first, the latest versions stored between `now - oldest` and
+    /// `now - newest` that `digest` does not hold, handing each with its origin to `emit`
+    /// until `emit` says the budget is spent. Returns how many were handed.
+    pub fn export_missing(
+        &self,
+        now: Duration,
+        newest: Duration,
+        oldest: Duration,
+        digest: &Digest,
+        scratch: &mut Vec<u8>,
+        mut emit: impl FnMut(&Arc<str>, &[u8]) -> bool,
+    ) -> usize {
+        let (from, to) = (now.saturating_sub(oldest), now.saturating_sub(newest));
+        let mut handed = 0;
+        for recent in &self.recent {
+            if recent.at < from {
+                continue;
+            }
+            if recent.at > to {
+                break;
+            }
+            if digest.may_hold(recent.hash) {
+                continue;
+            }
+            let Some(held) =
+                self.held_latest(&recent.origin, recent.lane, &recent.key, recent.version)
+            else {
+                continue;
+            };
+            scratch.clear();
+            encode_unsigned(
+                &recent.origin,
+                recent.lane,
+                &recent.key,
+                recent.version,
+                &held.payload,
+                scratch,
+            );
+            scratch.put_slice(&held.signature);
+            if !emit(&recent.origin, scratch) {
+                break;
+            }
+            handed += 1;
+        }
+        handed
     }
 
     /// Every stored name in [`ItemName`] order.
@@ -766,28 +899,25 @@ impl ItemHandler {
 /// The relay queue, with what the driver and the handler pass each other through it.
 pub struct Relays {
     pub queue: RelayQueue,
-    /// Transmissions of each item: foca's `max_transmissions` for the cluster's size.
+    /// Transmissions of each item: the members a `Broadcast` reaches (g).
     pub transmissions: u8,
-    /// Of those, made ahead of items past theirs: the members a `Broadcast` reaches.
-    pub burst: u8,
     /// The item the driver is handing foca, already stored (`add_broadcast` asks the
     /// handler for its key).
     handing: Option<BroadcastKey>,
 }
 
 impl Relays {
-    pub fn new(queue: RelayQueue, transmissions: u8, burst: u8) -> Relays {
+    pub fn new(queue: RelayQueue, transmissions: u8) -> Relays {
         Relays {
             queue,
             transmissions,
-            burst,
             handing: None,
         }
     }
 
-    /// Queues a news item for every transmission it is due.
+    /// Queues a news item.
     pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>) {
-        self.queue.push(key, data, self.transmissions, self.burst);
+        self.queue.push(key, data);
     }
 
     /// Names the item the next `add_broadcast` hands foca.

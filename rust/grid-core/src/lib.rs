@@ -5,6 +5,8 @@
 //! - [`identity`]: who a node is (site, address, generation).
 //! - [`lanes`]: versioned broadcast items on four lanes.
 //! - [`relay`]: the items waiting to be gossiped, handed to foca a few at a time.
+//! - [`repair`]: digests of recent item versions, so members send each other what push
+//!   gossip missed.
 //! - [`config`]: `GridNetwork.spec.swim` mapped onto foca.
 //! - [`timers`]: the single ordered timer queue.
 //! - [`driver`]: the sans-IO driver around foca (also used by simulations).
@@ -23,6 +25,7 @@ pub mod identity;
 pub mod lanes;
 pub mod node;
 pub mod relay;
+pub mod repair;
 pub mod rounding;
 pub mod session;
 pub mod sim;

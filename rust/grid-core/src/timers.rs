@@ -19,6 +19,8 @@ pub enum TimerEvent {
     Foca(Timer<NodeId>),
     /// Start a push/pull sync with a random member.
     PushPull,
+    /// Send a repair digest to a random member.
+    Repair,
     /// Announce to the seeds again while no member is known.
     JoinRetry,
     /// Sync with a member that came back while this node had forgotten its site's items,

@@ -12,6 +12,10 @@
 //! 0x04  LEAVE          the sender's identity: it is leaving on purpose (seen as `left`)
 //! 0x05  HELLO          identity | flags u8 | count u8 | (len u16 | certificate DER)*
 //! 0x06  CONFLICT       identity | the identity that already holds the sender's site name
+//! 0x07  DIGEST         identity | a Bloom filter of the item versions the sender stored
+//!                      lately ([`crate::repair`]); the recipient answers with REPAIR
+//! 0x08  REPAIR         one chunk (sync chunk layout, item entries only) of the items a
+//!                      DIGEST showed the sender lacks
 //! ```
 //!
 //! The trailer makes every message fresh, addressed and attributable: `seq` counts the
@@ -42,6 +46,8 @@ pub const KIND_SYNC_RESPONSE: u8 = 0x03;
 pub const KIND_LEAVE: u8 = 0x04;
 pub const KIND_HELLO: u8 = 0x05;
 pub const KIND_CONFLICT: u8 = 0x06;
+pub const KIND_DIGEST: u8 = 0x07;
+pub const KIND_REPAIR: u8 = 0x08;
 
 /// The most plaintext one frame carries: a whole signed message.
 pub const MAX_MESSAGE_LEN: usize = crate::frame::MAX_PLAINTEXT_LEN;
@@ -122,6 +128,8 @@ pub enum WireError {
     BadState(u8),
     BadLane(u8),
     BadEntry(u8),
+    /// A repair digest whose filter claims no hash function, or more than 16.
+    BadDigest,
     EmptyKey,
     TrailingBytes,
     NoSpace,
@@ -138,6 +146,7 @@ impl fmt::Display for WireError {
             WireError::BadState(b) => write!(f, "unknown member state {b}"),
             WireError::BadLane(b) => write!(f, "unknown lane {b}"),
             WireError::BadEntry(b) => write!(f, "unknown sync entry tag {b}"),
+            WireError::BadDigest => f.write_str("repair digest with a bad hash count"),
             WireError::EmptyKey => f.write_str("empty item key"),
             WireError::TrailingBytes => f.write_str("trailing bytes"),
             WireError::NoSpace => f.write_str("no room left in the packet"),

@@ -14,8 +14,10 @@ use grid_core::driver::{
 };
 use grid_core::identity::{Interner, NodeId};
 use grid_core::lanes::{Lane, PublishError};
+use grid_core::repair::{Digest, REPAIR_INTERVAL, REPAIR_SETTLE, REPAIR_WINDOW};
 use grid_core::wire::{
-    WireCodec, KIND_FOCA, KIND_LEAVE, KIND_SYNC_REQUEST, MAX_MESSAGE_LEN, MAX_UNSEALED_LEN,
+    WireCodec, KIND_DIGEST, KIND_FOCA, KIND_LEAVE, KIND_REPAIR, KIND_SYNC_REQUEST, MAX_MESSAGE_LEN,
+    MAX_UNSEALED_LEN,
 };
 use proptest::prelude::*;
 
@@ -71,6 +73,8 @@ struct Cluster {
     /// Every n-th datagram to this node is lost.
     lossy: Option<(SocketAddr, usize)>,
     sent_to_lossy: usize,
+    /// Gossip (foca) messages to this node holding these bytes are lost.
+    deaf_to: Option<(SocketAddr, Vec<u8>)>,
 }
 
 impl Cluster {
@@ -88,6 +92,7 @@ impl Cluster {
             swim: config(),
             lossy: None,
             sent_to_lossy: 0,
+            deaf_to: None,
         }
     }
 
@@ -198,6 +203,12 @@ impl Cluster {
                         if self.sent_to_lossy % every == 0 {
                             continue;
                         }
+                    }
+                }
+                if let Some((deaf, bytes)) = &self.deaf_to {
+                    let gossip = message[0] == KIND_FOCA;
+                    if to == *deaf && gossip && message.windows(bytes.len()).any(|w| w == bytes) {
+                        continue;
                     }
                 }
                 if self.captured.len() < 5000 {
@@ -1162,4 +1173,170 @@ fn the_item_store_is_bounded_and_refuses_past_it_keeping_what_it_holds() {
     held.sort();
     held.dedup();
     assert_eq!(held.len(), capacity / 2);
+}
+
+/// Five nodes syncing too rarely to matter within a test.
+fn five_nodes_without_syncs() -> (Cluster, Vec<SocketAddr>) {
+    let mut c = Cluster::new();
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let addrs: Vec<_> = (0..5).map(|i| c.add(i, 100)).collect();
+    for at in &addrs[1..] {
+        c.join(*at, addrs[0]);
+    }
+    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    // Past the joiners' catch-up syncs.
+    c.run_for(Duration::from_secs(3));
+    (c, addrs)
+}
+
+fn holds(c: &Cluster, at: SocketAddr, key: &str, version: u64) -> bool {
+    c.items_at(at).iter().any(|i| i.2 == key && i.3 == version)
+}
+
+#[test]
+fn a_version_gossip_never_brought_is_repaired_within_an_interval_of_settling() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    let victim = addrs[3];
+    c.deaf_to = Some((victim, b"missed by gossip".to_vec()));
+    let syncs_before = total(&c, |s| s.syncs_completed);
+    let published = c.now;
+    assert!(c.publish(
+        addrs[1],
+        Lane::State,
+        "signals-page/0",
+        7,
+        b"missed by gossip"
+    ));
+    let took = c.run_until(Duration::from_secs(3), |c| {
+        holds(c, victim, "signals-page/0", 7)
+    });
+    assert!(
+        took <= REPAIR_SETTLE + REPAIR_INTERVAL + TICK * 3,
+        "repaired after {took:?}"
+    );
+    assert!(published + took > published + REPAIR_SETTLE);
+    assert_eq!(total(&c, |s| s.syncs_completed), syncs_before);
+    assert_eq!(c.nodes[&victim].stats().items_repaired, 1);
+    for at in &addrs {
+        if *at != victim && *at != addrs[1] {
+            assert!(holds(&c, *at, "signals-page/0", 7));
+            assert_eq!(c.nodes[at].stats().items_repaired, 0, "gossip reached {at}");
+        }
+    }
+    // Delivered once, and nothing is sent again once everyone holds it.
+    c.run_for(REPAIR_WINDOW);
+    let copies = c.items_at(victim).iter().filter(|i| i.3 == 7).count();
+    assert_eq!(copies, 1);
+    let sent = total(&c, |s| s.repair_items_sent);
+    c.run_for(REPAIR_WINDOW);
+    assert_eq!(total(&c, |s| s.repair_items_sent), sent);
+    assert!(total(&c, |s| s.digests_sent) > 5 * 16);
+}
+
+#[test]
+fn members_in_step_exchange_digests_and_no_items() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    for v in 1..=20 {
+        c.publish(
+            addrs[v % 5],
+            Lane::State,
+            &format!("signals-page/{v}"),
+            v as u64,
+            b"load",
+        );
+        c.run_for(Duration::from_millis(100));
+    }
+    c.run_for(REPAIR_WINDOW);
+    assert!(total(&c, |s| s.digests_sent) >= 5 * 12);
+    assert_eq!(total(&c, |s| s.repair_items_sent), 0);
+    assert_eq!(total(&c, |s| s.bad_messages), 0);
+}
+
+fn digest_from(
+    c: &Cluster,
+    sender: SocketAddr,
+    seq: u64,
+    to: SocketAddr,
+    digest: &Digest,
+) -> Vec<u8> {
+    let site = c.nodes[&sender].identity().site().to_string();
+    let mut body = Vec::new();
+    c.nodes[&sender].identity().encode(&mut body);
+    digest.encode(&mut body);
+    forge(
+        &c.ca.authority_of(&site, c.issued[&site].clone()),
+        KIND_DIGEST,
+        &body,
+        seq,
+        c.wall_ms(),
+        to,
+    )
+}
+
+#[test]
+fn an_empty_digest_gets_a_bounded_answer_at_most_twice_an_interval() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    let target = addrs[0];
+    let big = vec![b'x'; 900];
+    for k in 0..40 {
+        c.publish(addrs[2], Lane::State, &format!("provider/{k:02}"), 3, &big);
+    }
+    c.run_for(REPAIR_SETTLE + TICK);
+    let empty = Digest::new(1, REPAIR_WINDOW, &[]);
+    let before = c.nodes[&target].stats();
+    c.deliver_one(target, &digest_from(&c, addrs[1], 1 << 50, target, &empty));
+    let after = c.nodes[&target].stats();
+    // Four messages' worth of the 40 items the digest does not name, and no more.
+    let sent = after.repair_items_sent - before.repair_items_sent;
+    assert!((4..=4 * 2).contains(&sent), "{sent} items sent");
+    assert_eq!(after.digests_answered, before.digests_answered + 1);
+    c.deliver_one(
+        target,
+        &digest_from(&c, addrs[1], (1 << 50) + 1, target, &empty),
+    );
+    let again = c.nodes[&target].stats();
+    assert_eq!(again.digests_held_back, before.digests_held_back + 1);
+    assert_eq!(again.repair_items_sent, after.repair_items_sent);
+}
+
+#[test]
+fn malformed_digests_and_repairs_are_counted_and_change_nothing() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    let target = addrs[0];
+    let sender = c.nodes[&addrs[1]].identity().clone();
+    let mallory = c.authority("site-1");
+    let mut digest = Vec::new();
+    Digest::new(1, REPAIR_WINDOW, &[1, 2, 3]).encode(&mut digest);
+    let mut no_hashes = digest.clone();
+    no_hashes[10] = 0;
+    let mut item_less = vec![0, 0, 0, 1, 0, 0, 0, 1];
+    item_less.extend_from_slice(&[1, 0, 1, 0]); // a member entry in a repair
+    let bodies: [(u8, &[u8]); 5] = [
+        (KIND_DIGEST, &digest[..12]),
+        (KIND_DIGEST, &no_hashes),
+        (KIND_REPAIR, &[0, 0, 0, 1, 0, 1, 0, 1]),
+        (KIND_REPAIR, &item_less),
+        (KIND_REPAIR, &[0, 0, 0, 1, 0, 0, 0, 1, 2, 0, 9, 1]),
+    ];
+    let stored = c.nodes[&target].stats().items_stored;
+    for (i, (kind, tail)) in bodies.iter().enumerate() {
+        let mut body = Vec::new();
+        sender.encode(&mut body);
+        body.extend_from_slice(tail);
+        let message = forge(
+            &mallory,
+            *kind,
+            &body,
+            (1 << 50) + i as u64,
+            c.wall_ms(),
+            target,
+        );
+        c.deliver_one(target, &message);
+    }
+    let stats = c.nodes[&target].stats();
+    assert_eq!(stats.bad_messages, bodies.len() as u64);
+    assert_eq!(stats.items_stored, stored);
+    assert_eq!(stats.digests_answered, 0);
+    c.run_for(Duration::from_secs(2));
+    assert!(c.all_see_all());
 }
