@@ -59,6 +59,8 @@ KIND_SYNC_RESPONSE = 0x03
 KIND_LEAVE = 0x04
 KIND_HELLO = 0x05
 KIND_CONFLICT = 0x06
+KIND_DIGEST = 0x07
+KIND_REPAIR = 0x08
 KIND_NAMES = {
     KIND_FOCA: "foca",
     KIND_SYNC_REQUEST: "sync_request",
@@ -66,6 +68,8 @@ KIND_NAMES = {
     KIND_LEAVE: "leave",
     KIND_HELLO: "hello",
     KIND_CONFLICT: "conflict",
+    KIND_DIGEST: "digest",
+    KIND_REPAIR: "repair",
 }
 
 PING, ACK, PING_REQ, INDIRECT_PING, INDIRECT_ACK, FORWARDED_ACK = range(6)
@@ -649,6 +653,18 @@ def parse(plaintext: bytes) -> Parsed:
         Identity.decode(r)
         Identity.decode(r)
         return Parsed(envelope)
+    if envelope.kind == KIND_DIGEST:
+        r = Reader(envelope.body)
+        Identity.decode(r)
+        _seed, _window_ms = r.u64(), r.u16()
+        if not 1 <= r.u8() <= 16 or not 8 <= r.remaining <= 1000:
+            raise WireError("a digest's hash count or filter size is out of bounds")
+        return Parsed(envelope)
+    if envelope.kind == KIND_REPAIR:
+        chunk = SyncChunk.decode(envelope.body)
+        if chunk.members or chunk.certificates or chunk.resume or chunk.walk_end:
+            raise WireError("a repair chunk carries only items")
+        return Parsed(envelope, sync=chunk)
     raise WireError(f"message kind {envelope.kind}")
 
 

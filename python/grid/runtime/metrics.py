@@ -201,7 +201,8 @@ FAMILIES: dict[str, Family] = {
         _counter("grid_swim_repair_items_sent_total", "Items sent in answers to repair digests."),
         _counter(
             "grid_swim_items_repaired_total",
-            "Items received in answers to this node's digests that were news (push gossip missed them).",
+            "Items received in answers to this node's digests that were news: push gossip missed"
+            " them.",
         ),
         _counter("grid_swim_sync_chunks_received_total", "Sync chunks received."),
         _counter(
