@@ -37,16 +37,21 @@ from support.attacker import (
 from support.swim import credentials, site_certificate
 from support.wire import (
     DOWN,
+    ENTRY_ITEM,
+    ENTRY_MEMBER,
     GOSSIP,
+    KIND_DIGEST,
     KIND_FOCA,
     KIND_HELLO,
     KIND_LEAVE,
+    KIND_REPAIR,
     KIND_SYNC_REQUEST,
     SUSPECT,
     Envelope,
     Forger,
     Identity,
     Member,
+    Parsed,
     WireError,
     encode_item,
     foca_body,
@@ -56,6 +61,7 @@ from support.wire import (
     seal,
     seal_message,
     split_address,
+    sync_body,
 )
 
 CONFIG = SwimConfig(probe_interval=0.2, suspicion_timeout=1.0, push_pull_interval=1.0)
@@ -456,6 +462,75 @@ def test_signed_messages_from_outside_the_clock_window_are_refused() -> None:
 
 
 # --- forgery by a key holder with a certificate of its own ------------------------------
+
+
+def test_a_key_holders_digests_get_bounded_answers_and_its_repairs_only_signed_items() -> None:
+    key = os.urandom(32)
+    with mesh(key, ["site-a", "site-b"]) as m:
+        a, b = m.nodes
+        for k in range(40):
+            assert b.publish("state", f"provider/{k:02}", 1, bytes(900))
+        wait_until(lambda: a.stats()["items_delivered"] >= 40, 5, "site-b's items at site-a")
+        mallory = Mallory(key)
+        try:
+            mallory.introduce([a])
+            wait_until(lambda: ("mallory", mallory.address) in view(a), 5, "mallory introduced")
+            # A digest describing nothing (an 8-byte filter of zeros): "send me everything".
+            empty = mallory.identity.encode() + (1).to_bytes(8, "big") + bytes([15, 160, 7])
+            empty += bytes(8)
+
+            def answers(seconds: float) -> list[Parsed]:
+                mallory.sock.settimeout(seconds)
+                got = []
+                try:
+                    while True:
+                        parsed = parse(open_frame(key, mallory.sock.recv(65536)))
+                        if parsed.envelope.kind == KIND_REPAIR:
+                            got.append(parsed)
+                except TimeoutError:
+                    return got
+
+            # Two digests at once, until site-a has held the items for the settle time: the
+            # first is answered, the second held back (one answer per 250 ms per sender).
+            answer: list[Parsed] = []
+            rounds = 0
+
+            def answered() -> bool:
+                nonlocal rounds
+                rounds += 1
+                for _ in range(2):
+                    mallory.send(a, mallory.forger.frame(KIND_DIGEST, empty, Identity.of(a)))
+                answer.extend(answers(0.3))
+                return bool(answer)
+
+            held_back = a.stats()["digests_held_back"]
+            wait_until(answered, 5, "an answer to the digest")
+            assert a.stats()["digests_held_back"] == held_back + rounds
+            # At most 4 messages of site-b's own signed items, whatever the digest says.
+            assert 1 <= len(answer) <= 4
+            items = [item for parsed in answer for item in parsed.items]
+            assert len(items) >= 4
+            assert {(item.origin, item.version) for item in items} == {("site-b", 1)}
+
+            # A repair carries items like any sync: one of site-b's, signed by mallory, is
+            # refused, and so is a repair carrying anything but items.
+            forged = encode_item("site-b", "state", "provider/00", 9, b"x", mallory.signer)
+            body = sync_body(mallory.identity, [(ENTRY_ITEM, forged)])
+            before = a.stats()
+            mallory.send(a, mallory.forger.frame(KIND_REPAIR, body, Identity.of(a)))
+            member = Member(mallory.identity, 0, 0).encode()
+            members = sync_body(mallory.identity, [(ENTRY_MEMBER, member)])
+            mallory.send(a, mallory.forger.frame(KIND_REPAIR, members, Identity.of(a)))
+            wait_until(
+                lambda: (
+                    a.stats()["items_bad_signature"] == before["items_bad_signature"] + 1
+                    and a.stats()["bad_messages"] == before["bad_messages"] + 1
+                ),
+                5,
+                "forged repairs refused",
+            )
+        finally:
+            mallory.close()
 
 
 def test_an_item_forged_for_another_origin_is_refused_and_the_origin_keeps_publishing() -> None:

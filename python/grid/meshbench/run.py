@@ -547,6 +547,13 @@ def figures(
         "bytes_out_per_s": (last["bytes_out"] - first["bytes_out"]) / window,
         "packets_in_per_s": (last.get("packets_in", 0) - first.get("packets_in", 0)) / window,
         "packets_out_per_s": (last.get("packets_out", 0) - first.get("packets_out", 0)) / window,
+        # Sealed message bytes (before encryption) per second by direction and kind, for a
+        # design that counts them.
+        "message_bytes_per_s": {
+            name.removeprefix("message_bytes_"): (count - first["message_bytes"][name]) / window
+            for name, count in last.get("message_bytes", {}).items()
+            if count > first["message_bytes"].get(name, 0)
+        },
         "relay_backlog": last.get("backlog"),
         "items_received_per_s": received / window,
         "items_applied_per_s": applied / window,

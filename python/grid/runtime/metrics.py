@@ -229,6 +229,18 @@ FAMILIES: dict[str, Family] = {
             "Errors the SWIM protocol (foca) reported, by kind.",
             "kind",
         ),
+        _counter(
+            "grid_swim_messages_total",
+            "Messages sent, and accepted (verified) on receipt, by kind.",
+            "direction",
+            "kind",
+        ),
+        _counter(
+            "grid_swim_message_bytes_total",
+            "Bytes of those messages (signed, before encryption), by kind.",
+            "direction",
+            "kind",
+        ),
         _gauge(
             "grid_swim_broadcast_backlog",
             "Items waiting to be gossiped: in the relay queue, and handed to the protocol.",
@@ -329,6 +341,18 @@ FAMILIES: dict[str, Family] = {
 
 # Every key of a SWIM node's stats(): (family, extra label values), or None with the family
 # that already exposes the same quantity.
+MESSAGE_KINDS = (
+    "foca",
+    "sync_request",
+    "sync_response",
+    "leave",
+    "hello",
+    "conflict",
+    "digest",
+    "repair",
+)
+"""The kinds of SWIM message, as ``stats()`` names them (docs/wire-format.md)."""
+
 SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "packets_in": ("grid_swim_received_packets_total", ()),
     "bytes_in": ("grid_swim_received_bytes_total", ()),
@@ -410,6 +434,15 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
             "custom_broadcast",
             "invalid_config",
         )
+    },
+    **{
+        f"{stat}_{direction}_{kind}": (metric, (direction, kind))
+        for stat, metric in (
+            ("messages", "grid_swim_messages_total"),
+            ("message_bytes", "grid_swim_message_bytes_total"),
+        )
+        for direction in ("sent", "accepted")
+        for kind in MESSAGE_KINDS
     },
     # Exposed elsewhere: the sum of the two drop families, the shell's counters by lane,
     # and the engine's members by state.

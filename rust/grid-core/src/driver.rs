@@ -81,12 +81,6 @@ pub const CATCH_UP_PAUSE: Duration = Duration::from_secs(1);
 /// The walk never moves past a chunk still missing then: the next sync resumes after the
 /// chunks received from the first without a gap.
 pub const SYNC_ANSWER_WAIT: Duration = Duration::from_secs(2);
-/// How long news waits for more news to share its `Broadcast` messages with (unless a
-/// window's worth is already waiting). At a large mesh's rates (some 50 items a second
-/// reach every site, one at a time) nearly every message carried a single item, whose
-/// header and trailer cost as many bytes as the item, and every message costs a
-/// signature and a verification.
-pub const FLUSH_LINGER: Duration = Duration::from_millis(20);
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
 /// What screening does with one gossiped member entry.
@@ -418,8 +412,6 @@ pub struct Driver {
     /// refutation raises it, which ends that suspicion).
     suspected: HashMap<NodeId, (Duration, u16)>,
     broadcast_pending: bool,
-    /// Since when news has waited for its `Broadcast` messages (see [`FLUSH_LINGER`]).
-    pending_since: Option<Duration>,
     membership_changed: bool,
     tuned_for: u8,
     /// foca's member states as of the first chunk of the sync being received.
@@ -643,7 +635,6 @@ impl Driver {
             conflicts: std::collections::HashSet::new(),
             suspected: HashMap::new(),
             broadcast_pending: false,
-            pending_since: None,
             membership_changed: false,
             tuned_for,
             sync_baseline: None,
@@ -708,14 +699,7 @@ impl Driver {
     }
 
     pub fn next_deadline(&self) -> Option<Duration> {
-        let linger = self
-            .pending_since
-            .filter(|_| self.broadcast_pending)
-            .map(|since| since + FLUSH_LINGER);
-        match (self.timers.next_deadline(), linger) {
-            (Some(timer), Some(linger)) => Some(timer.min(linger)),
-            (timer, linger) => timer.or(linger),
-        }
+        self.timers.next_deadline()
     }
 
     /// Every member foca knows (down and left ones included), this node excluded.
@@ -1296,35 +1280,21 @@ impl Driver {
         }
     }
 
-    /// Sends what the last inputs made pending: news goes out in `Broadcast` messages once
-    /// it has waited [`FLUSH_LINGER`] for more (at once when a window's worth waits; call
-    /// again by [`Driver::next_deadline`]). Up to g rounds, each handing foca the next window
-    /// of the relay queue if it holds nothing and sending what it holds to g members (items
-    /// are handed for g transmissions, so one round takes each to g distinct members).
+    /// Sends what the last inputs made pending: news goes out at once in `Broadcast`
+    /// messages. Up to g rounds, each handing foca the next window of the relay queue if it
+    /// holds nothing and sending what it holds to g members (items are handed for g
+    /// transmissions, so one round takes each to g distinct members).
     pub fn flush<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
-        if !self.broadcast_pending {
-            return;
-        }
-        let since = *self.pending_since.get_or_insert(now);
-        let window_waits = {
-            let relays = lock(&self.relays);
-            relays.queue.bytes() * usize::from(relays.transmissions) >= WINDOW_BYTES
-        };
-        if now < since + FLUSH_LINGER && !window_waits && !self.stopped() {
-            return;
-        }
-        self.broadcast_pending = false;
-        self.pending_since = None;
-        if self.stopped() {
-            return;
-        }
-        for _ in 0..self.foca_config.num_indirect_probes.get() {
-            self.foca_call(now, out, |foca, rt| foca.broadcast(rt));
-            if self.foca.custom_broadcast_backlog() == 0 && lock(&self.relays).queue.is_empty() {
-                break;
+        if std::mem::take(&mut self.broadcast_pending) && !self.stopped() {
+            for _ in 0..self.foca_config.num_indirect_probes.get() {
+                self.foca_call(now, out, |foca, rt| foca.broadcast(rt));
+                if self.foca.custom_broadcast_backlog() == 0 && lock(&self.relays).queue.is_empty()
+                {
+                    break;
+                }
             }
+            self.settle(now);
         }
-        self.settle(now);
     }
 
     /// Leaves on purpose: tells every active member first (so they record `left`, not

@@ -55,8 +55,6 @@ pub struct RelayQueue {
     order: BTreeMap<u64, ItemName>,
     waiting: HashMap<ItemName, Waiting>,
     next_seq: u64,
-    /// The encoded size of every item waiting.
-    bytes: usize,
 }
 
 impl RelayQueue {
@@ -68,19 +66,12 @@ impl RelayQueue {
         self.waiting.is_empty()
     }
 
-    /// The encoded size of every item waiting.
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
     /// Queues an item version as the newest, replacing an older version of the same name.
     pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>) {
         let name = key.name();
         if let Some(old) = self.waiting.remove(&name) {
             self.order.remove(&old.seq);
-            self.bytes -= old.data.len();
         }
-        self.bytes += data.len();
         self.next_seq += 1;
         let seq = self.next_seq;
         self.order.insert(seq, name.clone());
@@ -109,7 +100,6 @@ impl RelayQueue {
             bytes += size;
             let name = entry.remove();
             let waiting = self.waiting.remove(&name).expect("ordered names wait");
-            self.bytes -= waiting.data.len();
             window.push(Handed {
                 key: waiting.key,
                 data: waiting.data,
@@ -172,11 +162,10 @@ mod tests {
         q.push(key("x", 1), b"v1".to_vec());
         q.push(key("y", 1), b"y1".to_vec());
         q.push(key("x", 2), b"v2!".to_vec());
-        assert_eq!((q.len(), q.bytes()), (2, 5));
+        assert_eq!(q.len(), 2);
         assert_eq!(names(&q.take_window(3, 8, 100)), ["x:v2!", "y:y1"]);
         q.push(key("x", 3), b"v3".to_vec());
         assert_eq!(names(&q.take_window(3, 8, 100)), ["x:v3"]);
         assert!(q.is_empty());
-        assert_eq!(q.bytes(), 0);
     }
 }

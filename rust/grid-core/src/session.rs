@@ -97,6 +97,40 @@ pub struct SessionStats {
     pub hellos_received: u64,
     /// On-demand answers not sent because the second's budget was spent.
     pub answers_withheld: u64,
+    /// Messages sent, and their bytes (sealed, before encryption), by kind: indexed like
+    /// [`MESSAGE_KINDS`].
+    pub sent: [KindCount; MESSAGE_KINDS.len()],
+    /// Messages accepted (verified), by kind.
+    pub accepted: [KindCount; MESSAGE_KINDS.len()],
+}
+
+/// The message kinds, in order of their kind byte (0x01 first), as stats name them.
+pub const MESSAGE_KINDS: [&str; 8] = [
+    "foca",
+    "sync_request",
+    "sync_response",
+    "leave",
+    "hello",
+    "conflict",
+    "digest",
+    "repair",
+];
+
+/// How many messages of one kind, and their bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KindCount {
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+fn count_kind(counts: &mut [KindCount; MESSAGE_KINDS.len()], message: &[u8]) {
+    if let Some(count) = message
+        .first()
+        .and_then(|kind| counts.get_mut(usize::from(*kind).wrapping_sub(1)))
+    {
+        count.messages += 1;
+        count.bytes += message.len() as u64;
+    }
 }
 
 struct Sender {
@@ -230,6 +264,7 @@ impl Session {
             self.send_hello(now, to, false, out);
         }
         self.seal(now, addr, message);
+        count_kind(&mut self.stats.sent, message);
         out.send(to, message);
     }
 
@@ -262,6 +297,7 @@ impl Session {
         self.seal(now, addr, &mut hello);
         remember(&mut self.introduced, addr, now, INTRODUCTION_REFRESH);
         self.stats.hellos_sent += 1;
+        count_kind(&mut self.stats.sent, &hello);
         out.send(to, &hello);
     }
 
@@ -338,6 +374,7 @@ impl Session {
         if !self.authority.is_unsigned() {
             self.record(now, &envelope);
         }
+        count_kind(&mut self.stats.accepted, message);
         Verdict::Accepted(envelope)
     }
 

@@ -15,6 +15,7 @@ use grid_core::frame::DropReason;
 use grid_core::identity::NodeId;
 use grid_core::lanes::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN};
 use grid_core::node::{wall_clock, Node, NodeError, NodeSettings, NodeTrust};
+use grid_core::session::MESSAGE_KINDS;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 
@@ -384,6 +385,19 @@ impl SwimNode {
         out.insert("dropped".to_owned(), dropped_total);
         for (kind, count) in FOCA_ERROR_KINDS.iter().zip(d.foca_errors) {
             out.insert(format!("foca_error_{kind}"), count);
+        }
+        let session = d.session;
+        for (i, kind) in MESSAGE_KINDS.iter().enumerate() {
+            out.insert(format!("messages_sent_{kind}"), session.sent[i].messages);
+            out.insert(format!("message_bytes_sent_{kind}"), session.sent[i].bytes);
+            out.insert(
+                format!("messages_accepted_{kind}"),
+                session.accepted[i].messages,
+            );
+            out.insert(
+                format!("message_bytes_accepted_{kind}"),
+                session.accepted[i].bytes,
+            );
         }
         out
     }

@@ -545,10 +545,7 @@ fn advance(slot: &mut Slot, node: u32, world: &World, end: Duration) {
                 codec,
             };
             match &delivery {
-                None => {
-                    driver.handle_timers(at, &mut wire);
-                    driver.flush(at, &mut wire);
-                }
+                None => driver.handle_timers(at, &mut wire),
                 Some(delivery) => {
                     driver.handle_datagram(at, &delivery.message, &mut wire);
                     driver.flush(at, &mut wire);
