@@ -276,6 +276,9 @@ class SiteEngine:
         self._network = network
         self._sites: dict[str, GridSite] = {}
         self._providers: dict[str, InferenceProvider] = {}
+        self._observing: tuple[InferenceProvider, ...] = ()
+        """The providers this site observes, in name order: worked out when the resources
+        change, since every pass reads them several times."""
         self._grid_id = network.spec.grid_id or grid_id
         self._probe_interval_s = probe_interval_s
         self._members: dict[str, MemberInfo] = {}
@@ -359,6 +362,14 @@ class SiteEngine:
             self._grid_id = network.spec.grid_id
         self._sites = {s.metadata.name: s for s in sites if s.spec.grid_network_ref == name}
         self._providers = {p.metadata.name: p for p in providers if p.spec.grid_network_ref == name}
+        local = self._sites.get(self._site)
+        labels = local.metadata.labels if local is not None else None
+        self._observing = tuple(
+            provider
+            for _, provider in sorted(self._providers.items())
+            if provider.spec.site_selector is None
+            or (labels is not None and selector_matches(provider.spec.site_selector, labels))
+        )
         observed = {p.metadata.name for p in self._observed_providers()}
         for gone in set(self._observed) - observed:
             del self._observed[gone]
@@ -785,17 +796,9 @@ class SiteEngine:
         if known and min(known) != self._grid_id:
             self._grid_id = min(known)
 
-    def _observed_providers(self) -> list[InferenceProvider]:
+    def _observed_providers(self) -> tuple[InferenceProvider, ...]:
         """Providers this site observes: those sitting here and those tied to no site."""
-        local = self._sites.get(self._site)
-        labels = local.metadata.labels if local is not None else None
-        found = []
-        for name in sorted(self._providers):
-            provider = self._providers[name]
-            selector = provider.spec.site_selector
-            if selector is None or (labels is not None and selector_matches(selector, labels)):
-                found.append(provider)
-        return found
+        return self._observing
 
     def _write_own_records(self, now: datetime) -> None:
         moment = now.timestamp()
