@@ -12,7 +12,10 @@ sent and received per second: with no items (membership alone) and with them, fo
 signals pages and for catalogue-like items, so the bytes each published item costs every
 node is measured at each size, and the ratio between sizes is the relay factor. It also
 reports the share of published versions each node received (median and lowest node), and
-of those the share repair by pull brought (docs/swim.md), the rest push gossip.
+of those the share repair by pull brought (docs/swim.md), the rest push gossip. "updates
+tx" is the budget of membership updates at that size (`max_transmissions`); items go to g
+members from every node that takes them in, whatever the size. Membership includes the
+repair digests.
 
     .venv/bin/python bench/bench_gossip_relay.py [--nodes 6 101] [--rate 20] [--seconds 40]
 """
@@ -147,12 +150,12 @@ def main() -> int:
     args = parser.parse_args()
     results = [result for n in args.nodes for result in measure(n, args.rate, args.seconds)]
     print(
-        f"{'kind':>9} {'nodes':>5} {'max tx':>6} {'membership in/out B/s':>22} "
+        f"{'kind':>9} {'nodes':>5} {'updates tx':>10} {'membership in/out B/s':>22} "
         f"{'per item in/out B per node':>27} {'received median/lowest':>23} {'repaired':>8}"
     )
     for r in results:
         print(
-            f"{r['kind']:>9} {r['nodes']:>5} {r['max_transmissions']:>6} "
+            f"{r['kind']:>9} {r['nodes']:>5} {r['max_transmissions']:>10} "
             f"{r['idle_in']:>10,.0f} /{r['idle_out']:>9,.0f} "
             f"{r['item_in']:>13,.0f} /{r['item_out']:>11,.0f} "
             f"{r['received_median']:>13.1%} /{r['received_lowest']:>7.1%} "
