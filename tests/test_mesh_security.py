@@ -480,15 +480,20 @@ def test_a_key_holders_digests_get_bounded_answers_and_its_repairs_only_signed_i
             empty += bytes(8)
 
             def answers(seconds: float) -> list[Parsed]:
-                mallory.sock.settimeout(seconds)
+                """The repair messages site-a sends mallory within ``seconds`` (it sends
+                other messages too: probes, digests)."""
+                deadline = time.monotonic() + seconds
                 got = []
-                try:
-                    while True:
-                        parsed = parse(open_frame(key, mallory.sock.recv(65536)))
-                        if parsed.envelope.kind == KIND_REPAIR:
-                            got.append(parsed)
-                except TimeoutError:
-                    return got
+                while (left := deadline - time.monotonic()) > 0:
+                    mallory.sock.settimeout(left)
+                    try:
+                        datagram = mallory.sock.recv(65536)
+                    except TimeoutError:
+                        break
+                    parsed = parse(open_frame(key, datagram))
+                    if parsed.envelope.kind == KIND_REPAIR:
+                        got.append(parsed)
+                return got
 
             # Two digests at once, until site-a has held the items for the settle time: the
             # first is answered, the second held back (one answer per 250 ms per sender).
