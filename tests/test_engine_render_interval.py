@@ -5,8 +5,10 @@ turn comes (never lost). Unit tests with an explicit ``now``, and one agent end 
 
 from __future__ import annotations
 
+import asyncio
 import json
-from datetime import datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -507,3 +509,56 @@ spec:
         await endpoint.stop()
     # A graceful stop leaves the overlay with the last inputs; a crash leaves it as it was.
     assert overlay_queue_score(lab.overlay) == (0.0 if leave else held)
+
+
+async def test_received_items_alone_take_no_pass_before_their_render_is_due(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A burst of one: the first render spends it, and the next change waits 2 s.
+    monkeypatch.setattr(engine_module, "RENDER_BURST", 1)
+    lab.write(
+        "00-network.yaml",
+        f"""\
+apiVersion: grid.praxis-proxy.io/v1alpha1
+kind: GridNetwork
+metadata: {{name: {NETWORK}}}
+spec:
+  gridId: lab-grid
+  gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
+  renderInterval: 2s
+""",
+    )
+    lab.write("10-site.yaml", SITE_YAML)
+    # Nothing else wakes the loop meanwhile: no providers, slow ticks, probes and reloads.
+    agent = Agent(lab.options(tick_s=30.0, probe_interval_s=60.0, reload_interval_s=60.0))
+    await agent.start()
+    try:
+        runtime = agent.networks[NETWORK]
+        e = runtime.engine
+        await eventually("the first render", lambda: e.ranking is not None)
+        passes: list[float] = []
+        take_pass = runtime._refresh
+
+        def counted(*, final: bool = False) -> float | None:
+            passes.append(time.monotonic())
+            return take_pass(final=final)
+
+        monkeypatch.setattr(runtime, "_refresh", counted)
+        # A change the engine took in (as a received item's is), and its render held back.
+        now = datetime.now(UTC)
+        e.member_up("peer-x", "192.0.2.9:7946", 1, now)
+        due = e.render_due_at(now)
+        assert due is not None and due > now
+        woken = time.monotonic()
+        for _ in range(5):
+            runtime._items_applied()
+            await asyncio.sleep(0)
+        await eventually("the render pass", lambda: bool(passes), timeout=5.0)
+        assert passes[0] - woken >= (due - now).total_seconds() - 0.05
+        await asyncio.sleep(0)
+        assert len(passes) == 1
+        # Anything else the engine depends on takes a pass at once.
+        runtime.wake()
+        await eventually("a pass for another input", lambda: len(passes) == 2, timeout=1.0)
+    finally:
+        await agent.stop()

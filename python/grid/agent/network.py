@@ -5,7 +5,6 @@ observations run in the shell-neutral :mod:`grid.runtime`."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -93,6 +92,8 @@ class NetworkRuntime:
         self._keyring: Keyring | None = None
         self._key_error: str | None = None
         self._wake = asyncio.Event()
+        self._pass_wanted = False
+        """Whether something other than received items woke the refresh loop."""
         self._tasks = Tasks(_log, self.where)
         self.swim = SwimDriver(
             Notices(_log, self.where),
@@ -101,6 +102,7 @@ class NetworkRuntime:
             self.wake,
             on_published=self._published,
             on_conflict=self._name_conflict,
+            on_applied=self._items_applied,
         )
         self.observers = Observers(
             session=shared.session,
@@ -167,6 +169,12 @@ class NetworkRuntime:
 
     def wake(self) -> None:
         """Refresh the engine as soon as possible (something it depends on changed)."""
+        self._pass_wanted = True
+        self._wake.set()
+
+    def _items_applied(self) -> None:
+        """Received items changed the engine's state: what that needs is a render, which
+        the engine paces, so the loop takes a pass only once the render is due."""
         self._wake.set()
 
     def use_prober(self, prober: SiteProber) -> None:
@@ -271,14 +279,27 @@ class NetworkRuntime:
                 timeout = min(timeout, max(render_due - time.monotonic(), 0.0))
             # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
             # that races with the event being set, and the loop would never stop.
-            with contextlib.suppress(TimeoutError):
+            ticked = False
+            try:
                 async with asyncio.timeout(timeout):
                     await self._wake.wait()
+            except TimeoutError:
+                ticked = True
             self._wake.clear()
             if render_due is not None and time.monotonic() < render_due:
                 # A render is already due then: what woke the loop (a burst of received
                 # items) joins it rather than costing a pass of its own.
                 continue
+            if not ticked and not self._pass_wanted:
+                # Only received items: a pass now would only learn when to render them.
+                now = utc_now()
+                due = self.engine.render_due_at(now)
+                if due is None:
+                    continue
+                if due > now:
+                    render_due = time.monotonic() + (due - now).total_seconds()
+                    continue
+            self._pass_wanted = False
             render_due = None
             try:
                 await self._ensure_node()

@@ -684,7 +684,7 @@ class SiteEngine:
         self._evaluate_sites(now)
         if self._stale_at is not None and now.timestamp() > self._stale_at:
             self._dirty = True
-        render_at = self._render_due_at(now)
+        render_at = self.render_due_at(now)
         rendered = render_at is not None and (flush or render_at <= now)
         if rendered:
             self._dirty = False
@@ -725,10 +725,11 @@ class SiteEngine:
             return interval
         return max(interval, min(MAX_RENDER_SPACING, timedelta(seconds=cost / RENDER_SHARE)))
 
-    def _render_due_at(self, now: datetime) -> datetime | None:
+    def render_due_at(self, now: datetime) -> datetime | None:
         """When the pending change should be rendered: at once while the renders so far
         keep within one per render spacing (with room for a burst), else when the pacing
-        allows the next one; None when nothing changed."""
+        allows the next one; None when nothing changed. A shell woken by received items
+        alone needs no :meth:`refresh` before then."""
         if not self._dirty:
             return None
         tokens = self._render_tokens_now(now)

@@ -76,7 +76,9 @@ class SwimDriver:
 
     Counts what it moves: :attr:`published` by lane, :attr:`received` by lane and outcome,
     :attr:`refused` by error, :attr:`name_conflicts` by outcome; ``on_published``,
-    ``on_received`` and ``on_conflict`` hear of each one too.
+    ``on_received`` and ``on_conflict`` hear of each one too. ``wake`` is called when the
+    engine should take a pass; an item that changed the engine's state calls
+    ``on_applied`` instead, if given (its only effect is a render, which the engine paces).
     """
 
     def __init__(
@@ -89,11 +91,13 @@ class SwimDriver:
         on_published: Callable[[Item], None] | None = None,
         on_received: Callable[[str, ItemOutcome], None] | None = None,
         on_conflict: ConflictListener | None = None,
+        on_applied: Callable[[], None] | None = None,
     ) -> None:
         self._notices = notices
         self._log = logger
         self._engine_of = engine_of
         self._wake = wake
+        self._on_applied = on_applied or wake
         self._on_published = on_published
         self._on_received = on_received
         self._on_conflict = on_conflict
@@ -424,7 +428,7 @@ class SwimDriver:
             if self._on_received is not None:
                 self._on_received(event.lane, outcome)
             if outcome is ItemOutcome.APPLIED:
-                self._wake()
+                self._on_applied()
             return
         if event.kind in ("member_up", "member_renamed"):
             engine.member_up(event.site, event.address, event.generation, now)
