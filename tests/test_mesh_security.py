@@ -495,26 +495,24 @@ def test_a_key_holders_digests_get_bounded_answers_and_its_repairs_only_signed_i
                         got.append(parsed)
                 return got
 
-            # Two digests at once, until site-a has held the items for the settle time: the
-            # first is answered, the second held back (one answer per 250 ms per sender).
-            answer: list[Parsed] = []
-            rounds = 0
+            # Two digests at once, round after round, until site-a has held enough of the
+            # items for the settle time to fill an answer: each first digest is answered with
+            # at most 4 messages, each second one held back (one answer per 250 ms a sender).
+            rounds: list[list[Parsed]] = []
 
-            def answered() -> bool:
-                nonlocal rounds
-                rounds += 1
+            def answered_in_full() -> bool:
                 for _ in range(2):
                     mallory.send(a, mallory.forger.frame(KIND_DIGEST, empty, Identity.of(a)))
-                answer.extend(answers(0.3))
-                return bool(answer)
+                rounds.append(answers(0.3))
+                return len(rounds[-1]) == 4
 
             held_back = a.stats()["digests_held_back"]
-            wait_until(answered, 5, "an answer to the digest")
-            assert a.stats()["digests_held_back"] == held_back + rounds
-            # At most 4 messages of site-b's own signed items, whatever the digest says.
-            assert 1 <= len(answer) <= 4
-            items = [item for parsed in answer for item in parsed.items]
-            assert len(items) >= 4
+            wait_until(answered_in_full, 10, "an answer of four messages")
+            assert a.stats()["digests_held_back"] == held_back + len(rounds)
+            assert all(len(answer) <= 4 for answer in rounds)
+            # Site-b's own signed items, one a message (each is about 1 KB).
+            items = [item for parsed in rounds[-1] for item in parsed.items]
+            assert len(items) == 4
             assert {(item.origin, item.version) for item in items} == {("site-b", 1)}
 
             # A repair carries items like any sync: one of site-b's, signed by mallory, is
