@@ -81,6 +81,9 @@ pub const CATCH_UP_PAUSE: Duration = Duration::from_secs(1);
 /// The walk never moves past a chunk still missing then: the next sync resumes after the
 /// chunks received from the first without a gap.
 pub const SYNC_ANSWER_WAIT: Duration = Duration::from_secs(2);
+/// Senders whose last digest answer is remembered (for the one answer per half interval);
+/// past it, those answered more than an interval ago are forgotten.
+const DIGEST_SENDERS_REMEMBERED: usize = 4096;
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
 /// What screening does with one gossiped member entry.
@@ -1238,7 +1241,7 @@ impl Driver {
         let Some(key) = news else {
             return Ok(false);
         };
-        lock(&self.relays).push(key, self.scratch.clone());
+        lock(&self.relays).queue.push(key, self.scratch.clone());
         self.stats.items_published += 1;
         self.broadcast_pending = true;
         Ok(true)
@@ -1643,7 +1646,7 @@ impl Driver {
                 return Ok(());
             }
         }
-        if self.digests_answered_at.len() >= LEFT_CAPACITY {
+        if self.digests_answered_at.len() >= DIGEST_SENDERS_REMEMBERED {
             let stale = now.saturating_sub(REPAIR_INTERVAL);
             self.digests_answered_at.retain(|_, at| *at >= stale);
         }
@@ -1675,18 +1678,10 @@ impl Driver {
     /// Takes the items of an answer to a digest (any chunk alone: they are independent).
     fn handle_repair(&mut self, body: &[u8]) -> Result<(), WireError> {
         let mut r = Reader::new(body);
-        NodeId::decode(&mut r, &self.interner)?;
-        let _answer_id = r.u32()?;
-        let index = r.u16()?;
-        let count = r.u16()?;
-        if index >= count {
-            return Err(WireError::TrailingBytes);
-        }
+        read_chunk_header(&mut r, &self.interner)?;
         let mut items = Vec::new();
         while !r.is_empty() {
-            let tag = r.u8()?;
-            let len = usize::from(r.u16()?);
-            let body = r.bytes(len)?;
+            let (tag, body) = read_entry(&mut r)?;
             if tag != ENTRY_ITEM {
                 return Err(WireError::BadEntry(tag));
             }
@@ -1893,13 +1888,11 @@ impl Driver {
     ) -> Result<(), WireError> {
         // Decode the whole chunk before applying any of it.
         let mut r = Reader::new(body);
-        NodeId::decode(&mut r, &self.interner)?;
-        let sync_id = r.u32()?;
-        let index = r.u16()?;
-        let count = r.u16()?;
-        if index >= count {
-            return Err(WireError::TrailingBytes);
-        }
+        let ChunkHeader {
+            id: sync_id,
+            index,
+            count,
+        } = read_chunk_header(&mut r, &self.interner)?;
         let sender = sender.clone();
         let mut loud = Vec::new();
         let mut quiet = Vec::new();
@@ -1909,9 +1902,7 @@ impl Driver {
         let mut resume = None;
         let mut walk_end = None;
         while !r.is_empty() {
-            let tag = r.u8()?;
-            let len = usize::from(r.u16()?);
-            let body = r.bytes(len)?;
+            let (tag, body) = read_entry(&mut r)?;
             match tag {
                 ENTRY_MEMBER => {
                     let mut er = Reader::new(body);
@@ -2084,6 +2075,35 @@ impl Driver {
         });
         Ok(())
     }
+}
+
+/// What a sync or repair chunk says of itself, after its sender's identity.
+struct ChunkHeader {
+    id: u32,
+    index: u16,
+    count: u16,
+}
+
+/// Reads a chunk's sender identity, id, index and count (what [`ChunkWriter`] writes); an
+/// index past the count makes the chunk malformed.
+fn read_chunk_header(r: &mut Reader<'_>, interner: &Interner) -> Result<ChunkHeader, WireError> {
+    NodeId::decode(r, interner)?;
+    let header = ChunkHeader {
+        id: r.u32()?,
+        index: r.u16()?,
+        count: r.u16()?,
+    };
+    if header.index >= header.count {
+        return Err(WireError::TrailingBytes);
+    }
+    Ok(header)
+}
+
+/// Reads one chunk entry: `tag u8 | len u16 | body`.
+fn read_entry<'a>(r: &mut Reader<'a>) -> Result<(u8, &'a [u8]), WireError> {
+    let tag = r.u8()?;
+    let len = usize::from(r.u16()?);
+    Ok((tag, r.bytes(len)?))
 }
 
 fn encode_certificate_entry(site: &str, chain: &[Vec<u8>], out: &mut Vec<u8>) {

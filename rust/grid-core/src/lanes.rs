@@ -915,11 +915,6 @@ impl Relays {
         }
     }
 
-    /// Queues a news item.
-    pub fn push(&mut self, key: BroadcastKey, data: Vec<u8>) {
-        self.queue.push(key, data);
-    }
-
     /// Names the item the next `add_broadcast` hands foca.
     pub fn hand(&mut self, key: BroadcastKey) {
         self.handing = Some(key);
@@ -949,7 +944,7 @@ impl BroadcastHandler<NodeId> for ItemHandler {
         }
         let news = lock(&self.store).accept(data, true);
         if let Some(key) = news {
-            lock(&self.relays).push(key, data.to_vec());
+            lock(&self.relays).queue.push(key, data.to_vec());
         }
         Ok(None)
     }
