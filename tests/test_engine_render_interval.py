@@ -394,6 +394,18 @@ def lab(tmp_path: Path) -> Lab:
     return Lab(tmp_path)
 
 
+def lab_network_yaml(render_interval: str) -> str:
+    return f"""\
+apiVersion: grid.praxis-proxy.io/v1alpha1
+kind: GridNetwork
+metadata: {{name: {NETWORK}}}
+spec:
+  gridId: lab-grid
+  gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
+  renderInterval: {render_interval}
+"""
+
+
 def metrics_provider_yaml(name: str, endpoint: DemoProvider) -> str:
     return f"""\
 apiVersion: grid.praxis-proxy.io/v1alpha1
@@ -429,15 +441,7 @@ async def test_a_metric_change_reaches_the_overlay_file_promptly(lab: Lab) -> No
     await endpoint.start()
     lab.write(
         "00-network.yaml",
-        f"""\
-apiVersion: grid.praxis-proxy.io/v1alpha1
-kind: GridNetwork
-metadata: {{name: {NETWORK}}}
-spec:
-  gridId: lab-grid
-  gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
-  renderInterval: 1s
-""",
+        lab_network_yaml("1s"),
     )
     lab.write("10-site.yaml", SITE_YAML)
     lab.write("20-llama.yaml", metrics_provider_yaml("llama-a", endpoint))
@@ -473,15 +477,7 @@ async def test_a_graceful_stop_renders_a_change_still_held_back(
     await endpoint.start()
     lab.write(
         "00-network.yaml",
-        f"""\
-apiVersion: grid.praxis-proxy.io/v1alpha1
-kind: GridNetwork
-metadata: {{name: {NETWORK}}}
-spec:
-  gridId: lab-grid
-  gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
-  renderInterval: 10s
-""",
+        lab_network_yaml("10s"),
     )
     lab.write("10-site.yaml", SITE_YAML)
     lab.write("20-llama.yaml", metrics_provider_yaml("llama-a", endpoint))
@@ -518,15 +514,7 @@ async def test_received_items_alone_take_no_pass_before_their_render_is_due(
     monkeypatch.setattr(engine_module, "RENDER_BURST", 1)
     lab.write(
         "00-network.yaml",
-        f"""\
-apiVersion: grid.praxis-proxy.io/v1alpha1
-kind: GridNetwork
-metadata: {{name: {NETWORK}}}
-spec:
-  gridId: lab-grid
-  gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
-  renderInterval: 2s
-""",
+        lab_network_yaml("2s"),
     )
     lab.write("10-site.yaml", SITE_YAML)
     # Nothing else wakes the loop meanwhile: no providers, slow ticks, probes and reloads.
