@@ -29,10 +29,10 @@ from grid.crdt.records import ProviderRecord
 from grid.crdt.snapshot import GATEWAY_LANE, Item
 from grid.crdt.state import GridState
 from grid.engine.candidates import (
+    LocalCandidates,
     LocalView,
     RemoteCandidates,
     RemoteSite,
-    local_candidates,
 )
 from grid.engine.records import (
     gateway_record,
@@ -298,6 +298,7 @@ class SiteEngine:
         self._not_offered: tuple[tuple[str, str], ...] = ()
         self._cert_pem: str | None = None
         self._advertised: dict[str, _AdvertisedCert] = {}
+        self._local_candidates = LocalCandidates()
         self._remote_candidates = RemoteCandidates()
         self._scoring_memo = ScoringMemo()
         self._documents = DocumentMemo()
@@ -1050,7 +1051,7 @@ class SiteEngine:
             self._ranking = None
             return
         try:
-            what_if = local_candidates(
+            what_if = self._local_candidates.of(
                 self._network,
                 gateway=gateways[0],
                 site_name=self._site,
