@@ -780,3 +780,27 @@ def test_routes_kept_across_passes_never_change_a_ranking(
         without = rank(*current, now=moment, stale_after_seconds=600)
         assert_ranked_alike(with_memo, without, step)
         current = replace_some(current, replacements, rng)
+
+
+def test_a_route_ranked_again_keeps_its_winner_while_nothing_about_it_changed() -> None:
+    """Another candidate of its route changed: the winner is the object of the last pass
+    (the overlay's document of it is not built again). The winner itself changed: a new
+    one."""
+    memo = ScoringMemo()
+
+    def ranked(*block: CandidateInput) -> Ranking:
+        return rank_candidates([], CONSUMER, CONFIG, NOW, memo=memo, routes=[block])
+
+    best = candidate("best", cluster="shared", metrics=Metrics(queue_depth=0.0))
+    other = candidate("other", cluster="shared", metrics=Metrics(queue_depth=30.0))
+    first = ranked(best, other)
+    busier = dataclasses.replace(other, metrics=Metrics(queue_depth=35.0))
+    second = ranked(best, busier)
+    assert second.candidates[0] is first.candidates[0]
+    assert left_out(second) == {"other": LeftOutReason.DUPLICATE_ROUTE}
+    loaded = dataclasses.replace(best, metrics=Metrics(queue_depth=1.0))
+    third = ranked(loaded, busier)
+    assert third.candidates[0] is not second.candidates[0]
+    assert third.candidates[0].candidate is loaded
+    excluded = dataclasses.replace(loaded, healthy=False)
+    assert providers(ranked(excluded, busier)) == ["other"]

@@ -209,7 +209,8 @@ class ScoringMemo:
     same object (its candidates are immutable) is not looked at again while none of its
     candidates can have gone stale, and the consumer, the scoring configuration and the TTL
     stay the same; in a route given anew, a candidate object seen before is not scored
-    again. Holds the routes of the latest pass only."""
+    again, and the route's winner stays the same :class:`RankedCandidate` object while
+    nothing about it changed. Holds the routes of the latest pass only."""
 
     def __init__(self) -> None:
         self._basis: tuple[ConsumingSite, ScoringConfig, float | None] | None = None
@@ -456,6 +457,9 @@ class _RouteRanker:
         consumer_labels = self.consumer.labels
         now_seconds, ttl = self.now_seconds, self.ttl
         earlier = known.scored if known is not None else {}
+        # Last pass's winner is kept as the same object when nothing about it changed, so
+        # that what is built from it (the overlay's document of it) is not built again.
+        held_winner = known.winner if known is not None else None
         scored: dict[int, _Scored] = {}
         seen: set[CandidateKey] = set()
         entries: list[RankedCandidate] = []
@@ -528,6 +532,16 @@ class _RouteRanker:
                 continue
             _, _, signals, score, tier = values
             fresh = not (candidate.degraded or stale)
+            if (
+                held_winner is not None
+                and held_winner[0] is candidate
+                and held_winner[1] is signals
+                and held_winner[3] is admission
+                and held_winner[5] is fresh
+                and held_winner[6] is self.weights
+            ):
+                entries.append(held_winner)
+                continue
             # tuple.__new__ rather than RankedCandidate(...): the named tuple's own __new__
             # is a Python function that costs three times as much.
             entries.append(
