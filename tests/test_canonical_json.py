@@ -26,7 +26,12 @@ from grid import _native
 from grid.errors import CanonicalJsonError
 from grid.models.common import BackendKind, ScoringConfig, ScoringWeights
 from grid.render.digest import CONTENT_MEMBERS, content_digest, document_json_and_digest
-from grid.render.overlay import OverlayScope, OverlaySource, render_overlay
+from grid.render.overlay import (
+    OverlayScope,
+    OverlaySource,
+    candidate_document,
+    render_overlay,
+)
 from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography, Metrics, SecretRef
 from grid.scoring.ranking import rank_candidates
 from grid.scoring.signals import DECIMALS, ScoreBreakdown, SignalValues, score_breakdown
@@ -309,6 +314,53 @@ def test_document_json_and_digest_refuses_a_missing_member() -> None:
     assert CONTENT_MEMBERS == ("network", "local_site", "candidates")
 
 
+def random_objects(seed: int) -> list[dict[str, Any]]:
+    """Objects of random members, none named ``rank``: some sort before it, some after."""
+    rng = random.Random(seed)
+    objects = []
+    for _ in range(rng.randint(0, 12)):
+        value = random_value(rng, 1)
+        if not isinstance(value, dict):
+            value = {}
+        value.pop("rank", None)
+        for name in rng.sample(["a", "rank_", "ran", "z", "\U0001f600", ""], rng.randint(0, 3)):
+            value[name] = random_value(rng, 3)
+        objects.append(value)
+    return objects
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_object_forms_are_the_objects_with_their_index(seed: int) -> None:
+    objects = random_objects(seed)
+    forms = [_native.ObjectForms(value, "rank") for value in objects]
+    plain = [{**value, "rank": index} for index, value in enumerate(objects)]
+    assert _native.canonical_json(forms) == rfc8785.dumps(plain)
+    assert _native.compact_json(forms) == compact(plain)
+    # Inside the content of a document, where both forms are written in one walk.
+    overlay = {"network": "mesh", "local_site": "east", "candidates": forms}
+    encoded, digest = document_json_and_digest({"overlay": overlay, "at": PENDING}, PENDING)
+    assert digest == content_digest("mesh", "east", plain)
+    assert encoded == compact({"overlay": {**overlay, "candidates": plain}, "at": digest})
+
+
+def test_object_forms_refusals_name_the_problem() -> None:
+    with pytest.raises(CanonicalJsonError, match='already has member "rank"'):
+        _native.ObjectForms({"name": "a", "rank": 3}, "rank")
+    with pytest.raises(CanonicalJsonError, match=r"NaN is not a JSON number at \$.score"):
+        _native.ObjectForms({"name": "a", "score": math.nan}, "rank")
+    forms = _native.ObjectForms({"name": "a"}, "rank")
+    for outside in (forms, {"one": forms}):
+        with pytest.raises(CanonicalJsonError, match="as list elements only"):
+            _native.canonical_json(outside)
+        with pytest.raises(CanonicalJsonError, match="as list elements only"):
+            _native.compact_json(outside)
+    overlay = {"network": "mesh", "local_site": forms, "candidates": []}
+    with pytest.raises(
+        CanonicalJsonError, match=r"list elements only \(for their index\) at \$.overlay.local_site"
+    ):
+        document_json_and_digest({"overlay": overlay}, PENDING)
+
+
 def test_rendered_overlay_is_what_the_references_write() -> None:
     now = datetime(2026, 7, 29, 12, 0, tzinfo=UTC)
     rng = random.Random(16)
@@ -332,8 +384,12 @@ def test_rendered_overlay_is_what_the_references_write() -> None:
     scope = OverlayScope("mesh", "gw", "grid-system", "site-0")
     rendered = render_overlay(ranking, scope, OverlaySource("mesh", "uid", 3), now)
     document = rendered.document
-    assert rendered.text.encode() == compact(document)
+    # Each candidate as the plain dict it stands for: the rendered text is json.dumps of it.
+    expected = [candidate_document(entry, rank) for rank, entry in enumerate(rendered.candidates)]
     overlay = document["overlay"]
+    assert rendered.text.encode() == compact(
+        {**document, "overlay": {**overlay, "candidates": expected}}
+    )
     content = {name: overlay[name] for name in CONTENT_MEMBERS}
     assert rendered.revision == hashlib.sha256(rfc8785.dumps(content)).hexdigest()
     assert document["revision"]["value"] == document["content_digest"]["value"] == rendered.revision

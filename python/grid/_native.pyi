@@ -12,6 +12,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "MAX_KEY_LEN",
     "Keyring",
+    "ObjectForms",
     "Simulation",
     "SwimNode",
     "__version__",
@@ -54,6 +55,16 @@ def compact_json_and_digest(
     """``compact_json(document)`` with the digest written where ``digest_placeholder`` (by
     identity) stands, and ``canonical_digest({name: document[holder][name] for name in
     content})``, from one walk."""
+
+@final
+class ObjectForms:
+    """An object (a dict) written once both ways, compact and canonical, but for one
+    integer member, ``index_member``: a list element that is an ObjectForms is written as
+    its object with that member set to the element's index, last in document order. Raises
+    CanonicalJsonError as the functions above do, and when the object already has
+    ``index_member``; an ObjectForms anywhere but in a list is refused where written."""
+
+    def __new__(cls, value: Mapping[str, object], index_member: str) -> ObjectForms: ...
 
 # --- Score breakdowns (rust/grid-py/src/breakdown.rs) ----------------------------------
 

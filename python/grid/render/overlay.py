@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import compress, islice
 from typing import Any
@@ -32,6 +33,8 @@ MAX_CANDIDATES = 1024
 MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
 _DIGEST_PENDING = object()
 """Where the content digest goes in a document being rendered, until it is known."""
+RANK_MEMBER = "rank"
+"""A candidate's place in the list, 0 first: the last member of its document."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +73,25 @@ class OverlaySource:
 class RenderedOverlay:
     """A rendered document, ready to write under the ConfigMap key."""
 
-    document: Mapping[str, Any]
     text: str
-    """``document`` serialized: what the ConfigMap holds."""
+    """The document serialized: what the ConfigMap holds."""
     revision: str
     candidates: tuple[RankedCandidate, ...]
     """The published candidates, in order."""
     truncated: tuple[LeftOut, ...]
     """Candidates cut to respect :data:`MAX_CANDIDATES`."""
+    _document: Mapping[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def document(self) -> Mapping[str, Any]:
+        """The document as JSON values, read from :attr:`text` when first asked for (a
+        site's renders write the text; only inline gateway configuration, the agent's API
+        and the commands read the values)."""
+        document = self._document
+        if document is None:
+            document = json.loads(self.text)
+            object.__setattr__(self, "_document", document)
+        return document
 
 
 def _check(value: object, what: str) -> None:
@@ -159,50 +173,36 @@ def score_breakdown_documents(entries: Sequence[RankedCandidate]) -> list[dict[s
 
 
 class DocumentMemo:
-    """Each ranked candidate's document but its rank, kept from one render to the next by
-    ranked entry object. Ranking keeps the entry objects of the routes that did not change,
-    so a large mesh's render finds most of its documents here (building them again was a
-    fifth of the render at 100 sites x 100 providers). The documents a render returns are
-    its own dicts; the values inside (score breakdown, credential) are shared with later
-    renders and must not be changed."""
+    """Each ranked candidate's document, written as JSON both ways but for its rank (a
+    ``grid._native.ObjectForms``: the rank is its place in the list), kept from one render
+    to the next by ranked entry object. Ranking keeps the entry objects of the routes that
+    did not change (and a route's winner while nothing about it changed), so a large
+    mesh's render builds and walks only its new candidates' documents: at 100 sites x 100
+    providers, building them all again was a fifth of the render, and walking them all a
+    tenth."""
 
     __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._held: dict[int, tuple[RankedCandidate, dict[str, Any]]] = {}
+        self._held: dict[int, tuple[RankedCandidate, _native.ObjectForms]] = {}
 
-    def documents(self, entries: Sequence[RankedCandidate]) -> list[dict[str, Any]]:
-        """What :func:`candidate_documents` returns for ``entries``; afterwards only these
+    def forms(self, entries: Sequence[RankedCandidate]) -> list[_native.ObjectForms]:
+        """The documents of ``entries``, ranked in the order given; afterwards only these
         entries are held."""
         held = self._held
         new = [entry for entry in entries if held.get(id(entry), (None,))[0] is not entry]
         breakdowns = iter(score_breakdown_documents(new))
-        kept: dict[int, tuple[RankedCandidate, dict[str, Any]]] = {}
-        documents = []
-        for rank, entry in enumerate(entries):
+        kept: dict[int, tuple[RankedCandidate, _native.ObjectForms]] = {}
+        forms = []
+        for entry in entries:
             known = held.get(id(entry))
             if known is None or known[0] is not entry:
-                known = (entry, _candidate_fields(entry, next(breakdowns)))
+                fields = _candidate_fields(entry, next(breakdowns))
+                known = (entry, _native.ObjectForms(fields, RANK_MEMBER))
             kept[id(entry)] = known
-            document = known[1].copy()
-            document["rank"] = rank
-            documents.append(document)
+            forms.append(known[1])
         self._held = kept
-        return documents
-
-
-def candidate_documents(
-    entries: Sequence[RankedCandidate], memo: DocumentMemo | None = None
-) -> list[dict[str, Any]]:
-    """The candidates as the contract spells them, ranked in the order given; with a
-    ``memo`` kept from the last render, those of entries it holds are not built again."""
-    if memo is not None:
-        return memo.documents(entries)
-    breakdowns = score_breakdown_documents(entries)
-    return [
-        _candidate_document(entry, rank, breakdown)
-        for rank, (entry, breakdown) in enumerate(zip(entries, breakdowns, strict=True))
-    ]
+        return forms
 
 
 def candidate_document(entry: RankedCandidate, rank: int) -> dict[str, Any]:
@@ -214,12 +214,12 @@ def _candidate_document(
     entry: RankedCandidate, rank: int, breakdown: dict[str, float]
 ) -> dict[str, Any]:
     document = _candidate_fields(entry, breakdown)
-    document["rank"] = rank
+    document[RANK_MEMBER] = rank
     return document
 
 
 def _candidate_fields(entry: RankedCandidate, breakdown: dict[str, float]) -> dict[str, Any]:
-    """A candidate's document but its ``rank`` (which goes last)."""
+    """A candidate's document but its rank (which goes last)."""
     candidate = entry.candidate
     name, site, cluster = candidate.model, candidate.site, candidate.cluster
     document: dict[str, Any] = {
@@ -275,14 +275,12 @@ def render_overlay(
             tuple(ranking.left_out),
         )
     kept, cut = select_candidates(ranking.candidates, max_candidates)
-    candidates = candidate_documents(kept, documents)
+    candidates = (documents or DocumentMemo()).forms(kept)
     rendered_at = rfc3339(now)
-    revision = {"kind": "content_addressed", "algorithm": "sha256", "value": _DIGEST_PENDING}
-    content_digest = {"algorithm": "sha256", "value": _DIGEST_PENDING}
     document = {
         "schema_version": SCHEMA_VERSION,
-        "revision": revision,
-        "content_digest": content_digest,
+        "revision": {"kind": "content_addressed", "algorithm": "sha256", "value": _DIGEST_PENDING},
+        "content_digest": {"algorithm": "sha256", "value": _DIGEST_PENDING},
         "scope": {
             "network": scope.network,
             "gateway": scope.gateway,
@@ -305,12 +303,9 @@ def render_overlay(
         },
     }
     encoded, digest = document_json_and_digest(document, _DIGEST_PENDING)
-    revision["value"] = content_digest["value"] = digest
     size = len(encoded)
     if size > MAX_DOCUMENT_BYTES:
         raise OverlayRenderError(
             f"the overlay would be {size} bytes, over the contract's {MAX_DOCUMENT_BYTES}"
         )
-    return RenderedOverlay(
-        document=document, text=encoded.decode(), revision=digest, candidates=kept, truncated=cut
-    )
+    return RenderedOverlay(text=encoded.decode(), revision=digest, candidates=kept, truncated=cut)

@@ -2,9 +2,15 @@
 //! compact JSON in document order. Values are walked directly (dict, list, str, int,
 //! float, bool, None and their subclasses); anything else is refused with
 //! `grid.errors.CanonicalJsonError`, whose message names the problem and where it is.
+//!
+//! An [`ObjectForms`] is an object written both ways ahead of time: a list element that is
+//! one is copied in, with its index member set to its place in the list. An overlay's
+//! candidates are kept so from one render to the next, and only the new ones are walked.
 
 use std::cell::RefCell;
+use std::cmp::Ordering;
 use std::fmt::{self, Write as _};
+use std::ops::Range;
 
 use grid_core::canonical::{
     sha256_hex, utf16_order, write_integer, write_safe_integer, write_string, FiniteNumber,
@@ -38,6 +44,10 @@ enum Problem {
     Missing(String),
     /// Python raised writing an integer too large for 64 bits (`int.__repr__`).
     Python(String),
+    /// An [`ObjectForms`] whose object already has the member that is to hold its index.
+    IndexMemberTaken(String),
+    /// An [`ObjectForms`] where no list gives it an index.
+    FormsOutsideList,
 }
 
 impl fmt::Display for Problem {
@@ -61,6 +71,13 @@ impl fmt::Display for Problem {
             Problem::TooDeep => write!(f, "arrays and objects nest deeper than {MAX_DEPTH} levels"),
             Problem::Missing(name) => write!(f, "the object has no member {name:?}"),
             Problem::Python(message) => f.write_str(message),
+            Problem::IndexMemberTaken(name) => write!(
+                f,
+                "the object already has member {name:?}, which is to hold its index"
+            ),
+            Problem::FormsOutsideList => {
+                f.write_str("ObjectForms are written as list elements only (for their index)")
+            }
         }
     }
 }
@@ -270,6 +287,9 @@ impl<'py> Writer<'py> {
                 self.out.resize(self.out.len() + DIGEST_LEN, b'0');
                 self.out.push(b'"');
             }
+            Kind::Other if value.cast_exact::<ObjectForms>().is_ok() => {
+                return Err(Problem::FormsOutsideList.into());
+            }
             Kind::Other => return Err(Problem::Unsupported(type_name(value)).into()),
         }
         Ok(())
@@ -309,6 +329,14 @@ impl<'py> Writer<'py> {
         for (index, element) in array.iter().enumerate() {
             if index > 0 {
                 self.out.push(b',');
+            }
+            if let Ok(forms) = element.cast_exact::<ObjectForms>() {
+                let forms = forms.get();
+                match self.style {
+                    Style::Canonical => forms.write_canonical(&mut self.out, index),
+                    Style::Compact => forms.write_compact(&mut self.out, index),
+                }
+                continue;
             }
             self.write(&element, depth)
                 .map_err(|failure| failure.within(Step::Index(index)))?;
@@ -379,6 +407,12 @@ impl<'py> Writer<'py> {
                         self.out.push(b',');
                         canonical.push(b',');
                     }
+                    if let Ok(forms) = element.cast_exact::<ObjectForms>() {
+                        let forms = forms.get();
+                        forms.write_compact(&mut self.out, index);
+                        forms.write_canonical(canonical, index);
+                        continue;
+                    }
                     self.write_both(&element, depth + 1, canonical)
                         .map_err(|failure| failure.within(Step::Index(index)))?;
                 }
@@ -388,6 +422,9 @@ impl<'py> Writer<'py> {
             Kind::Null => {
                 self.out.extend_from_slice(b"null");
                 canonical.extend_from_slice(b"null");
+            }
+            Kind::Other if value.cast_exact::<ObjectForms>().is_ok() => {
+                return Err(Problem::FormsOutsideList.into());
             }
             Kind::Other => return Err(Problem::Unsupported(type_name(value)).into()),
         }
@@ -407,22 +444,8 @@ impl<'py> Writer<'py> {
         let members = members(object)?;
         let mut forms = self.spare.pop().unwrap_or_default();
         forms.clear();
-        let mut named = Vec::with_capacity(members.len());
-        self.out.push(b'{');
-        for (index, (name, value)) in members.iter().enumerate() {
-            let name = to_str(name)?;
-            if index > 0 {
-                self.out.push(b',');
-            }
-            write_string(&mut self.out, name);
-            self.out.push(b':');
-            let start = forms.len();
-            self.write_both(value, depth, &mut forms)
-                .map_err(|failure| failure.within(Step::Member(name.to_owned())))?;
-            named.push((name, start..forms.len()));
-        }
+        let named = self.write_members_both(&members, None, depth, &mut forms)?;
         self.out.push(b'}');
-        named.sort_unstable_by(|(a, _), (b, _)| utf16_order(a, b));
         canonical.push(b'{');
         for (index, (name, form)) in named.into_iter().enumerate() {
             if index > 0 {
@@ -435,6 +458,38 @@ impl<'py> Writer<'py> {
         canonical.push(b'}');
         self.spare.push(forms);
         Ok(())
+    }
+
+    /// An object's opening brace and members, compact in document order as they are
+    /// walked (no closing brace); their canonical forms go into `forms`, and the names with
+    /// where each form is are returned in canonical order. A member named `refused` is an
+    /// error: the caller writes one of that name itself.
+    fn write_members_both<'m>(
+        &mut self,
+        members: &'m Members<'_>,
+        refused: Option<&str>,
+        depth: usize,
+        forms: &mut Vec<u8>,
+    ) -> Result<Vec<(&'m str, Range<usize>)>, Failure> {
+        let mut named = Vec::with_capacity(members.len());
+        self.out.push(b'{');
+        for (index, (name, value)) in members.iter().enumerate() {
+            let name = to_str(name)?;
+            if refused == Some(name) {
+                return Err(Problem::IndexMemberTaken(name.to_owned()).into());
+            }
+            if index > 0 {
+                self.out.push(b',');
+            }
+            write_string(&mut self.out, name);
+            self.out.push(b':');
+            let start = forms.len();
+            self.write_both(value, depth, forms)
+                .map_err(|failure| failure.within(Step::Member(name.to_owned())))?;
+            named.push((name, start..forms.len()));
+        }
+        named.sort_unstable_by(|(a, _), (b, _)| utf16_order(a, b));
+        Ok(named)
     }
 
     /// `document` compact, and the canonical form of the object made of the members
@@ -525,6 +580,92 @@ impl<'py> Writer<'py> {
         }
         self.out.push(b'}');
         Ok(())
+    }
+}
+
+/// An object written both ways once, compact (members in document order) and RFC 8785,
+/// but for one integer member, its index: written last in document order and at its
+/// place in the canonical order, it is the object's position in the list that holds it.
+/// What an overlay's candidate is kept as between renders, its rank being that position.
+#[pyclass(frozen, module = "grid._native")]
+pub struct ObjectForms {
+    /// Compact up to the index: `{"a":1,"rank":`.
+    compact_head: Vec<u8>,
+    /// Canonical up to the index: `{"a":1,"rank":`.
+    canonical_head: Vec<u8>,
+    /// Canonical after the index: `,"s":2}`, or `}` when the index member sorts last.
+    canonical_tail: Vec<u8>,
+}
+
+impl ObjectForms {
+    fn write_compact(&self, out: &mut Vec<u8>, index: usize) {
+        out.extend_from_slice(&self.compact_head);
+        write_index(out, index);
+        out.push(b'}');
+    }
+
+    fn write_canonical(&self, out: &mut Vec<u8>, index: usize) {
+        out.extend_from_slice(&self.canonical_head);
+        write_index(out, index);
+        out.extend_from_slice(&self.canonical_tail);
+    }
+
+    fn of(object: &Bound<'_, PyDict>, index_member: &str) -> Result<Self, Failure> {
+        let members = members(object)?;
+        let mut buffers = Buffers::take();
+        let mut writer = Writer::new(Style::Compact, &mut buffers);
+        let mut forms = std::mem::take(&mut buffers.canonical);
+        forms.clear();
+        let written = writer.write_members_both(&members, Some(index_member), 1, &mut forms);
+        let result = written.map(|named| {
+            let mut compact_head = writer.out.clone();
+            if !named.is_empty() {
+                compact_head.push(b',');
+            }
+            write_string(&mut compact_head, index_member);
+            compact_head.push(b':');
+            let index_at = named
+                .partition_point(|(name, _)| utf16_order(name, index_member) == Ordering::Less);
+            let mut canonical_head = vec![b'{'];
+            for (name, form) in &named[..index_at] {
+                write_string(&mut canonical_head, name);
+                canonical_head.push(b':');
+                canonical_head.extend_from_slice(&forms[form.clone()]);
+                canonical_head.push(b',');
+            }
+            write_string(&mut canonical_head, index_member);
+            canonical_head.push(b':');
+            let mut canonical_tail = Vec::new();
+            for (name, form) in &named[index_at..] {
+                canonical_tail.push(b',');
+                write_string(&mut canonical_tail, name);
+                canonical_tail.push(b':');
+                canonical_tail.extend_from_slice(&forms[form.clone()]);
+            }
+            canonical_tail.push(b'}');
+            ObjectForms {
+                compact_head,
+                canonical_head,
+                canonical_tail,
+            }
+        });
+        writer.finish(&mut buffers);
+        buffers.canonical = forms;
+        buffers.keep();
+        result
+    }
+}
+
+fn write_index(out: &mut Vec<u8>, index: usize) {
+    // A list's length fits an i64 on every platform Python runs on.
+    write_integer(out, i64::try_from(index).unwrap_or(i64::MAX));
+}
+
+#[pymethods]
+impl ObjectForms {
+    #[new]
+    fn new(value: &Bound<'_, PyDict>, index_member: &str) -> PyResult<Self> {
+        Self::of(value, index_member).map_err(Failure::into_pyerr)
     }
 }
 
@@ -638,6 +779,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_digest, m)?)?;
     m.add_function(wrap_pyfunction!(compact_json, m)?)?;
     m.add_function(wrap_pyfunction!(compact_json_and_digest, m)?)?;
+    m.add_class::<ObjectForms>()?;
     m.add("MAX_JSON_DEPTH", MAX_DEPTH)?;
     Ok(())
 }
