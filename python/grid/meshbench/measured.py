@@ -131,10 +131,12 @@ class Counters:
     def overlay_written(self, _network: str, overlay: GatewayOverlay, _path: Path) -> None:
         if overlay.overlay is None:
             return
+        # From the ranked entries the overlay was written from, not its document: reading
+        # the document back from the text would cost the site a parse of every render.
         scores = [
-            float(candidate["score_breakdown"]["queue_depth"])
-            for candidate in overlay.overlay.document["overlay"]["candidates"]
-            if candidate["name"] == self.probe_model
+            entry.breakdown.queue_depth
+            for entry in overlay.overlay.candidates
+            if entry.candidate.model == self.probe_model
         ]
         if scores:
             score = scores[0]
