@@ -19,7 +19,7 @@ from grid.agent import Agent
 from grid.demo import DemoProvider
 from grid.demo.endpoints import QUEUE_METRIC
 from grid.engine import SiteEngine
-from grid.engine.engine import MAX_RENDER_SPACING, RENDER_BURST
+from grid.engine.engine import MAX_RENDER_SPACING, RENDER_BURST, RENDER_SHARE
 from grid.errors import InvalidResourceError
 from grid.models import load_resource
 from test_agent import NETWORK, SITE, SITE_YAML, Lab, eventually
@@ -288,7 +288,8 @@ def test_a_costly_render_stretches_the_spacing_up_to_a_second() -> None:
     assert a.render_spacing == timedelta(milliseconds=250)
     a, b = pair("250ms")
     a.note_render_cost(0.025)  # 25 ms: renders every 250 ms would take 10 % of a core
-    assert a.render_spacing == timedelta(milliseconds=500)
+    assert a.render_spacing == timedelta(seconds=0.025 / RENDER_SHARE)
+    assert timedelta(milliseconds=250) < a.render_spacing < MAX_RENDER_SPACING
     a.note_render_cost(1.0)  # running cost 0.3175 s: stretched as far as allowed
     assert a.render_spacing == MAX_RENDER_SPACING
     # Under a steady stream, one render per (stretched) spacing once the burst is spent.
@@ -339,11 +340,11 @@ def test_a_spacing_that_wavers_with_the_cost_of_passes_keeps_the_rate() -> None:
 
 def test_the_running_cost_follows_the_passes_and_a_single_slow_one_does_not_dominate() -> None:
     a, _ = pair("250ms")
-    a.note_render_cost(0.010)
-    a.note_render_cost(0.040)  # one slow pass: alone it would mean 800 ms
-    assert timedelta(milliseconds=250) < a.render_spacing < timedelta(milliseconds=400)
+    a.note_render_cost(0.008)
+    a.note_render_cost(0.032)  # one slow pass: alone it would mean 800 ms
+    assert timedelta(milliseconds=250) < a.render_spacing < timedelta(milliseconds=450)
     for _ in range(20):
-        a.note_render_cost(0.010)
+        a.note_render_cost(0.008)
     assert a.render_spacing == timedelta(milliseconds=250)
     with pytest.raises(ValueError, match="seconds >= 0"):
         a.note_render_cost(-1.0)

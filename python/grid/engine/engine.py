@@ -113,7 +113,7 @@ RENDER_BURST = 16
 """Renders that may follow one another at once before ``renderInterval`` paces them: a site
 whose inputs change less often than once per interval on average renders every change at
 once, and one under a steady stream of changes renders once per interval."""
-RENDER_SHARE = 0.05
+RENDER_SHARE = 0.04
 """Under a steady stream of changes, renders are spaced so that they take at most this
 share of one core: a pass that costs more than this share of ``renderInterval`` (a large
 mesh) stretches the spacing, up to :data:`MAX_RENDER_SPACING`."""

@@ -294,7 +294,7 @@ class GridNetworkSpec(GridModel):
         description="Average time between renders of the overlay under a steady stream of "
         "changes: a change is rendered at once while renders keep within one per interval "
         "(a burst of 16 allowed); changes arriving faster are rendered together, once per "
-        "interval, stretched up to 1s while a render costs more than 5% of it (0s renders "
+        "interval, stretched up to 1s while a render costs more than 4% of it (0s renders "
         "on every change).",
     )
     scoring: ScoringConfig = Field(default_factory=ScoringConfig)
