@@ -265,7 +265,7 @@ class ProviderState:
             self.spec.value is not None
             and signals is not None
             and signals.phase is not None
-            and signals.metrics is not None
+            and signals.load is not None  # what `metrics` is built from, without building it
         )
 
     def record(self, signals: SignalsState | None) -> ProviderRecord | None:

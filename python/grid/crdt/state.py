@@ -104,7 +104,7 @@ class _SiteRecords:
     """Names of the providers :meth:`GridState.providers` reads, as of the last call of
     :meth:`GridState.provider_names`, but for those in ``unchecked``."""
     unchecked: set[str] = field(default_factory=set)
-    """Providers changed since: their liveness is checked again when next asked."""
+    """Providers whose liveness may have changed since: checked again when next asked."""
     gateway: LWWRegister[GatewayRecord] | None = None
     metadata: LWWRegister[SiteMetadata] | None = None
     cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
@@ -779,7 +779,11 @@ def _merge_signals(records: _SiteRecords, site: str, incoming: SignalsState, now
         return False
     records.signals[name] = incoming
     records.signals_received_at[name] = now
-    _provider_changed(records, name)
+    # New values of signals that were readable already leave the provider live or not as
+    # it was (readable signals have a phase and a load): the common case, hundreds a second.
+    readable_before = current is not None and current.phase is not None and current.load is not None
+    readable_now = incoming.phase is not None and incoming.load is not None
+    _provider_changed(records, name, liveness=not (readable_before and readable_now))
     return True
 
 
@@ -816,9 +820,12 @@ def _assembled_or_none(chunks: dict[int, LWWRegister[CertChunk]]) -> str | None:
         return None
 
 
-def _provider_changed(records: _SiteRecords, name: str) -> None:
+def _provider_changed(records: _SiteRecords, name: str, *, liveness: bool = True) -> None:
+    """Note that provider ``name`` reads differently; ``liveness``: whether it may have
+    become live or stopped being (see :meth:`GridState.provider_names`)."""
     records.entries.pop(name, None)
-    records.unchecked.add(name)
+    if liveness:
+        records.unchecked.add(name)
     stamp = records.stamp = next(_STAMPS)
     changes = records.changes
     changes.pop(name, None)
