@@ -474,8 +474,8 @@ class _RouteRanker:
             stale = False
             if ttl is not None and updated_seconds is not None:
                 stale = now_seconds - updated_seconds > ttl
-                if not stale:
-                    valid_until = min(valid_until, updated_seconds + ttl)
+                if not stale and updated_seconds + ttl < valid_until:
+                    valid_until = updated_seconds + ttl
             if stale and candidate.site != consumer_name:
                 left_out.append(
                     LeftOut(candidate, LeftOutReason.STALE, f"no update for more than {ttl:g}s")
@@ -554,8 +554,10 @@ class _RouteRanker:
         if entries:
             winner = entries[0] if len(entries) == 1 else min(entries, key=order_key)
             detail = f"provider {winner.candidate.provider!r} ranks higher on the same route"
+            # tuple.__new__, as for the entries: most of a large mesh's candidates are left
+            # out this way, again each time their route is decided.
             left_out.extend(
-                LeftOut(entry.candidate, LeftOutReason.DUPLICATE_ROUTE, detail)
+                tuple.__new__(LeftOut, (entry.candidate, LeftOutReason.DUPLICATE_ROUTE, detail))
                 for entry in entries
                 if entry is not winner
             )
