@@ -93,6 +93,12 @@ class SignalsState(NamedTuple):
         return self.phase is None
 
     @property
+    def readable(self) -> bool:
+        """Whether a provider can be read with these signals: they have a phase and a
+        load (checked without building :attr:`metrics`)."""
+        return self.phase is not None and self.load is not None
+
+    @property
     def metrics(self) -> ProviderMetrics | None:
         """The health and load signals; None when void."""
         return None if self.load is None else ProviderMetrics.from_checked(*self.load)

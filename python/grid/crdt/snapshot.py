@@ -261,12 +261,7 @@ class ProviderState:
     def readable(self, signals: SignalsState | None) -> bool:
         """Whether :meth:`record` reads a provider with these signals (without building
         it)."""
-        return (
-            self.spec.value is not None
-            and signals is not None
-            and signals.phase is not None
-            and signals.load is not None  # what `metrics` is built from, without building it
-        )
+        return self.spec.value is not None and signals is not None and signals.readable
 
     def record(self, signals: SignalsState | None) -> ProviderRecord | None:
         """The provider as readers see it, whole: None for a removed provider and for one

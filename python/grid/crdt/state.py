@@ -780,10 +780,9 @@ def _merge_signals(records: _SiteRecords, site: str, incoming: SignalsState, now
     records.signals[name] = incoming
     records.signals_received_at[name] = now
     # New values of signals that were readable already leave the provider live or not as
-    # it was (readable signals have a phase and a load): the common case, hundreds a second.
-    readable_before = current is not None and current.phase is not None and current.load is not None
-    readable_now = incoming.phase is not None and incoming.load is not None
-    _provider_changed(records, name, liveness=not (readable_before and readable_now))
+    # it was: the common case, hundreds a second.
+    still_readable = current is not None and current.readable and incoming.readable
+    _provider_changed(records, name, liveness=not still_readable)
     return True
 
 
