@@ -4,6 +4,7 @@ that trusted peers publish, built from their replicated records. Pure."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -113,28 +114,26 @@ class LocalCandidates:
     ) -> WhatIf:
         """What ``local_candidates`` returns for the same arguments (and raises the same
         :class:`~grid.errors.ConfigError`); ``providers`` in name order."""
-        basis = (network, gateway, site_name, local_site, providers)
-        held = self._what_if
-        same_basis = len(basis) == len(self._basis) and all(
-            mine is theirs for mine, theirs in zip(basis, self._basis, strict=True)
-        )
-        if held is None or not same_basis:
-            self._what_if = None
-            built = local_candidates(
+
+        def build(offered: Iterable[InferenceProvider]) -> WhatIf:
+            return local_candidates(
                 network,
                 gateway=gateway,
                 site_name=site_name,
                 local_site=local_site,
-                providers=providers,
+                providers=offered,
                 views=views,
             )
-            by_provider: dict[str, tuple[CandidateInput, ...]] = {
-                provider.metadata.name: () for provider in providers
-            }
-            for candidate in built.candidates:
-                by_provider[candidate.provider] += (candidate,)
-            self._basis, self._by_provider, self._what_if = basis, by_provider, built
-            self._views = {name: views.get(name) for name in by_provider}
+
+        basis = (network, gateway, site_name, local_site, providers)
+        held = self._what_if
+        if held is None or not all(map(operator.is_, basis, self._basis)):
+            built = build(providers)
+            self._basis = basis
+            self._by_provider = {provider.metadata.name: () for provider in providers}
+            self._views = {name: views.get(name) for name in self._by_provider}
+            self._file(built)
+            self._what_if = built
             return built
         changed = [
             provider
@@ -143,24 +142,20 @@ class LocalCandidates:
         ]
         if not changed:
             return held
-        rebuilt = local_candidates(
-            network,
-            gateway=gateway,
-            site_name=site_name,
-            local_site=local_site,
-            providers=changed,
-            views=views,
-        )
-        by_provider = self._by_provider
+        rebuilt = build(changed)
         for provider in changed:
             name = provider.metadata.name
-            by_provider[name] = ()
+            self._by_provider[name] = ()
             self._views[name] = views.get(name)
-        for candidate in rebuilt.candidates:
-            by_provider[candidate.provider] += (candidate,)
-        held = replace(held, candidates=tuple(chain.from_iterable(by_provider.values())))
+        self._file(rebuilt)
+        held = replace(held, candidates=tuple(chain.from_iterable(self._by_provider.values())))
         self._what_if = held
         return held
+
+    def _file(self, built: WhatIf) -> None:
+        """Hold ``built``'s candidates under their providers (emptied beforehand)."""
+        for candidate in built.candidates:
+            self._by_provider[candidate.provider] += (candidate,)
 
 
 @dataclass(frozen=True, slots=True)
