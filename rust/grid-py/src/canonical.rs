@@ -446,16 +446,10 @@ impl<'py> Writer<'py> {
         forms.clear();
         let named = self.write_members_both(&members, None, depth, &mut forms)?;
         self.out.push(b'}');
-        canonical.push(b'{');
-        for (index, (name, form)) in named.into_iter().enumerate() {
-            if index > 0 {
-                canonical.push(b',');
-            }
-            write_string(canonical, name);
-            canonical.push(b':');
-            canonical.extend_from_slice(&forms[form]);
-        }
-        canonical.push(b'}');
+        write_canonical_object(
+            canonical,
+            named.into_iter().map(|(name, form)| (name, &forms[form])),
+        );
         self.spare.push(forms);
         Ok(())
     }
@@ -535,16 +529,10 @@ impl<'py> Writer<'py> {
             named.push((name.as_str(), form));
         }
         named.sort_unstable_by(|(a, _), (b, _)| utf16_order(a, b));
-        canonical.push(b'{');
-        for (index, (name, form)) in named.into_iter().enumerate() {
-            if index > 0 {
-                canonical.push(b',');
-            }
-            write_string(canonical, name);
-            canonical.push(b':');
-            canonical.extend_from_slice(&form);
-        }
-        canonical.push(b'}');
+        write_canonical_object(
+            canonical,
+            named.iter().map(|(name, form)| (*name, form.as_slice())),
+        );
         Ok(())
     }
 
@@ -667,6 +655,20 @@ impl ObjectForms {
     fn new(value: &Bound<'_, PyDict>, index_member: &str) -> PyResult<Self> {
         Self::of(value, index_member).map_err(Failure::into_pyerr)
     }
+}
+
+/// An object from its members' names and canonical forms, given in canonical order.
+fn write_canonical_object<'a>(out: &mut Vec<u8>, named: impl Iterator<Item = (&'a str, &'a [u8])>) {
+    out.push(b'{');
+    for (index, (name, form)) in named.enumerate() {
+        if index > 0 {
+            out.push(b',');
+        }
+        write_string(out, name);
+        out.push(b':');
+        out.extend_from_slice(form);
+    }
+    out.push(b'}');
 }
 
 fn check_depth(depth: usize) -> Result<(), Failure> {
