@@ -39,7 +39,8 @@ GATEWAY = ("grid-system", "edge-gateway")
 OVERLAY = Path("overlays") / NETWORK / GATEWAY[0] / GATEWAY[1] / "grid-config.json"
 
 
-def network_yaml(probe: str = "200ms") -> str:
+def network_yaml(probe: str = "200ms", render_interval: str | None = None) -> str:
+    rendering = "" if render_interval is None else f"  renderInterval: {render_interval}\n"
     return f"""\
 apiVersion: grid.praxis-proxy.io/v1alpha1
 kind: GridNetwork
@@ -48,7 +49,7 @@ spec:
   gridId: lab-grid
   gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
   swim: {{probeInterval: {probe}, suspicionTimeout: 1s}}
-"""
+{rendering}"""
 
 
 SITE_YAML = f"""\

@@ -58,6 +58,7 @@ def build(
     providers: tuple[InferenceProvider, ...],
     views: dict[str, LocalView],
 ) -> WhatIf:
+    """What ``held`` gives, checked to be what ``local_candidates`` builds anew."""
     arguments = {
         "gateway": network.spec.gateway_refs[0],
         "site_name": SITE,
@@ -103,15 +104,7 @@ def test_new_resources_build_everything_again() -> None:
     again_loaded = resources()
     after = build(held, *again_loaded, views)
     assert not any(old is new for old, new in zip(before.candidates, after.candidates, strict=True))
-    fewer = providers[:-1]
-    assert build(held, network, site, fewer, views) == local_candidates(
-        network,
-        gateway=network.spec.gateway_refs[0],
-        site_name=SITE,
-        local_site=site,
-        providers=fewer,
-        views=views,
-    )
+    build(held, network, site, providers[:-1], views)
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -142,13 +135,6 @@ def test_a_build_that_fails_changes_nothing_held() -> None:
     good = views[name]
     views[name] = LocalView(healthy=True, degraded=False, signals=Signals(queue_depth=-1.0))
     with pytest.raises(ValueError, match="queue_depth"):
-        held.of(
-            network,
-            gateway=network.spec.gateway_refs[0],
-            site_name=SITE,
-            local_site=site,
-            providers=providers,
-            views=views,
-        )
+        build(held, network, site, providers, views)
     views[name] = good
     assert build(held, network, site, providers, views) is before

@@ -22,7 +22,7 @@ from grid.engine import SiteEngine
 from grid.engine.engine import MAX_RENDER_SPACING, RENDER_BURST, RENDER_SHARE
 from grid.errors import InvalidResourceError
 from grid.models import load_resource
-from test_agent import NETWORK, SITE, SITE_YAML, Lab, eventually
+from test_agent import NETWORK, SITE, SITE_YAML, Lab, eventually, network_yaml
 from test_engine import (
     GATEWAY,
     T0,
@@ -395,18 +395,6 @@ def lab(tmp_path: Path) -> Lab:
     return Lab(tmp_path)
 
 
-def lab_network_yaml(render_interval: str) -> str:
-    return f"""\
-apiVersion: grid.praxis-proxy.io/v1alpha1
-kind: GridNetwork
-metadata: {{name: {NETWORK}}}
-spec:
-  gridId: lab-grid
-  gatewayRefs: [{{name: {GATEWAY[1]}, namespace: {GATEWAY[0]}}}]
-  renderInterval: {render_interval}
-"""
-
-
 def metrics_provider_yaml(name: str, endpoint: DemoProvider) -> str:
     return f"""\
 apiVersion: grid.praxis-proxy.io/v1alpha1
@@ -440,10 +428,7 @@ async def test_a_metric_change_reaches_the_overlay_file_promptly(lab: Lab) -> No
         queue_depth=0, kv_cache_utilization=0.1, prefix_cache_hit_ratio=0.5, p99_latency_s=0.2
     )
     await endpoint.start()
-    lab.write(
-        "00-network.yaml",
-        lab_network_yaml("1s"),
-    )
+    lab.write("00-network.yaml", network_yaml(render_interval="1s"))
     lab.write("10-site.yaml", SITE_YAML)
     lab.write("20-llama.yaml", metrics_provider_yaml("llama-a", endpoint))
     agent = Agent(lab.options(tick_s=5.0))
@@ -476,10 +461,7 @@ async def test_a_graceful_stop_renders_a_change_still_held_back(
         queue_depth=0, kv_cache_utilization=0.1, prefix_cache_hit_ratio=0.5, p99_latency_s=0.2
     )
     await endpoint.start()
-    lab.write(
-        "00-network.yaml",
-        lab_network_yaml("10s"),
-    )
+    lab.write("00-network.yaml", network_yaml(render_interval="10s"))
     lab.write("10-site.yaml", SITE_YAML)
     lab.write("20-llama.yaml", metrics_provider_yaml("llama-a", endpoint))
     agent = Agent(lab.options())
@@ -513,10 +495,7 @@ async def test_received_items_alone_take_no_pass_before_their_render_is_due(
 ) -> None:
     # A burst of one: the first render spends it, and the next change waits 2 s.
     monkeypatch.setattr(engine_module, "RENDER_BURST", 1)
-    lab.write(
-        "00-network.yaml",
-        lab_network_yaml("2s"),
-    )
+    lab.write("00-network.yaml", network_yaml(render_interval="2s"))
     lab.write("10-site.yaml", SITE_YAML)
     # Nothing else wakes the loop meanwhile: no providers, slow ticks, probes and reloads.
     agent = Agent(lab.options(tick_s=30.0, probe_interval_s=60.0, reload_interval_s=60.0))
