@@ -4,7 +4,13 @@ The Kubernetes harness (an emulated API server, clients and kopf runners) lives 
 ``tests/k8s`` package; its fixtures are registered here for every test module.
 """
 
+import os
+
+import pytest
 from hypothesis import settings
+
+from support.previous import PreviousRelease, PreviousReleaseUnavailable
+from support.previous import previous_release as build_previous_release
 
 pytest_plugins = ["k8s.fixtures"]
 
@@ -23,3 +29,15 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
     if len(chosen) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
         items[:] = chosen
+
+
+@pytest.fixture(scope="session")
+def previous_release() -> PreviousRelease:
+    """The build of the release ``compat/previous.txt`` names (made once per machine):
+    skipped with the reason where it cannot be built, but a failure under ``CI=true``."""
+    try:
+        return build_previous_release()
+    except PreviousReleaseUnavailable as error:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the previous release is needed under CI=true: {error}")
+        pytest.skip(f"the previous release is not built here: {error}")

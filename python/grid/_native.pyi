@@ -11,6 +11,7 @@ __all__ = [
     "MAX_ITEM_LEN",
     "MAX_JSON_DEPTH",
     "MAX_KEY_LEN",
+    "PROTOCOLS",
     "Keyring",
     "ObjectForms",
     "Simulation",
@@ -34,6 +35,8 @@ MAX_ITEM_LEN: int
 MAX_KEY_LEN: int
 LANES: list[str]
 MAX_JSON_DEPTH: int
+# The SWIM protocol versions this build speaks: (lowest, highest).
+PROTOCOLS: tuple[int, int]
 
 # --- JSON (rust/grid-py/src/canonical.rs) ----------------------------------------------
 # Values are dict (str keys), list, str, int, float, bool and None, subclasses included;
@@ -92,6 +95,7 @@ _EventTuple: TypeAlias = (
     | tuple[str, str, str, int, int]
     | tuple[str, str, str, int, bool]
     | tuple[str, str, str, str, int, bytes]
+    | tuple[str, str, str, int, tuple[int, int], tuple[int, int]]
 )
 
 @final
@@ -143,7 +147,7 @@ class SwimNode:
     def join(self, seeds: Sequence[str]) -> None: ...
     def leave(self) -> None: ...
     def close(self) -> None: ...
-    def members(self) -> list[tuple[str, str, str, int]]: ...
+    def members(self) -> list[tuple[str, str, str, int, int | None]]: ...
     def publish(self, lane_name: str, key: str, version: int, payload: bytes) -> bool: ...
     def publish_many(self, items: Sequence[tuple[str, str, int, bytes]]) -> list[bool | str]: ...
     def stats(self) -> dict[str, int]: ...

@@ -144,6 +144,9 @@ class Member:
     address: str
     state: MemberState
     generation: int
+    protocol: int | None = None
+    """The SWIM protocol version spoken with it: the highest both nodes speak (None until
+    its ``HELLO`` was heard; see docs/upgrading.md)."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,36 @@ class NameConflict:
     yielded: bool
 
 
-Event: TypeAlias = MemberEvent | ItemEvent | NameConflict
+@dataclass(frozen=True)
+class VersionRefused:
+    """A peer whose ``HELLO`` names SWIM protocol versions this node shares none of: nothing
+    from that node is taken (and it refuses this node in turn). Reported once per identity.
+    ``theirs`` and ``ours`` are ``(lowest, highest)`` version ranges."""
+
+    site: str
+    address: str
+    generation: int
+    theirs: tuple[int, int]
+    ours: tuple[int, int]
+
+    def describe(self) -> str:
+        """One line naming both ranges and what to do."""
+        return (
+            f"refused site {self.site} at {self.address}: it speaks SWIM protocol versions "
+            f"{format_protocols(self.theirs)}, this node speaks {format_protocols(self.ours)}; "
+            "a mesh may only mix releases next to each other (docs/upgrading.md)"
+        )
+
+
+def format_protocols(protocols: tuple[int, int]) -> str:
+    """``(1, 2)`` as ``1..2``."""
+    return f"{protocols[0]}..{protocols[1]}"
+
+
+PROTOCOLS: tuple[int, int] = _native.PROTOCOLS
+"""The SWIM protocol versions this build speaks, lowest and highest."""
+
+Event: TypeAlias = MemberEvent | ItemEvent | NameConflict | VersionRefused
 
 # What grid._native hands over, see _native.pyi.
 _RawEvent: TypeAlias = (
@@ -191,6 +223,7 @@ _RawEvent: TypeAlias = (
     | tuple[str, str, str, int, int]
     | tuple[str, str, str, int, bool]
     | tuple[str, str, str, str, int, bytes]
+    | tuple[str, str, str, int, tuple[int, int], tuple[int, int]]
 )
 
 _STATES: dict[str, MemberState] = {
@@ -214,8 +247,11 @@ _MEMBER_KINDS: dict[str, MemberEventKind] = {
 
 def _event(raw: _RawEvent) -> Event:
     if len(raw) == 6:
-        _, origin, lane, key, version, payload = raw
-        return ItemEvent(origin, _LANE_NAMES[lane], key, version, payload)
+        _, first, second, third, fourth, fifth = raw
+        if isinstance(fourth, tuple) and isinstance(fifth, tuple) and isinstance(third, int):
+            return VersionRefused(first, second, third, fourth, fifth)
+        assert isinstance(third, str) and isinstance(fourth, int) and isinstance(fifth, bytes)
+        return ItemEvent(first, _LANE_NAMES[second], third, fourth, fifth)
     if len(raw) == 5:
         kind, site, address, generation, last = raw
         if kind == "name_conflict":
@@ -374,8 +410,8 @@ class SwimNode:
     def members(self) -> list[Member]:
         """Every member this node knows, itself excluded, down and left ones included."""
         return [
-            Member(site, address, _STATES[state], generation)
-            for site, address, state, generation in self._node.members()
+            Member(site, address, _STATES[state], generation, protocol)
+            for site, address, state, generation, protocol in self._node.members()
         ]
 
     def local(self) -> Member:

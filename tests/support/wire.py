@@ -100,6 +100,8 @@ ENTRY_RESUME = 4
 ENTRY_WALK_END = 5
 """In an answer's first chunk: where its items ended."""
 HELLO_WANT_REPLY = 0x01
+"""HELLO flag bit 0; bits 1-3 hold the sender's highest protocol version minus its lowest,
+bits 4-7 its highest (0: no range, as release 0.1.0 sends: protocol 1 alone)."""
 
 
 class WireError(ValueError):
@@ -506,8 +508,31 @@ class FocaPacket:
         return cls(src, incarnation, dst, tag, other, tuple(members), tuple(items))
 
 
-def hello_body(identity: Identity, chain: Sequence[bytes], *, want_reply: bool = False) -> bytes:
-    out = identity.encode() + bytes([HELLO_WANT_REPLY if want_reply else 0, len(chain)])
+def protocol_flags(protocols: tuple[int, int] | None) -> int:
+    """The HELLO flag bits that announce ``(lowest, highest)`` (None: no range)."""
+    if protocols is None:
+        return 0
+    lowest, highest = protocols
+    return highest << 4 | (highest - lowest) << 1
+
+
+def protocols_of_flags(flags: int) -> tuple[int, int]:
+    """The range a HELLO's flags announce."""
+    highest = flags >> 4
+    if highest == 0:
+        return (1, 1)
+    return (max(highest - (flags >> 1 & 0b111), 1), highest)
+
+
+def hello_body(
+    identity: Identity,
+    chain: Sequence[bytes],
+    *,
+    want_reply: bool = False,
+    protocols: tuple[int, int] | None = None,
+) -> bytes:
+    flags = (HELLO_WANT_REPLY if want_reply else 0) | protocol_flags(protocols)
+    out = identity.encode() + bytes([flags, len(chain)])
     for der in chain:
         out += len(der).to_bytes(2, "big") + der
     return out
@@ -521,6 +546,13 @@ def decode_hello(body: bytes) -> tuple[Identity, bool, list[bytes]]:
     if r.remaining:
         raise WireError("trailing bytes after the HELLO chain")
     return identity, bool(flags & HELLO_WANT_REPLY), chain
+
+
+def hello_protocols(body: bytes) -> tuple[int, int]:
+    """The protocol range a HELLO body announces."""
+    r = Reader(body)
+    Identity.decode(r)
+    return protocols_of_flags(r.u8())
 
 
 def sync_body(
@@ -716,11 +748,15 @@ class Forger:
         *,
         identity: Identity | None = None,
         want_reply: bool = False,
+        protocols: tuple[int, int] | None = None,
         seq: int | None = None,
         sent_at_ms: int | None = None,
     ) -> bytes:
-        """A ``HELLO`` presenting ``chain`` as ``identity`` (this forger's by default)."""
-        body = hello_body(identity or self.identity, chain, want_reply=want_reply)
+        """A ``HELLO`` presenting ``chain`` as ``identity`` (this forger's by default),
+        announcing ``protocols`` (none by default, as release 0.1.0 does)."""
+        body = hello_body(
+            identity or self.identity, chain, want_reply=want_reply, protocols=protocols
+        )
         return self.frame(KIND_HELLO, body, dst, seq=seq, sent_at_ms=sent_at_ms)
 
     def announce(self, dst: Identity, *, src: Identity | None = None) -> bytes:

@@ -17,6 +17,7 @@ from grid import __version__
 from grid.agent.network import NetworkRuntime
 from grid.booklet.serve import booklet_routes
 from grid.errors import AgentConfigError, GridError
+from grid.membership import PROTOCOLS, SwimNode
 from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, NetworkView
 from grid.trust.probe import parse_address
@@ -24,6 +25,17 @@ from grid.view import LiveView, NetworkSource, NodeInfo
 
 if TYPE_CHECKING:
     from grid.agent.agent import Agent
+
+
+def _protocols_spoken(node: SwimNode | None) -> dict[tuple[str, str, int], int | None]:
+    """The protocol version spoken with each member identity the node knows."""
+    if node is None or not node.running:
+        return {}
+    try:
+        members = node.members()
+    except GridError:
+        return {}  # stopped meanwhile
+    return {(m.site, m.address, m.generation): m.protocol for m in members}
 
 
 def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
@@ -64,6 +76,7 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
                 ],
             }
         )
+    spoken = _protocols_spoken(node)
     return {
         "gridId": engine.grid_id,
         "membership": {
@@ -72,6 +85,7 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
             "generation": None if node is None else node.generation,
             "keyIds": [] if node is None else node.key_ids(),
             "swimError": runtime.swim_error,
+            "protocols": list(PROTOCOLS),
             "members": [
                 {
                     "site": member.site,
@@ -79,8 +93,20 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
                     "state": member.state.value,
                     "generation": member.generation,
                     "since": member.since.isoformat(),
+                    "protocol": spoken.get((member.site, member.address, member.generation)),
                 }
                 for _, member in sorted(engine.members.items())
+            ],
+            "refusedVersions": [
+                {
+                    "site": refused.site,
+                    "address": refused.address,
+                    "generation": refused.generation,
+                    "theirs": list(refused.theirs),
+                    "ours": list(refused.ours),
+                    "message": refused.describe(),
+                }
+                for refused in runtime.swim.refused_versions.values()
             ],
         },
         "trustedSites": sorted(engine.trusted_sites),

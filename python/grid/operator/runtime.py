@@ -32,7 +32,7 @@ from grid.errors import (
     SecretMaterialError,
     TrustConfigError,
 )
-from grid.membership import NameConflict, SwimNode
+from grid.membership import NameConflict, SwimNode, VersionRefused
 from grid.models.conditions import Condition
 from grid.models.fields import DNS_LABEL_PATTERN
 from grid.models.network import GridNetwork, GridNetworkStatus, generate_grid_id
@@ -104,7 +104,12 @@ class NetworkRuntime:
         metrics = shared.metrics
         # Its counters (items, name conflicts) are read by /metrics at scrape time.
         self.mesh = SwimDriver(
-            self._notices, _log, self._engine, self.wake, on_conflict=self._name_conflict
+            self._notices,
+            _log,
+            self._engine,
+            self.wake,
+            on_conflict=self._name_conflict,
+            on_version_refused=self._version_refused,
         )
         self._observers = Observers(
             session=shared.session,
@@ -462,6 +467,7 @@ class NetworkRuntime:
             config_error=_condition_message(view.conditions, "ConfigValid"),
             membership_running=mesh.running,
             name_conflict=mesh.conflict,
+            refused_versions=tuple(r.describe() for r in mesh.refused_versions.values()),
             grid_id=engine.grid_id,
             unreachable_sites=tuple(unreachable),
             connected_sites=view.connected_sites,
@@ -534,6 +540,13 @@ class NetworkRuntime:
         next pass posts it); the driver counts it."""
         reason = "SiteNameConflict" if conflict.yielded else "SiteNameClaimRefused"
         self._untold_conflicts.append(Event(EventType.WARNING, reason, message))
+        self.wake()
+
+    def _version_refused(self, refused: VersionRefused, message: str) -> None:
+        """A peer of a release too far from this one: a Warning Event on the network (the
+        next pass posts it, and the ``PeersCompatible`` condition says it while it lasts)."""
+        del refused  # the message names the peer and both ranges
+        self._untold_conflicts.append(Event(EventType.WARNING, "ProtocolVersionRefused", message))
         self.wake()
 
     def _tell_conflicts(self, entry: Entry) -> None:

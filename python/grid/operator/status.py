@@ -40,6 +40,7 @@ JsonObject = dict[str, Any]
 SPEC_VALID = "SpecValid"
 SEEDS_REACHABLE = "SeedsReachable"
 MEMBERSHIP_READY = "MembershipReady"
+PEERS_COMPATIBLE = "PeersCompatible"
 MAX_MESSAGE = 4096
 
 VOLATILE_FIELDS = frozenset({"lastProbe", "lastHealthCheck", "lastMetricsScrape", "lastSeenAlive"})
@@ -179,6 +180,9 @@ class NetworkReport:
     membership_running: bool = False
     name_conflict: str | None = None
     """Why the SWIM node stopped: an older live node holds this site's name."""
+    refused_versions: tuple[str, ...] = ()
+    """Peers refused because they speak no SWIM protocol version this node speaks, each
+    described with both ranges."""
     grid_id: str | None = None
     unreachable_sites: tuple[str, ...] = ()
     connected_sites: int = 0
@@ -218,6 +222,8 @@ def network_status(
     elif report.membership_running and report.swim_port:
         running = _update(MEMBERSHIP_READY, True, "MembershipRunning", report.swim_port, generation)
         conditions = set_condition(conditions, running, now)
+    if report.membership_running:
+        conditions = set_condition(conditions, _peers_condition(report, generation), now)
     status = GridNetworkStatus(
         phase=outcome.phase,
         phase_transition_time=outcome.phase_transition_time,
@@ -247,6 +253,15 @@ def rejected_network(name: str, generation: int | None) -> GridNetwork:
     return GridNetwork(
         metadata=ObjectMeta(name=name, generation=generation), spec=GridNetworkSpec()
     )
+
+
+def _peers_condition(report: NetworkReport, generation: int | None) -> ConditionUpdate:
+    """Whether every peer met speaks a protocol version this node speaks."""
+    if report.refused_versions:
+        message = "; ".join(report.refused_versions)
+        return _update(PEERS_COMPATIBLE, False, "ProtocolVersionRefused", message, generation)
+    message = "every peer met speaks a protocol version this node speaks"
+    return _update(PEERS_COMPATIBLE, True, "NoPeerRefused", message, generation)
 
 
 def _seeds_condition(report: NetworkReport, generation: int | None) -> ConditionUpdate:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import importlib.metadata
 import platform
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -34,6 +35,7 @@ from grid.errors import GridError
 
 if TYPE_CHECKING:
     from grid.engine import GatewayOverlay, SiteEngine
+    from grid.membership import SwimNode
     from grid.runtime.swim import SwimDriver
 
 
@@ -120,6 +122,13 @@ FAMILIES: dict[str, Family] = {
             "Peers by state as the engine last heard of them (alive, suspect, down, left).",
             "state",
         ),
+        _gauge(
+            "grid_swim_peers_by_protocol",
+            "Live peers (alive or suspect) of the SWIM node by the protocol version spoken "
+            "with them (the highest both speak; unknown before a peer's HELLO): while a mesh "
+            "is upgraded, the peers still on the release before.",
+            "protocol",
+        ),
         Family(
             "grid_swim_suspicion_to_down_seconds",
             Kind.HISTOGRAM,
@@ -150,8 +159,9 @@ FAMILIES: dict[str, Family] = {
             "grid_swim_refused_messages_total",
             "Opened messages refused, by reason: malformed, bad_identity, misdirected, stale "
             "(sent further than the allowed clock skew from this clock), replayed, "
-            "unknown_sender, bad_signature, untrusted_certificate, superseded (an earlier "
-            "life of a node), name_conflict, undecodable.",
+            "unknown_sender, bad_signature, untrusted_certificate, incompatible_version (from "
+            "a node that speaks no SWIM protocol version this one speaks), superseded (an "
+            "earlier life of a node), name_conflict, undecodable.",
             "reason",
         ),
         _counter(
@@ -375,6 +385,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
             "unknown_sender",
             "bad_signature",
             "untrusted_certificate",
+            "incompatible_version",
             "superseded",
         )
     },
@@ -633,6 +644,19 @@ def add_network(out: Exposition, view: NetworkView) -> None:
             )
 
 
+def peers_by_protocol(node: SwimNode) -> Counter[str]:
+    """Live peers by the protocol version spoken with them (``unknown`` before a HELLO)."""
+    try:
+        members = node.members()
+    except GridError:
+        return Counter()  # stopped meanwhile
+    return Counter(
+        "unknown" if m.protocol is None else str(m.protocol)
+        for m in members
+        if m.state in ("alive", "suspect")
+    )
+
+
 def add_swim(
     out: Exposition, network: str, swim: SwimDriver | None, *, key_file_problem: bool = False
 ) -> None:
@@ -666,6 +690,8 @@ def add_swim(
     except GridError:
         return  # stopped between the check and the calls
     out.add("grid_swim_keys", (network,), keys)
+    for protocol, count in sorted(peers_by_protocol(node).items()):
+        out.add("grid_swim_peers_by_protocol", (network, protocol), count)
     for stat, value in sorted(stats.items()):
         target = SWIM_STATS.get(stat)
         if target is not None:

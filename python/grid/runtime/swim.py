@@ -29,6 +29,7 @@ from grid.membership import (
     SwimConfig,
     SwimCredentials,
     SwimNode,
+    VersionRefused,
     parse_address,
 )
 from grid.models.network import GridNetwork
@@ -43,6 +44,10 @@ EngineOf = Callable[[], SiteEngine | None]
 Pins = dict[str, tuple[bytes, ...]]
 ConflictListener = Callable[[NameConflict, str], None]
 """Hears of a name conflict and what was logged about it."""
+RefusalListener = Callable[[VersionRefused, str], None]
+"""Hears of a peer refused for its protocol versions and what was logged about it."""
+REFUSED_PEERS_KEPT = 32
+"""Peers refused for their versions that the status lists (the latest ones)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,7 @@ class SwimDriver:
         on_received: Callable[[str, ItemOutcome], None] | None = None,
         on_conflict: ConflictListener | None = None,
         on_applied: Callable[[], None] | None = None,
+        on_version_refused: RefusalListener | None = None,
     ) -> None:
         self._notices = notices
         self._log = logger
@@ -101,6 +107,7 @@ class SwimDriver:
         self._on_published = on_published
         self._on_received = on_received
         self._on_conflict = on_conflict
+        self._on_version_refused = on_version_refused
         self.node: SwimNode | None = None
         self.unusable_seeds: tuple[str, ...] = ()
         """Seeds that could not be joined, each with its reason."""
@@ -115,6 +122,9 @@ class SwimDriver:
         self.refused: Counter[str] = Counter()
         self.name_conflicts: Counter[str] = Counter()
         """Other nodes claiming this site's name: ``refused`` or ``yielded`` to."""
+        self.refused_versions: dict[tuple[str, str], VersionRefused] = {}
+        """Peers (by site and address, the latest identity) refused because they speak no
+        SWIM protocol version this node speaks; the latest :data:`REFUSED_PEERS_KEPT`."""
         self.suspicion_to_down = Durations(SUSPICION_BUCKETS)
         """Seconds from the engine seeing a peer suspected to the peer declared down."""
         self._start_error: str | None = None
@@ -420,6 +430,9 @@ class SwimDriver:
         if isinstance(event, NameConflict):
             self._name_conflict(engine, event)
             return
+        if isinstance(event, VersionRefused):
+            self._version_refused(event)
+            return
         if isinstance(event, ItemEvent):
             outcome = engine.receive_item(
                 event.origin, event.lane, event.key, event.version, event.payload, now
@@ -432,6 +445,8 @@ class SwimDriver:
             return
         if event.kind in ("member_up", "member_renamed"):
             engine.member_up(event.site, event.address, event.generation, now)
+            # A node met again at that address speaks with us: it is no longer refused.
+            self.refused_versions.pop((event.site, event.address), None)
             self._log.info("%s: %s is up (%s)", self._prefix, event.site, event.address)
         elif event.kind == "member_down":
             suspected = engine.members.get(event.site)
@@ -470,6 +485,20 @@ class SwimDriver:
             self._log.warning("%s: %s", self._prefix, message)
         if self._on_conflict is not None:
             self._on_conflict(event, message)
+        self._wake()
+
+    def _version_refused(self, event: VersionRefused) -> None:
+        """A peer of a release too far from this one: said once per identity, listed in
+        the status while it is among the latest refused."""
+        message = event.describe()
+        self._log.warning("%s: %s", self._prefix, message)
+        refused = self.refused_versions
+        refused.pop((event.site, event.address), None)
+        refused[(event.site, event.address)] = event
+        while len(refused) > REFUSED_PEERS_KEPT:
+            del refused[next(iter(refused))]
+        if self._on_version_refused is not None:
+            self._on_version_refused(event, message)
         self._wake()
 
 

@@ -49,6 +49,7 @@ use crate::repair::{
 };
 use crate::session::{hello_wants_reply, Session, SessionStats, Verdict};
 use crate::timers::{TimerEvent, TimerHeap};
+use crate::versions::ProtocolRange;
 use crate::wire::{
     decode_member, encode_member, state_byte, Reader, WireCodec, WireError, KIND_CONFLICT,
     KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE, KIND_REPAIR, KIND_SYNC_REQUEST,
@@ -150,6 +151,9 @@ pub struct MemberView {
     pub id: NodeId,
     pub incarnation: u16,
     pub state: MemberState,
+    /// The protocol version spoken with it (the highest both sides hold); `None` until its
+    /// `HELLO` was heard.
+    pub protocol: Option<u8>,
 }
 
 /// What the host hears about.
@@ -173,6 +177,13 @@ pub enum Event {
     NameConflict {
         other: NodeId,
         yielded: bool,
+    },
+    /// A peer whose `HELLO` names protocol versions this node shares none of (`theirs`
+    /// against `ours`): nothing from that identity is taken. Reported once per identity.
+    VersionRefused {
+        peer: NodeId,
+        theirs: ProtocolRange,
+        ours: ProtocolRange,
     },
 }
 
@@ -665,6 +676,18 @@ impl Driver {
         Ok(self)
     }
 
+    /// The same driver speaking (and announcing) `protocols` instead of this build's
+    /// range: simulations and tests of meshes that mix releases use it.
+    pub fn with_protocols(mut self, protocols: ProtocolRange) -> Driver {
+        self.session.set_protocols(protocols);
+        self
+    }
+
+    /// The protocol versions this node speaks.
+    pub fn protocols(&self) -> ProtocolRange {
+        self.session.protocols()
+    }
+
     pub fn identity(&self) -> &NodeId {
         self.foca.identity()
     }
@@ -713,6 +736,10 @@ impl Driver {
                 id: m.id().clone(),
                 incarnation: m.incarnation(),
                 state: self.view_state(m),
+                protocol: self
+                    .session
+                    .peer_protocols(m.id())
+                    .map(|(_, spoken)| spoken),
             })
             .collect()
     }
@@ -786,6 +813,27 @@ impl Driver {
                 let to = sender.socket_addr();
                 if self.session.may_answer(now, to) {
                     self.session.send_hello(now, to, true, out);
+                }
+                return;
+            }
+            Verdict::Incompatible {
+                sender,
+                theirs,
+                first,
+                wants_reply,
+            } => {
+                // Our own HELLO in return, if asked for, says why: the peer then refuses
+                // us too and reports both ranges, instead of asking again and again.
+                let to = sender.socket_addr();
+                if wants_reply && self.session.may_answer(now, to) {
+                    self.session.send_hello(now, to, false, out);
+                }
+                if first {
+                    self.events.push(Event::VersionRefused {
+                        peer: sender,
+                        theirs,
+                        ours: self.session.protocols(),
+                    });
                 }
                 return;
             }
@@ -1085,6 +1133,7 @@ impl Driver {
         self.stats.members_unverified += 1;
         if member.state() == State::Alive
             && !self.session.is_verified(id)
+            && !self.session.is_refused(id)
             && validate_site(id.site()).is_ok()
             && self.session.may_answer(now, id.socket_addr())
         {

@@ -9,6 +9,7 @@
 //!   gossip missed.
 //! - [`config`]: `GridNetwork.spec.swim` mapped onto foca.
 //! - [`timers`]: the single ordered timer queue.
+//! - [`versions`]: the protocol versions a node speaks and announces in its `HELLO`.
 //! - [`driver`]: the sans-IO driver around foca (also used by simulations).
 //! - [`node`]: a real node: the driver on its own thread with a UDP socket.
 //! - [`canonical`]: RFC 8785 canonical JSON and compact JSON for the routing overlay.
@@ -30,4 +31,5 @@ pub mod rounding;
 pub mod session;
 pub mod sim;
 pub mod timers;
+pub mod versions;
 pub mod wire;

@@ -15,6 +15,11 @@
 //!    the site's pin. A message from a site whose key is unknown is dropped, and its sender
 //!    is asked for a `HELLO` (at most once per [`ANSWER_INTERVAL`] per address).
 //!
+//! A `HELLO` also says which protocol versions its sender speaks ([`crate::versions`]). A
+//! sender whose range shares no version with ours is refused once its `HELLO` verifies:
+//! its key is not learned from it, and nothing more from that identity is taken (counted
+//! as `dropped_incompatible_version`), whatever else could verify it.
+//!
 //! Windows are only updated by messages that passed every check, so forged frames cannot
 //! poison them, and replays are refused before any signature work is spent on them.
 
@@ -28,6 +33,7 @@ use bytes::BufMut;
 use crate::auth::{Authority, Pins, PublicKey, ReplayWindow, MAX_CHAIN_LEN, MESSAGE_DOMAIN};
 use crate::driver::Transmit;
 use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
+use crate::versions::ProtocolRange;
 use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
 
 /// Messages sent further than this from our clock (either way) are refused. Sites keep
@@ -52,6 +58,10 @@ pub const MAX_SITES: usize = 4096;
 pub const RECHECK_CERTIFICATES: Duration = Duration::from_secs(600);
 /// Addresses whose last introduction or answer is remembered.
 const ADDRESS_MEMORY: usize = 8192;
+/// Identities refused for their protocol versions that are remembered (so each is reported
+/// once and its later messages are refused without signature work); past it, the list
+/// starts again.
+const REFUSED_MEMORY: usize = 1024;
 
 /// `HELLO` flag: the sender has not verified us and asks for our `HELLO` in return.
 const HELLO_WANT_REPLY: u8 = 0x01;
@@ -62,6 +72,15 @@ pub enum Verdict<'a> {
     Accepted(Envelope<'a>),
     /// Well formed, but from a site whose key we do not know yet.
     UnknownSender(NodeId),
+    /// A verified `HELLO` from an identity that speaks no protocol version we speak.
+    /// Nothing of it was kept (its key was not learned from this `HELLO`). `first`: this
+    /// identity was not refused before; `wants_reply`: the `HELLO` asks for ours.
+    Incompatible {
+        sender: NodeId,
+        theirs: ProtocolRange,
+        first: bool,
+        wants_reply: bool,
+    },
     /// Refused and counted.
     Dropped,
 }
@@ -72,6 +91,8 @@ enum Unauthenticated {
     UnknownSite,
     /// A bad signature or certificate.
     Refused,
+    /// A verified `HELLO` whose range we share none of (`true`: refused for the first time).
+    Incompatible(ProtocolRange, bool),
 }
 
 /// Counts of what the session refused or sent, each named for `stats()`.
@@ -93,6 +114,8 @@ pub struct SessionStats {
     pub dropped_bad_signature: u64,
     /// A `HELLO` whose certificate does not prove the claimed site.
     pub dropped_untrusted_certificate: u64,
+    /// From an identity whose `HELLO` named protocol versions we share none of.
+    pub dropped_incompatible_version: u64,
     pub hellos_sent: u64,
     pub hellos_received: u64,
     /// On-demand answers not sent because the second's budget was spent.
@@ -136,6 +159,8 @@ fn count_kind(counts: &mut [KindCount; MESSAGE_KINDS.len()], message: &[u8]) {
 struct Sender {
     window: ReplayWindow,
     last_heard: Duration,
+    /// The versions its latest `HELLO` named (none heard yet: unknown).
+    protocols: Option<ProtocolRange>,
 }
 
 struct KnownSite {
@@ -161,6 +186,10 @@ pub struct Session {
     /// The second the answer budget counts, and the answers sent in it.
     answer_second: u64,
     answers_in_second: u32,
+    /// The versions this node speaks and announces.
+    protocols: ProtocolRange,
+    /// Identities refused for their versions, with the range they named.
+    refused: HashMap<NodeId, ProtocolRange>,
     stats: SessionStats,
 }
 
@@ -193,8 +222,28 @@ impl Session {
             answered: HashMap::new(),
             answer_second: 0,
             answers_in_second: 0,
+            protocols: ProtocolRange::CURRENT,
+            refused: HashMap::new(),
             stats: SessionStats::default(),
         }
+    }
+
+    /// Speaks (and announces) `protocols` instead of this build's range: for simulations
+    /// and tests of meshes that mix releases.
+    pub fn set_protocols(&mut self, protocols: ProtocolRange) {
+        self.protocols = protocols;
+    }
+
+    /// The versions this node speaks.
+    pub fn protocols(&self) -> ProtocolRange {
+        self.protocols
+    }
+
+    /// The versions `id` named in its latest `HELLO`, and the one spoken with it (the
+    /// highest both hold); `None` until its `HELLO` was heard.
+    pub fn peer_protocols(&self, id: &NodeId) -> Option<(ProtocolRange, u8)> {
+        let theirs = self.senders.get(id)?.protocols?;
+        Some((theirs, self.protocols.common(theirs)?))
     }
 
     pub fn authority(&self) -> &Authority {
@@ -241,6 +290,11 @@ impl Session {
         self.keys.get(site).map(|known| &known.key)
     }
 
+    /// Whether this identity was refused for the protocol versions it speaks.
+    pub fn is_refused(&self, id: &NodeId) -> bool {
+        self.refused.contains_key(id)
+    }
+
     /// Whether a message from exactly this identity passed every check.
     pub fn is_verified(&self, id: &NodeId) -> bool {
         self.authority.is_unsigned() || self.senders.contains_key(id)
@@ -280,7 +334,8 @@ impl Session {
         let mut hello = Vec::with_capacity(crate::wire::MAX_MESSAGE_LEN);
         hello.push(KIND_HELLO);
         self.local.encode(&mut hello);
-        hello.push(if want_reply { HELLO_WANT_REPLY } else { 0 });
+        let want = if want_reply { HELLO_WANT_REPLY } else { 0 };
+        hello.push(want | self.protocols.hello_flags());
         let chain: &[Vec<u8>] = match &self.authority {
             Authority::Certified { credentials, .. } => credentials.chain(),
             Authority::Unsigned => &[],
@@ -364,12 +419,24 @@ impl Session {
             self.stats.dropped_replayed += 1;
             return Verdict::Dropped;
         }
+        if envelope.kind != KIND_HELLO && self.refused.contains_key(&envelope.sender) {
+            self.stats.dropped_incompatible_version += 1;
+            return Verdict::Dropped;
+        }
         match self.authenticate(now, &envelope) {
             Ok(()) => {}
             Err(Unauthenticated::UnknownSite) => {
                 return Verdict::UnknownSender(envelope.sender.clone())
             }
             Err(Unauthenticated::Refused) => return Verdict::Dropped,
+            Err(Unauthenticated::Incompatible(theirs, first)) => {
+                return Verdict::Incompatible {
+                    sender: envelope.sender.clone(),
+                    theirs,
+                    first,
+                    wants_reply: hello_wants_reply(envelope.body, &self.interner),
+                }
+            }
         }
         if !self.authority.is_unsigned() {
             self.record(now, &envelope);
@@ -416,12 +483,29 @@ impl Session {
         }
         if envelope.kind == KIND_HELLO {
             self.stats.hellos_received += 1;
+            self.check_protocols(envelope)?;
             if !self.remember_site(now, site, key, &chain) {
                 self.stats.dropped_untrusted_certificate += 1;
                 return Err(Unauthenticated::Refused);
             }
         }
         Ok(())
+    }
+
+    /// Refuses a verified `HELLO` whose sender speaks no version we speak (reported once
+    /// per identity); a compatible one lifts an earlier refusal of its identity.
+    fn check_protocols(&mut self, envelope: &Envelope<'_>) -> Result<(), Unauthenticated> {
+        let theirs = hello_protocols(envelope.body, &self.interner);
+        if self.protocols.common(theirs).is_some() {
+            self.refused.remove(&envelope.sender);
+            return Ok(());
+        }
+        self.stats.dropped_incompatible_version += 1;
+        if self.refused.len() >= REFUSED_MEMORY {
+            self.refused.clear();
+        }
+        let first = self.refused.insert(envelope.sender.clone(), theirs) != Some(theirs);
+        Err(Unauthenticated::Incompatible(theirs, first))
     }
 
     /// The key `chain` proves for `site`: checked against the policy, or taken from the
@@ -516,9 +600,13 @@ impl Session {
         let entry = self.senders.entry(sender.clone()).or_insert(Sender {
             window: ReplayWindow::default(),
             last_heard: now,
+            protocols: None,
         });
         entry.window.accept(envelope.seq);
         entry.last_heard = now;
+        if envelope.kind == KIND_HELLO {
+            entry.protocols = Some(hello_protocols(envelope.body, &self.interner));
+        }
     }
 }
 
@@ -526,6 +614,15 @@ impl Session {
 pub fn hello_wants_reply(body: &[u8], interner: &Interner) -> bool {
     let mut r = Reader::new(body);
     NodeId::decode(&mut r, interner).is_ok() && r.u8().is_ok_and(|f| f & HELLO_WANT_REPLY != 0)
+}
+
+/// The protocol versions a `HELLO` body names (its flags; see [`crate::versions`]).
+fn hello_protocols(body: &[u8], interner: &Interner) -> ProtocolRange {
+    let mut r = Reader::new(body);
+    match NodeId::decode(&mut r, interner).and_then(|_| r.u8()) {
+        Ok(flags) => ProtocolRange::from_hello_flags(flags),
+        Err(_) => ProtocolRange::UNADVERTISED,
+    }
 }
 
 /// The certificate chain of a `HELLO` body (identity, flags, count, length-prefixed DER).

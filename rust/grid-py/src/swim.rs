@@ -16,6 +16,7 @@ use grid_core::identity::NodeId;
 use grid_core::lanes::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN};
 use grid_core::node::{wall_clock, Node, NodeError, NodeSettings, NodeTrust};
 use grid_core::session::MESSAGE_KINDS;
+use grid_core::versions::ProtocolRange;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 
@@ -89,7 +90,7 @@ fn lane(name: &str) -> PyResult<Lane> {
     })
 }
 
-type MemberTuple = (String, String, &'static str, u64);
+type MemberTuple = (String, String, &'static str, u64, Option<u8>);
 
 fn member_fields(id: &NodeId) -> (String, String, u64) {
     (
@@ -131,6 +132,18 @@ fn event_to_py(py: Python<'_>, event: Event) -> PyResult<Py<PyAny>> {
         Event::NameConflict { other, yielded } => {
             let (site, addr, generation) = member_fields(&other);
             ("name_conflict", site, addr, generation, yielded).into_py_any(py)
+        }
+        Event::VersionRefused { peer, theirs, ours } => {
+            let (site, addr, generation) = member_fields(&peer);
+            (
+                "version_refused",
+                site,
+                addr,
+                generation,
+                (theirs.min(), theirs.max()),
+                (ours.min(), ours.max()),
+            )
+                .into_py_any(py)
         }
     }
 }
@@ -247,14 +260,15 @@ impl SwimNode {
         py.detach(|| self.node.close()).map_err(node_error)
     }
 
-    /// Every known member except this node: (site, address, state, generation).
+    /// Every known member except this node: (site, address, state, generation, protocol
+    /// version spoken with it or None before its `HELLO`).
     fn members(&self) -> Vec<MemberTuple> {
         self.node
             .members()
             .iter()
             .map(|m| {
                 let (site, addr, generation) = member_fields(&m.id);
-                (site, addr, m.state.name(), generation)
+                (site, addr, m.state.name(), generation, m.protocol)
             })
             .collect()
     }
@@ -375,6 +389,7 @@ impl SwimNode {
                 "untrusted_certificate",
                 session.dropped_untrusted_certificate,
             ),
+            ("incompatible_version", session.dropped_incompatible_version),
             ("superseded", d.dropped_superseded),
         ];
         let frame_drops = DropReason::ALL.iter().map(|r| r.as_str()).zip(f.drops);
@@ -540,5 +555,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_ITEM_LEN", MAX_ITEM_LEN)?;
     m.add("MAX_KEY_LEN", MAX_KEY_LEN)?;
     m.add("LANES", Lane::ALL.map(Lane::name).to_vec())?;
+    let protocols = ProtocolRange::CURRENT;
+    m.add("PROTOCOLS", (protocols.min(), protocols.max()))?;
     Ok(())
 }

@@ -456,7 +456,7 @@ fn note(
         Event::MemberDown(id) => (Learned::Down, id),
         Event::MemberLeft(id) => (Learned::Left, id),
         Event::MemberRenamed { current, .. } => (Learned::Renamed, current),
-        Event::Item(_) | Event::NameConflict { .. } => return,
+        Event::Item(_) | Event::NameConflict { .. } | Event::VersionRefused { .. } => return,
     };
     let Some(subject) = node_index(id.socket_addr()) else {
         return;
