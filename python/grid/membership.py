@@ -144,9 +144,10 @@ class Member:
     address: str
     state: MemberState
     generation: int
-    protocol: int | None = None
+    protocol: int | None = field(default=None, compare=False)
     """The SWIM protocol version spoken with it: the highest both nodes speak (None until
-    its ``HELLO`` was heard; see docs/upgrading.md)."""
+    its ``HELLO`` was heard; see docs/upgrading.md). Not part of the member's equality: it
+    says how this node speaks with it, not who it is."""
 
 
 @dataclass(frozen=True)
