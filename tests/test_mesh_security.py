@@ -6,6 +6,10 @@ independent implementation of the wire format in ``support.wire``.
 Every attacker here holds the shared SWIM key, which keeps strangers out; what is tested is
 what a key holder, or anyone who recorded traffic, can still do. ``Mallory`` also holds a
 valid certificate of its own site, issued by the network CA.
+
+Each test takes the ``sides`` fixture: which release the attack's victims run and which
+every other real node runs. Here both are this release; ``test_mesh_security_versions``
+runs the same tests with the previous release on either side.
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import re
 import socket
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import pytest
 
-from grid.membership import Event, ItemEvent, MemberEvent, NameConflict, SwimConfig, SwimNode
+from grid.membership import Event, ItemEvent, MemberEvent, NameConflict, SwimConfig
 from support.attacker import (
     REPLAY_DROPS,
     Mallory,
@@ -34,6 +38,7 @@ from support.attacker import (
     socket_drops,
     wait_until,
 )
+from support.remote_node import CURRENT, Node, Release
 from support.swim import credentials, site_certificate
 from support.wire import (
     DOWN,
@@ -69,28 +74,48 @@ CONFIG = SwimConfig(probe_interval=0.2, suspicion_timeout=1.0, push_pull_interva
 REPLAY_FRAMES = int(os.environ.get("GRID_REPLAY_FRAMES", "1000000"))
 
 
+@dataclass(frozen=True)
+class Sides:
+    """The releases an attack runs on: its victims' nodes run ``victims``, every other real
+    node (the rest of the mesh, a site's other life, a twin) runs ``others``. The attacker
+    itself (``Mallory``, a replaying socket) belongs to no release: it writes the wire
+    format from its description in ``support.wire``."""
+
+    victims: Release = CURRENT
+    others: Release = CURRENT
+
+    def by_site(self, sites: Iterable[str], victims: Collection[str]) -> dict[str, Release]:
+        return {site: self.victims if site in victims else self.others for site in sites}
+
+
+@pytest.fixture
+def sides() -> Sides:
+    """Every node on this release (test_mesh_security_versions overrides this fixture)."""
+    return Sides()
+
+
 @dataclass
 class Mesh:
-    nodes: list[SwimNode]
+    nodes: list[Node]
     taps: list[Tap] = field(default_factory=list)
 
-    def tap(self, node: SwimNode) -> Tap:
+    def tap(self, node: Node) -> Tap:
         return self.taps[self.nodes.index(node)]
 
     def captured(self) -> list[bytes]:
         return [frame for tap in self.taps for frame in tap.captured]
 
 
-def view(node: SwimNode) -> dict[tuple[str, str], tuple[str, int]]:
+def view(node: Node) -> dict[tuple[str, str], tuple[str, int]]:
     """(site, address) → (state, generation), as ``node`` sees its members."""
     return {(m.site, m.address): (m.state, m.generation) for m in node.members()}
 
 
-def state_of(viewer: SwimNode, node: SwimNode) -> tuple[str, int] | None:
+def state_of(viewer: Node, node: Node) -> tuple[str, int] | None:
     return view(viewer).get((node.site, node.address))
 
 
-def sees_alive(viewers: Sequence[SwimNode], nodes: Sequence[SwimNode]) -> bool:
+def sees_alive(viewers: Sequence[Node], nodes: Sequence[Node]) -> bool:
     return all(
         state_of(viewer, node) == ("alive", node.generation)
         for viewer in viewers
@@ -99,7 +124,7 @@ def sees_alive(viewers: Sequence[SwimNode], nodes: Sequence[SwimNode]) -> bool:
     )
 
 
-def drain(node: SwimNode) -> list[Event]:
+def drain(node: Node) -> list[Event]:
     return list(iter(lambda: node.next_event(0), None))
 
 
@@ -108,22 +133,27 @@ def items_of(events: Sequence[Event]) -> list[ItemEvent]:
 
 
 @contextmanager
-def mesh(key: bytes, sites: Sequence[str], *, taps: bool = False) -> Iterator[Mesh]:
+def mesh(
+    key: bytes,
+    sites: Sequence[str],
+    *,
+    taps: bool = False,
+    releases: Mapping[str, Release] | None = None,
+) -> Iterator[Mesh]:
     """Nodes of ``sites`` joined through the first one, each behind a recording tap if
-    ``taps``; yields once every node sees every other alive."""
+    ``taps`` and of the release ``releases`` names for its site (this one by default);
+    yields once every node sees every other alive."""
     relays = [Tap() for _ in sites] if taps else []
-    nodes = [
-        SwimNode(
-            "127.0.0.1:0",
-            site,
-            relays[i].address if taps else None,
-            [key],
-            CONFIG,
-            credentials=credentials(site),
-        )
-        for i, site in enumerate(sites)
-    ]
+    nodes: list[Node] = []
     try:
+        for i, site in enumerate(sites):
+            release = (releases or {}).get(site, CURRENT)
+            advertise = relays[i].address if taps else None
+            nodes.append(
+                release.node(
+                    "127.0.0.1:0", site, advertise, [key], CONFIG, credentials=credentials(site)
+                )
+            )
         for i, node in enumerate(nodes):
             if taps:
                 relays[i].start(node)
@@ -179,12 +209,12 @@ class Ledger:
     drops: int
 
     @classmethod
-    def of(cls, node: SwimNode, tap: Tap) -> Ledger:
+    def of(cls, node: Node, tap: Tap) -> Ledger:
         stats, forwarded = tap.counted(node)
         return cls(stats, forwarded, socket_drops(node.bound_address))
 
 
-def settle_replay(node: SwimNode, tap: Tap, before: Ledger, sent: int) -> int:
+def settle_replay(node: Node, tap: Tap, before: Ledger, sent: int) -> int:
     """Waits until each of the ``sent`` replays to ``node`` since ``before`` was refused
     (as replayed, stale or misdirected) or dropped by the kernel, checks that none was
     taken, and returns how many were refused.
@@ -235,9 +265,12 @@ def replay_refused(m: Mesh, frames: Sequence[bytes], rounds: int) -> None:
 # --- capture and replay ---------------------------------------------------------------
 
 
-def test_a_million_replayed_frames_are_all_refused_and_reflect_nothing() -> None:
+def test_a_million_replayed_frames_are_all_refused_and_reflect_nothing(sides: Sides) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b", "site-c"], taps=True) as m:
+    # Every node's frames go back to every node: site-a on the victims' release, site-b and
+    # site-c (which crashes) on the other, so each survivor refuses both releases' frames.
+    sites = ["site-a", "site-b", "site-c"]
+    with mesh(key, sites, taps=True, releases=sides.by_site(sites, victims={"site-a"})) as m:
         a, b, c = m.nodes
         survivors = [a, b]
         # A mixed capture: the taps recorded the joins (HELLOs, announces, feeds, syncs);
@@ -307,12 +340,21 @@ def test_a_million_replayed_frames_are_all_refused_and_reflect_nothing() -> None
         sent_to: Counter[str] = Counter()
         sent = sent_bytes = 0
         crashed_at = detected = None
+        bound = CONFIG.detection_bound(3)
+
+        def replaying() -> bool:
+            """Until the frames are sent and the crash is detected, or could have been:
+            a fast machine sends them all before the crash is detected."""
+            if sent < REPLAY_FRAMES or crashed_at is None:
+                return True
+            return detected is None and time.monotonic() - crashed_at <= bound
+
         batch = everyone
         attacker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         send = attacker.sendto
         start = time.monotonic()
         try:
-            while sent < REPLAY_FRAMES:
+            while replaying():
                 for frame, site in batch:
                     send(frame, targets[site])
                 sent += len(batch)
@@ -335,7 +377,6 @@ def test_a_million_replayed_frames_are_all_refused_and_reflect_nothing() -> None
         took = time.monotonic() - start
         print(f"replayed {sent} frames ({sent_bytes} bytes) in {took:.1f}s")
         assert sent >= REPLAY_FRAMES
-        bound = CONFIG.detection_bound(3)
         assert detected is not None, "the crash was not detected during the replay"
         print(f"crash detected during the replay after {detected:.2f}s (bound {bound:.2f}s)")
         assert detected <= bound
@@ -368,13 +409,18 @@ def test_a_million_replayed_frames_are_all_refused_and_reflect_nothing() -> None
         assert spent <= sent_bytes / 1000
 
 
-def test_frames_of_an_earlier_life_and_of_a_leaver_are_refused() -> None:
+def test_frames_of_an_earlier_life_and_of_a_leaver_are_refused(sides: Sides) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b"], taps=True) as m, ExitStack() as lives:
+    # The victims refuse the frames of site-s, whose lives run the other release.
+    sites = ["site-a", "site-b"]
+    releases = sides.by_site(sites, victims=sites)
+    with mesh(key, sites, taps=True, releases=releases) as m, ExitStack() as lives:
         a, b = m.nodes
 
-        def life(bind: str) -> SwimNode:
-            node = SwimNode(bind, "site-s", None, [key], CONFIG, credentials=credentials("site-s"))
+        def life(bind: str) -> Node:
+            node = sides.others.node(
+                bind, "site-s", None, [key], CONFIG, credentials=credentials("site-s")
+            )
             lives.callback(node.close)
             node.start()
             node.join([a.address])
@@ -432,9 +478,10 @@ def test_frames_of_an_earlier_life_and_of_a_leaver_are_refused() -> None:
             assert node.stats()["leave_notices"] == 1
 
 
-def test_signed_messages_from_outside_the_clock_window_are_refused() -> None:
+def test_signed_messages_from_outside_the_clock_window_are_refused(sides: Sides) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b"]) as m:
+    sites = ["site-a", "site-b"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims={"site-a"})) as m:
         a = m.nodes[0]
         mallory = Mallory(key)
         try:
@@ -464,9 +511,13 @@ def test_signed_messages_from_outside_the_clock_window_are_refused() -> None:
 # --- forgery by a key holder with a certificate of its own ------------------------------
 
 
-def test_a_key_holders_digests_get_bounded_answers_and_its_repairs_only_signed_items() -> None:
+def test_a_key_holders_digests_get_bounded_answers_and_its_repairs_only_signed_items(
+    sides: Sides,
+) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b"]) as m:
+    # site-a answers mallory's digests with items of site-b, which runs the other release.
+    sites = ["site-a", "site-b"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims={"site-a"})) as m:
         a, b = m.nodes
         for k in range(40):
             assert b.publish("state", f"provider/{k:02}", 1, bytes(900))
@@ -536,13 +587,17 @@ def test_a_key_holders_digests_get_bounded_answers_and_its_repairs_only_signed_i
             mallory.close()
 
 
-def test_an_item_forged_for_another_origin_is_refused_and_the_origin_keeps_publishing() -> None:
+def test_an_item_forged_for_another_origin_is_refused_and_the_origin_keeps_publishing(
+    sides: Sides,
+) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b", "site-c"]) as m:
+    # site-b, whose items mallory forges, runs the other release than site-a and site-c.
+    sites = ["site-a", "site-b", "site-c"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims={"site-a", "site-c"})) as m:
         a, b, c = m.nodes
         events: dict[str, list[Event]] = {n.site: [] for n in m.nodes}
 
-        def delivered(node: SwimNode) -> list[tuple[str, str, int, bytes]]:
+        def delivered(node: Node) -> list[tuple[str, str, int, bytes]]:
             events[node.site] += drain(node)
             return [(e.origin, e.key, e.version, e.payload) for e in items_of(events[node.site])]
 
@@ -595,9 +650,11 @@ def test_an_item_forged_for_another_origin_is_refused_and_the_origin_keeps_publi
             assert node.stats()["items_malformed"] == 0
 
 
-def test_a_leave_forged_for_another_site_is_refused() -> None:
+def test_a_leave_forged_for_another_site_is_refused(sides: Sides) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b", "site-c"]) as m:
+    # site-b, for whom mallory forges a leave, runs the other release than site-a and site-c.
+    sites = ["site-a", "site-b", "site-c"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims={"site-a", "site-c"})) as m:
         a, b, c = m.nodes
         for node in m.nodes:
             drain(node)
@@ -645,9 +702,11 @@ def test_a_leave_forged_for_another_site_is_refused() -> None:
         assert all(n.stats()["dropped_replayed"] == 0 for n in (a, c))
 
 
-def test_a_key_holder_cannot_take_over_another_sites_address() -> None:
+def test_a_key_holder_cannot_take_over_another_sites_address(sides: Sides) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b", "site-c"]) as m:
+    # site-b, whose address mallory claims, runs the other release than site-a and site-c.
+    sites = ["site-a", "site-b", "site-c"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims={"site-a", "site-c"})) as m:
         a, b, c = m.nodes
         for node in m.nodes:
             drain(node)
@@ -710,9 +769,14 @@ def test_a_key_holder_cannot_take_over_another_sites_address() -> None:
         pytest.param(SUSPECT, 0xFFFF, id="suspect-at-last"),
     ],
 )
-def test_a_key_holder_cannot_declare_another_site_down(state: int, incarnation: int) -> None:
+def test_a_key_holder_cannot_declare_another_site_down(
+    state: int, incarnation: int, sides: Sides
+) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b", "site-c"]) as m:
+    # site-b, whom mallory declares down, runs the other release than site-a and site-c: its
+    # refutations have to be understood across releases.
+    sites = ["site-a", "site-b", "site-c"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims={"site-a", "site-c"})) as m:
         a, b, c = m.nodes
         for node in m.nodes:
             drain(node)
@@ -749,13 +813,15 @@ def test_a_key_holder_cannot_declare_another_site_down(state: int, incarnation: 
 # --- one live node per site -----------------------------------------------------------
 
 
-def test_a_second_node_with_a_taken_site_name_yields_and_the_first_stays() -> None:
+def test_a_second_node_with_a_taken_site_name_yields_and_the_first_stays(sides: Sides) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b", "site-c"]) as m:
+    # The mesh runs the victims' release, the twin the other.
+    sites = ["site-a", "site-b", "site-c"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims=sites)) as m:
         first, b, c = m.nodes
         for node in m.nodes:
             drain(node)
-        twin = SwimNode(
+        twin = sides.others.node(
             "127.0.0.1:0", "site-a", None, [key], CONFIG, credentials=credentials("site-a")
         )
         try:
@@ -796,7 +862,7 @@ def test_a_second_node_with_a_taken_site_name_yields_and_the_first_stays() -> No
 
 
 def flood_frames(
-    key: bytes, victims: Sequence[SwimNode], mallory: Mallory
+    key: bytes, victims: Sequence[Node], mallory: Mallory
 ) -> list[tuple[bytes, tuple[str, int]]]:
     """500 identities of sites nobody vouches for, site-fake-0 to site-fake-499, each
     introducing itself to every victim (with mallory's certificate, which names another
@@ -819,27 +885,31 @@ def flood_frames(
 FAKES = [Identity(f"site-fake-{n}", "127.0.0.1", 20_000 + n, 1) for n in range(500)]
 
 
-def test_a_flood_of_unvouched_identities_lists_none_and_does_not_slow_detection() -> None:
+def test_a_flood_of_unvouched_identities_lists_none_and_does_not_slow_detection(
+    sides: Sides,
+) -> None:
     key = os.urandom(32)
     sites = [f"site-{i}" for i in range(5)]
-    with mesh(key, sites) as m, ExitStack() as stack:
-        victim, survivors = m.nodes[-1], m.nodes[:-1]
+    # The flood's victims are the survivors; the site that crashes runs the other release.
+    releases = sides.by_site(sites, victims=sites[:-1])
+    with mesh(key, sites, releases=releases) as m, ExitStack() as stack:
+        crashing, survivors = m.nodes[-1], m.nodes[:-1]
 
-        def all_see_down(node: SwimNode) -> bool:
+        def all_see_down(node: Node) -> bool:
             return all(state_of(s, node) == ("down", node.generation) for s in survivors)
 
         # Quiet: a crash, and how long until every survivor has it down.
-        address = victim.bound_address
-        victim.close()
-        quiet = wait_until(lambda: all_see_down(victim), 10, "down, quietly")
+        address = crashing.bound_address
+        crashing.close()
+        quiet = wait_until(lambda: all_see_down(crashing), 10, "down, quietly")
         # The same site comes back at the same address, so the cluster is as large again.
-        victim = SwimNode(
+        crashing = sides.others.node(
             address, sites[-1], None, [key], CONFIG, credentials=credentials(sites[-1])
         )
-        stack.callback(victim.close)
-        victim.start()
-        victim.join([survivors[0].address])
-        wait_until(lambda: sees_alive([*survivors, victim], [*survivors, victim]), 10, "back")
+        stack.callback(crashing.close)
+        crashing.start()
+        crashing.join([survivors[0].address])
+        wait_until(lambda: sees_alive([*survivors, crashing], [*survivors, crashing]), 10, "back")
 
         mallory = Mallory(key)
         stack.callback(mallory.close)
@@ -875,9 +945,9 @@ def test_a_flood_of_unvouched_identities_lists_none_and_does_not_slow_detection(
                 next_gossip = now + 0.5
             assert bounded(), "a fake identity was listed"
             if crashed_at is None and now - start >= 1.0:
-                victim.close()
+                crashing.close()
                 crashed_at = time.monotonic()
-            elif crashed_at is not None and all_see_down(victim):
+            elif crashed_at is not None and all_see_down(crashing):
                 flooded = time.monotonic() - crashed_at
             assert now - start < 1.0 + 3 * quiet + 5, "the crash was not detected in time"
         took = time.monotonic() - start
@@ -921,7 +991,7 @@ def frame_reason(datagram: bytes) -> str:
     return "auth_failed"
 
 
-def session_reason(plaintext: bytes, node: SwimNode) -> str:
+def session_reason(plaintext: bytes, node: Node) -> str:
     """Why a node refuses an opened message that is neither signed nor fresh, in the order
     of the session's checks (rust/grid-core/src/session.rs)."""
     try:
@@ -943,9 +1013,11 @@ def identity_bytes(site: bytes, family: int = 4, tail: bytes | None = None) -> b
     return bytes([len(site)]) + site + bytes([family]) + (rest if tail is None else tail)
 
 
-def test_garbage_is_counted_by_reason_and_changes_nothing() -> None:
+def test_garbage_is_counted_by_reason_and_changes_nothing(sides: Sides) -> None:
     key = os.urandom(32)
-    with mesh(key, ["site-a", "site-b", "site-c"]) as m:
+    # site-b takes the garbage; site-a and site-c run the other release.
+    sites = ["site-a", "site-b", "site-c"]
+    with mesh(key, sites, releases=sides.by_site(sites, victims={"site-b"})) as m:
         target = m.nodes[1]
         for node in m.nodes:
             drain(node)
