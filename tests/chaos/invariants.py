@@ -26,7 +26,9 @@ All along (every overlay file written, and each site's latest refresh every 0.2 
     it sees as ``down`` or ``left`` in the same refresh. (Between a membership event and the
     refresh it wakes, a few milliseconds, the engine knows more than its overlay says; a
     snapshot taken then is not a routing decision, so views are judged on what the latest
-    refresh left.)
+    refresh left. A refresh may also put its render off, paced by ``renderInterval``, up to
+    a second: until that render, which the overlay log judges, its snapshot is not a
+    routing decision either.)
 (e) **A wedged site leaves.** A site whose agent stopped writing while its SWIM thread still
     answers (seen alive) leaves every other site's overlay once its records are older than
     ``staleCandidateTtlSeconds``: no refresh later than the TTL plus 2 s after the wedge

@@ -13,12 +13,20 @@ Process control is by pid, from the thread that started the process: SIGSTOP/SIG
 (the agent's event loop blocked, its SWIM thread running) is asked for by a file. A child
 dies with the test process (``PR_SET_PDEATHSIG``), and whatever is left in a namespace is
 killed when the namespace is removed.
+
+Each site's agent runs a :class:`Release`: a Python with Grid installed and that release's
+own ``site_agent.py`` (by default this checkout's, on the running interpreter).
+:meth:`ChaosMesh.restart_agent` moves a site to another release as an operator's rollout
+does: SIGTERM (the agent leaves), then the other release on the same state directory,
+resources and certificates. The provider and gateway processes are the harness's and stay
+on this interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import secrets
@@ -36,6 +44,7 @@ from typing import Any
 import yaml
 
 from chaos.netns import Lab
+from grid import __version__ as grid_version
 from grid.models.meta import API_VERSION
 from grid.trust import CertificateAuthority
 
@@ -53,6 +62,55 @@ KV_METRIC = "vllm:gpu_cache_usage_perc"
 PREFIX_METRIC = "vllm:gpu_prefix_cache_hit_rate"
 LATENCY_METRIC = "vllm:e2e_request_latency_p99_seconds"
 _PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What a site's agent runs: a Python where a release of Grid is installed and that
+    release's own ``site_agent.py`` (a later one may use APIs an older Grid lacks)."""
+
+    name: str
+    """Short: ``previous``, ``current``."""
+    version: str
+    """Which Grid it is, for reports."""
+    python: Path
+    site_agent: Path
+    options: tuple[str, ...] = ()
+    """Interpreter options before the script (``-E -s`` keeps this environment's
+    ``PYTHONPATH`` and user site from mixing another Grid into the release's)."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.version})"
+
+    def command(self) -> list[str]:
+        return [str(self.python), *self.options, str(self.site_agent)]
+
+    def grid_package(self) -> Path:
+        """The directory of the ``grid`` package this release's Python imports."""
+        return _grid_package(self.python, self.options)
+
+
+def current_release() -> Release:
+    """This checkout: the running interpreter and ``tests/chaos/site_agent.py``."""
+    return Release(
+        "current",
+        f"grid {grid_version}, this checkout",
+        Path(sys.executable),
+        HERE / "site_agent.py",
+    )
+
+
+@functools.cache
+def _grid_package(python: Path, options: tuple[str, ...]) -> Path:
+    done = subprocess.run(
+        [str(python), *options, "-c", "import grid; print(grid.__file__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return Path(done.stdout.strip()).resolve().parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +211,8 @@ class Site:
     plan: SitePlan
     directory: Path
     address: str
+    release: Release
+    """What the agent runs (its next start, if it is not running)."""
     agent: subprocess.Popen[bytes] | None = None
     provider: subprocess.Popen[bytes] | None = None
     gateway: subprocess.Popen[bytes] | None = None
@@ -251,16 +311,21 @@ class ChaosMesh:
         lab: Lab,
         plans: Sequence[SitePlan] | None = None,
         settings: MeshSettings | None = None,
+        release: Release | None = None,
     ) -> None:
+        """``release``: what every agent runs at first (default: :func:`current_release`)."""
         self.root = root
         self.lab = lab
         self.settings = settings or MeshSettings()
         plans = tuple(plans or default_plans())
+        first = release or current_release()
         self.sites = {
-            plan.name: Site(plan, root / plan.name, lab.address(plan.name)) for plan in plans
+            plan.name: Site(plan, root / plan.name, lab.address(plan.name), first) for plan in plans
         }
         self._spend_serial = 0
         self.key_file = root / "swim.key"
+        self.started_at = 0.0
+        """When :meth:`start` started the first agent (monotonic seconds)."""
 
     @property
     def names(self) -> list[str]:
@@ -401,9 +466,11 @@ class ChaosMesh:
 
     # -- processes ------------------------------------------------------------------------
 
-    def _spawn(self, site: Site, command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, site: Site, command: list[str], log: Path, title: str
+    ) -> subprocess.Popen[bytes]:
         with log.open("ab") as output:
-            output.write(f"=== {datetime.now(UTC).isoformat()} {' '.join(command[4:7])}\n".encode())
+            output.write(f"=== {datetime.now(UTC).isoformat()} {title}\n".encode())
             output.flush()
             return subprocess.Popen(
                 [*self.lab.exec_prefix(site.name), *command],
@@ -426,6 +493,7 @@ class ChaosMesh:
                     lambda path=site.directory / ready: path.exists(),  # type: ignore[misc]
                     timeout,
                 )
+        self.started_at = time.monotonic()
         for site in self.sites.values():
             self.start_agent(site.name)
 
@@ -442,7 +510,7 @@ class ChaosMesh:
             "--ready",
             str(ready),
         ]
-        site.gateway = self._spawn(site, command, site.directory / "gateway.log")
+        site.gateway = self._spawn(site, command, site.directory / "gateway.log", "gateway")
 
     def start_provider(self, site: Site) -> None:
         (site.directory / "ready.json").unlink(missing_ok=True)
@@ -456,13 +524,12 @@ class ChaosMesh:
             "--ready",
             str(site.directory / "ready.json"),
         ]
-        site.provider = self._spawn(site, command, site.directory / "provider.log")
+        site.provider = self._spawn(site, command, site.directory / "provider.log", "provider")
 
     def agent_command(self, site: Site) -> list[str]:
         settings = self.settings
         return [
-            sys.executable,
-            str(HERE / "site_agent.py"),
+            *site.release.command(),
             "--chaos-dir",
             str(site.chaos_dir),
             "agent",
@@ -489,7 +556,27 @@ class ChaosMesh:
         assert not site.running, f"{name}'s agent is already running"
         site.lives += 1
         site.paused = False
-        site.agent = self._spawn(site, self.agent_command(site), site.log)
+        site.agent = self._spawn(
+            site, self.agent_command(site), site.log, f"agent {site.release.label}"
+        )
+
+    def restart_agent(
+        self,
+        name: str,
+        release: Release,
+        *,
+        while_down: Callable[[], None] | None = None,
+        timeout: float = 30.0,
+    ) -> int:
+        """Move a site's agent to ``release`` as a rollout does: SIGTERM (it leaves the mesh
+        and exits), ``while_down`` if given, then ``release`` on the same state directory,
+        resources and certificates. The exit status of the agent that left."""
+        status = self.leave(name, timeout)
+        if while_down is not None:
+            while_down()
+        self.sites[name].release = release
+        self.start_agent(name)
+        return status
 
     def pause(self, name: str) -> None:
         site = self.sites[name]
@@ -525,6 +612,22 @@ class ChaosMesh:
             process.kill()
             process.wait(timeout=30)
             raise
+
+    def loaded_grid(self, name: str) -> Path | None:
+        """The directory of the Grid extension module the site's agent has loaded (from its
+        memory map), or None before it has."""
+        site = self.sites[name]
+        if site.agent is None:
+            return None
+        try:
+            maps = Path(f"/proc/{site.agent.pid}/maps").read_text()
+        except OSError:
+            return None
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and "/grid/_native" in fields[5]:
+                return Path(fields[5].removesuffix(" (deleted)")).resolve().parent
+        return None
 
     def check_processes(self) -> list[str]:
         """Agents, provider or gateway processes that exited on their own since the last

@@ -39,10 +39,11 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from chaos.invariants import OneView, check_one_view, routing_violations
 from chaos.mesh import ChaosMesh
+from grid.engine.engine import MAX_RENDER_SPACING
 from grid.membership import SwimConfig
 
 NETWORK_FAULTS = ("partition", "mute", "deaf")
@@ -72,6 +73,9 @@ WEDGE_SLACK_S = 2.0
 """(e): a wedged site's candidates must be gone from every overlay this long after the TTL
 has passed since the wedge began (the engine re-ranks when a candidate crosses the TTL; a
 refresh comes at least every second)."""
+PACED_RENDER_S = MAX_RENDER_SPACING.total_seconds() + 0.5
+"""The longest a paced render may follow the refresh that took its change in (the engine's
+bound, and a refresh's lateness)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +242,14 @@ def _actions(
 # -- playing a schedule -----------------------------------------------------------------
 
 
+class Findings(Protocol):
+    """Where the harness's checks put what they find (an :class:`Outcome`, or a step of
+    another run of the same mesh)."""
+
+    violations: set[str]
+    notes: list[str]
+
+
 @dataclass
 class Outcome:
     schedule: Schedule
@@ -309,6 +321,8 @@ class Player:
         self.unreplicated: dict[str, int] = {}
         """Spend lost with killed processes since the mesh started, per counter."""
         self._seen_log_lines: dict[str, int] = {}
+        self._unrendered: dict[tuple[int, str], float] = {}
+        """(d) findings of refreshes that may have put a render off: when first seen."""
 
     @property
     def swim(self) -> SwimConfig:
@@ -324,12 +338,17 @@ class Player:
             totals[counter] = totals.get(counter, 0) - lost
         return totals
 
-    def settle(self, timeout: float) -> tuple[float | None, OneView]:
+    def settle(
+        self, timeout: float, poll: Callable[[], None] | None = None
+    ) -> tuple[float | None, OneView]:
         """Wait for every inbox to empty, then for (a), (b) and (c) to hold together;
-        (seconds, last check), seconds None when the bound passed."""
+        (seconds, last check), seconds None when the bound passed. ``poll`` runs before
+        each check (to sample what must hold all along)."""
         started = time.monotonic()
         outcome = OneView()
         while time.monotonic() - started < timeout:
+            if poll is not None:
+                poll()
             self.mesh.check_processes()
             if all(self.mesh.pending_spends(name) == 0 for name in self.mesh.names):
                 outcome = check_one_view(self.mesh, self.expected_budgets())
@@ -381,7 +400,7 @@ class Player:
                 step()
                 continue
             if now >= next_sample:
-                self._sample(outcome)
+                self.sample(outcome)
                 outcome.exits += mesh.check_processes()
                 next_sample = now + SAMPLE_EVERY_S
             time.sleep(max(0.0, min(moment, next_sample) - (time.monotonic() - started)))
@@ -394,7 +413,7 @@ class Player:
                 mesh.start_agent(site.name)
         seconds, final = self.settle(self.bound_s)
         outcome.heal_to_view_s, outcome.final = seconds, final
-        self._sample(outcome)
+        self.sample(outcome)
         self._check_overlay_logs(started_wall, outcome)
         outcome.unreplicated = sum(self.unreplicated.values()) - unreplicated_before
         outcome.seconds = time.monotonic() - started
@@ -416,7 +435,7 @@ class Player:
             mesh.wedge(fault.sites[0], fault.duration)
         elif fault.kind in ("crash", "leave"):
             victim = fault.sites[0]
-            self._guard(victim, outcome)
+            self.guard(victim, outcome)
             if fault.kind == "crash":
                 mesh.crash(victim)
             else:
@@ -457,7 +476,7 @@ class Player:
         mesh.spend(site, action.amount)
         outcome.spends += 1
 
-    def _guard(self, victim: str, outcome: Outcome) -> None:
+    def guard(self, victim: str, outcome: Findings) -> None:
         """Before killing ``victim``: wait until another living process holds every budget
         slot it knows as high as it does; count what is still missing."""
         mesh = self.mesh
@@ -497,9 +516,13 @@ class Player:
                     deficits[counter] = deficits.get(counter, 0) + value - best
         return deficits
 
-    def _sample(self, outcome: Outcome) -> None:
+    def sample(self, outcome: Findings) -> None:
         """(d) and (e) on each site's latest refresh: the members it rendered from and the
-        overlay it rendered."""
+        overlay it rendered. A refresh that put a render off (paced) has taken in a change
+        its overlay does not show yet: its (d) findings wait for that render, which the
+        overlay log judges. A site agent that does not say so (an older release's) is held
+        to the pacing's bound instead: a finding counts when a refresh later than
+        :data:`PACED_RENDER_S` after the first that showed it still shows it."""
         ttl = self.mesh.settings.stale_ttl_seconds
         wedges = {name: self.mesh.wedges(name) for name in self.mesh.names}
         for name in self.mesh.names:
@@ -507,9 +530,18 @@ class Player:
             refreshed = None if view is None else view.get("refreshed")
             if not refreshed or refreshed.get("candidates") is None:
                 continue
-            outcome.violations |= routing_violations(
-                name, refreshed["members"], refreshed["candidates"]
-            )
+            assert view is not None
+            found = routing_violations(name, refreshed["members"], refreshed["candidates"])
+            if "render_due" in refreshed:
+                if refreshed["render_due"] is None:
+                    outcome.violations |= found
+            else:
+                for violation in found:
+                    first = self._unrendered.setdefault((view["pid"], violation), refreshed["at"])
+                    if refreshed["at"] - first > PACED_RENDER_S:
+                        outcome.violations.add(
+                            f"{violation} (not rendered within {PACED_RENDER_S:g}s)"
+                        )
             routed = {site for site, _, _ in refreshed["candidates"]}
             for wedged, entries in wedges.items():
                 if wedged == name or wedged not in routed:

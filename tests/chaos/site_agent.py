@@ -14,7 +14,9 @@ directory of their own (``--chaos-dir``):
 - **Views.** ``view.json`` (rewritten atomically every 0.2 s) holds what the engine holds:
   members, the provider records of every site, budget totals and slots, the current
   overlay's candidates, and (``refreshed``) the members and overlay as the latest refresh
-  left them. ``overlays.jsonl`` gets a line for every overlay file written, with the
+  left them, with the render it put off (``render_due``, epoch seconds: the engine paces
+  renders, so a refresh may take in a change, a departure included, and render it up to
+  a second later). ``overlays.jsonl`` gets a line for every overlay file written, with the
   members as the engine saw them when it rendered it.
 
     python site_agent.py --chaos-dir DIR agent --resources ... (every ``grid agent`` option)
@@ -196,12 +198,14 @@ class Hooks:
             result = original(now, **options)
             overlays = list(engine.overlays.values())
             overlay = overlays[0] if overlays else None
+            due = result.next_render_at
             self.refreshed = {
                 "at": time.time(),
                 "members": _members(engine),
                 "candidates": None
                 if overlay is None or overlay.overlay is None
                 else _candidates(overlay),
+                "render_due": None if due is None else due.timestamp(),
             }
             return result
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from chaos import netns
-from chaos.mesh import ChaosMesh, MeshSettings, default_plans
+from chaos.mesh import ChaosMesh, MeshSettings, Release, default_plans
 from chaos.schedule import FAMILIES, ONE_WAY, Outcome, Player, Schedule, generate, provider_names
 
 START_BOUND_S = 60.0
@@ -22,17 +22,22 @@ SOAK_ORDER = ("partitions", "one-way", "pauses", "restarts", "mixed")
 
 
 class Bench:
-    """A lab and a mesh on it, converged; :meth:`close` removes everything."""
+    """A lab and a mesh on it, converged; :meth:`close` removes everything. Every agent
+    runs ``release`` (default: this checkout)."""
 
-    def __init__(self, root: Path, settings: MeshSettings | None = None) -> None:
+    def __init__(
+        self, root: Path, settings: MeshSettings | None = None, release: Release | None = None
+    ) -> None:
         self.root = root
         names = [plan.name for plan in default_plans()]
         self.lab = netns.Lab(names)
         self.mesh: ChaosMesh | None = None
         self.player: Player | None = None
+        self.start_to_view_s = 0.0
+        """From the first agent's start to one view."""
         try:
             self.lab.create()
-            self.mesh = ChaosMesh(root, self.lab, settings=settings)
+            self.mesh = ChaosMesh(root, self.lab, settings=settings, release=release)
             self.mesh.prepare()
             self.mesh.start()
             self.player = Player(self.mesh)
@@ -46,6 +51,7 @@ class Bench:
                     + "\n".join(view.problems[:30])
                     + f"\n{logs}"
                 )
+            self.start_to_view_s = time.monotonic() - self.mesh.started_at
         except BaseException:
             self.close()
             raise
@@ -76,8 +82,10 @@ class Bench:
 
 
 @contextlib.contextmanager
-def bench(root: Path, settings: MeshSettings | None = None) -> Iterator[Bench]:
-    built = Bench(root, settings)
+def bench(
+    root: Path, settings: MeshSettings | None = None, release: Release | None = None
+) -> Iterator[Bench]:
+    built = Bench(root, settings, release)
     try:
         yield built
     finally:
