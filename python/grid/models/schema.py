@@ -4,8 +4,13 @@ The operator runs this itself because a server may not (an emulator, or a CRD in
 with an older schema): a resource that fails gets a clear condition instead of surprising
 the engine. It covers the structural-schema keywords the generated CRDs use, with the API
 server's strict field validation (unknown fields are errors, as with
-``kubectl apply --validate=strict``) and one deliberate difference: an explicit ``null``
-for a field that is not ``nullable`` is an error here, where the server would drop it.
+``kubectl apply --validate=strict``: what a person writes is held to what the server
+checks at write time) and one deliberate difference: an explicit ``null`` for a field that
+is not ``nullable`` is an error here, where the server would drop it.
+
+The operator does not hold a received object to this release's fields: it first drops the
+fields this release does not know (:mod:`grid.models.pruning`, as the server prunes them),
+since they are a newer release's, then checks what is left here.
 """
 
 from __future__ import annotations
@@ -71,7 +76,8 @@ def validate_against_schema(value: object, schema: Mapping[str, Any]) -> list[Sc
     return found
 
 
-def _join(path: str, key: str | int) -> str:
+def join_path(path: str, key: str | int) -> str:
+    """``path`` and one step further: ``spec.models`` and 0 give ``spec.models[0]``."""
     if isinstance(key, int):
         return f"{path}[{key}]"
     return f"{path}.{key}" if path else key
@@ -181,9 +187,9 @@ def _check_object(
     extra = schema.get("additionalProperties")
     for name in schema.get("required", []):
         if name not in value:
-            found.append(SchemaViolation(_join(path, name), "required field is missing"))
+            found.append(SchemaViolation(join_path(path, name), "required field is missing"))
     for key, item in value.items():
-        child = _join(path, str(key))
+        child = join_path(path, str(key))
         if key in properties:
             _check(item, properties[key], child, found)
         elif isinstance(extra, Mapping):
@@ -204,7 +210,7 @@ def _check_array(
     items = schema.get("items")
     if isinstance(items, Mapping):
         for index, item in enumerate(value):
-            _check(item, items, _join(path, index), found)
+            _check(item, items, join_path(path, index), found)
     list_type = schema.get("x-kubernetes-list-type")
     if list_type == "set":
         identities: list[object] = list(value)
@@ -218,4 +224,4 @@ def _check_array(
         return
     for index, identity in enumerate(identities):
         if identity in identities[:index]:
-            found.append(SchemaViolation(_join(path, index), "duplicates an earlier item"))
+            found.append(SchemaViolation(join_path(path, index), "duplicates an earlier item"))

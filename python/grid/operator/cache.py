@@ -2,7 +2,8 @@
 
 Each resource keeps its latest object (for Events and status), the last version that passed
 validation (what the engine runs on: a broken edit never replaces a working resource) and
-the problems of the latest version. Pure: no I/O.
+the problems of the latest version (and the fields of it this release does not know,
+which are left out rather than refused). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ class Entry:
     """The last version that passed validation."""
     problems: tuple[str, ...] = ()
     """Why the latest version is invalid (empty when it is valid)."""
+    ignored: tuple[str, ...] = ()
+    """Fields of the latest version this release does not know (a newer release's), left
+    out of it: their paths."""
     essence: str = ""
 
     @property
@@ -115,6 +119,7 @@ class ResourceCache:
         entry.body = raw
         entry.essence = essence
         entry.problems = checked.problems
+        entry.ignored = checked.ignored
         if checked.resource is not None:
             entry.resource = checked.resource
         self.revision += 1

@@ -19,7 +19,7 @@ import aiohttp
 from grid.booklet.serve import booklet_routes
 from grid.errors import KubernetesApiError, OperatorConfigError
 from grid.models.network import GatewayRef
-from grid.operator.cache import ResourceCache, valid_network
+from grid.operator.cache import NETWORK, ResourceCache, valid_network
 from grid.operator.configmaps import Target, gateway_targets, selector, spec_targets
 from grid.operator.http import health_endpoint, metrics_endpoint
 from grid.operator.kube import KubeApi
@@ -28,6 +28,7 @@ from grid.operator.options import OperatorOptions
 from grid.operator.ports import SwimPorts, udp_bindable
 from grid.operator.runtime import NetworkRuntime, PostEvent, Shared, utc_now
 from grid.operator.status import dump_status, orphan_status
+from grid.operator.validation import known_spec
 from grid.operator.writes import StatusWriter, delete_managed_configmap
 from grid.runtime.http import Endpoint
 from grid.view import LiveView, NetworkSource, NodeInfo
@@ -336,9 +337,11 @@ def network_source(runtime: NetworkRuntime) -> NetworkSource:
 
 
 def _targets(spec: Mapping[str, Any] | None) -> set[Target]:
-    """The ConfigMaps a (possibly invalid) spec's gatewayRefs name."""
+    """The ConfigMaps a (possibly invalid) spec's gatewayRefs name (a gatewayRef with a
+    field only a newer release knows still names its ConfigMaps)."""
     targets: set[Target] = set()
-    refs = spec.get("gatewayRefs") if isinstance(spec, Mapping) else None
+    known = known_spec(NETWORK, spec) if isinstance(spec, Mapping) else None
+    refs = known.get("gatewayRefs") if known is not None else None
     for item in refs if isinstance(refs, list) else []:
         try:
             targets |= gateway_targets(GatewayRef.model_validate(item))

@@ -47,6 +47,7 @@ from grid.operator.options import OperatorOptions
 from grid.operator.ports import Assignment, SwimPorts, claims_of
 from grid.operator.secrets import TrustMaterial, load_trust_material
 from grid.operator.sites import auto_discovers, discovered_site_manifest, resolve_local_site
+from grid.operator.spec_events import SPEC_REJECTED, SpecEvents
 from grid.operator.status import (
     SPEC_VALID,
     GatewayOutcome,
@@ -138,7 +139,7 @@ class NetworkRuntime:
         self._certificate_error: str | None = None
         self._swim_port: Assignment | None = None
         self._network_status: GridNetworkStatus | None = None
-        self._told_problems: dict[tuple[str, str], tuple[str, ...]] = {}
+        self._spec_events = SpecEvents()
         self._untold_conflicts: list[Event] = []
         self._discovery_tried: set[str] = set()
         self._applied_revision = -1
@@ -415,7 +416,7 @@ class NetworkRuntime:
             if member is None:
                 continue
             written.add((kind, name))
-            self._tell_problems(member)
+            self._tell_spec_events(member)
             previous = self._statuses.last(kind, name) or member.status
             conditions = _carry(status.conditions, previous, SPEC_VALID)
             conditions = with_spec_condition(conditions, member.problems, member.generation, now)
@@ -425,7 +426,7 @@ class NetworkRuntime:
             if member.resource is not None:
                 continue
             written.add((member.kind, member.name))
-            self._tell_problems(member)
+            self._tell_spec_events(member)
             previous = self._statuses.last(member.kind, member.name) or member.status
             rejected = rejected_member_status(
                 member.kind, member.problems, member.generation, previous, now
@@ -486,7 +487,7 @@ class NetworkRuntime:
     async def _write_network_status(
         self, entry: Entry, network: GridNetwork, report: NetworkReport, now: datetime
     ) -> None:
-        self._tell_problems(entry)
+        self._tell_spec_events(entry)
         status, events = network_status(network, self._network_status, report, now)
         self._network_status = status
         for event in events:
@@ -558,16 +559,15 @@ class NetworkRuntime:
         self._shared.post_event(entry.reference, event.type, event.reason, event.message)
         self._shared.metrics.events.labels(entry.kind, str(event.type)).inc()
 
-    def _tell_problems(self, entry: Entry) -> None:
-        """A Warning Event when a resource's latest spec is refused (once per refusal)."""
-        key = (entry.kind, entry.name)
-        if self._told_problems.get(key, ()) == entry.problems:
-            return
-        self._told_problems[key] = entry.problems
-        if entry.problems:
-            message = "; ".join(entry.problems)
-            self._post(entry, Event(EventType.WARNING, "SpecRejected", message))
-            _log.warning("%s %s: spec refused: %s", entry.kind, entry.name, message)
+    def _tell_spec_events(self, entry: Entry) -> None:
+        """A Warning Event and a log line when a resource's latest spec is refused, or
+        carries fields this release ignores (once per distinct set: see SpecEvents)."""
+        for event in self._spec_events.untold(entry):
+            self._post(entry, event)
+            said = (
+                f"spec refused: {event.message}" if event.reason == SPEC_REJECTED else event.message
+            )
+            _log.warning("%s %s: %s", entry.kind, entry.name, said)
 
     # -- auto-discovery -------------------------------------------------------------------
 

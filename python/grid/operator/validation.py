@@ -6,7 +6,15 @@ itself, once the manifest is within the limits of :mod:`grid.models.limits` (val
 nesting, size: a runaway object is refused before anything walks it deeply): first the
 CRD's OpenAPI schema, as the API server would, then the models, which also check what a
 schema cannot express (``suspicionTimeout >= probeInterval``, a ``secretRef`` required by
-the auth strategy, ...). The status, Grid's own output, is not part of the check. Pure.
+the auth strategy, ...). The status, Grid's own output, is not part of the check.
+
+Fields this release's schema does not name are not refused: they are dropped first, as the
+API server prunes them (:mod:`grid.models.pruning`), and listed. The installed CRDs may be
+a newer release's (they go first in an upgrade and stay after a rollback), so such a field
+is a newer release's, and the resource is reconciled with the fields this release knows,
+as any Kubernetes client reads an object. The server refused real typos at write time.
+Everything else stays strict: a wrong type, a missing required field or a value out of
+range refuses the resource. Pure.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from typing import Any
 from grid.errors import InvalidResourceError
 from grid.models.crd import crd_for_kind
 from grid.models.limits import structure_problem
+from grid.models.pruning import prune_custom_resource, prune_unknown_fields
 from grid.models.resources import RESOURCE_KINDS, Resource, load_resource
 from grid.models.schema import validate_custom_resource
 
@@ -32,6 +41,8 @@ class Checked:
 
     resource: Resource | None
     problems: tuple[str, ...] = ()
+    ignored: tuple[str, ...] = ()
+    """Fields this release does not know, left out before the check (their paths)."""
 
     @property
     def summary(self) -> str:
@@ -47,7 +58,8 @@ def _crd(kind: str) -> dict[str, Any]:
 
 
 def check_manifest(manifest: Mapping[str, Any]) -> Checked:
-    """Validate a Grid resource as received from the API (its status is ignored)."""
+    """Validate a Grid resource as received from the API (its status is ignored, and so
+    are the fields this release does not know: see :attr:`Checked.ignored`)."""
     desired = {key: value for key, value in manifest.items() if key != "status"}
     kind = desired.get("kind")
     if not isinstance(kind, str) or kind not in RESOURCE_KINDS:
@@ -55,13 +67,27 @@ def check_manifest(manifest: Mapping[str, Any]) -> Checked:
     too_large = structure_problem(desired)
     if too_large is not None:
         return Checked(None, (too_large,))
-    violations = validate_custom_resource(desired, _crd(kind))
+    known, ignored = prune_custom_resource(desired, _crd(kind))
+    violations = validate_custom_resource(known, _crd(kind))
     if violations:
-        return Checked(None, tuple(f"{violation} (CRD schema)" for violation in violations))
+        problems = tuple(f"{violation} (CRD schema)" for violation in violations)
+        return Checked(None, problems, ignored)
     try:
-        return Checked(load_resource(desired))
+        return Checked(load_resource(known), ignored=ignored)
     except InvalidResourceError as error:
-        return Checked(None, tuple(_without_subject(problem) for problem in error.errors))
+        problems = tuple(_without_subject(problem) for problem in error.errors)
+        return Checked(None, problems, ignored)
+
+
+def known_spec(kind: str, spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``spec`` of a ``kind`` resource without the fields this release does not know, for
+    what reads parts of a spec that has not passed the check (a newer release's field must
+    not make a part unreadable)."""
+    versions = _crd(kind)["spec"]["versions"]
+    stored = next(version for version in versions if version.get("storage"))
+    schema = stored["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    known, _ = prune_unknown_fields(spec, schema)
+    return known if isinstance(known, Mapping) else spec
 
 
 def _without_subject(problem: Any) -> str:
