@@ -410,9 +410,12 @@ class SwimNode:
 
     def members(self) -> list[Member]:
         """Every member this node knows, itself excluded, down and left ones included."""
+        spoken = {(s, a, g): p for s, a, g, p in self._node.protocols()}
         return [
-            Member(site, address, _STATES[state], generation, protocol)
-            for site, address, state, generation, protocol in self._node.members()
+            Member(
+                site, address, _STATES[state], generation, spoken.get((site, address, generation))
+            )
+            for site, address, state, generation in self._node.members()
         ]
 
     def local(self) -> Member:

@@ -295,7 +295,10 @@ def wait_until_all_alive(peers: list[Peer]) -> None:
     deadline = time.monotonic() + _JOIN_TIMEOUT_S
     others = len(peers) - 1
     while time.monotonic() < deadline:
-        alive = [sum(member[2] == "alive" for member in peer.node.members()) for peer in peers]
+        alive = [
+            sum(state == "alive" for _site, _address, state, _gen in peer.node.members())
+            for peer in peers
+        ]
         if all(count >= others for count in alive):
             return
         time.sleep(0.05)

@@ -90,7 +90,7 @@ fn lane(name: &str) -> PyResult<Lane> {
     })
 }
 
-type MemberTuple = (String, String, &'static str, u64, Option<u8>);
+type MemberTuple = (String, String, &'static str, u64);
 
 fn member_fields(id: &NodeId) -> (String, String, u64) {
     (
@@ -260,15 +260,28 @@ impl SwimNode {
         py.detach(|| self.node.close()).map_err(node_error)
     }
 
-    /// Every known member except this node: (site, address, state, generation, protocol
-    /// version spoken with it or None before its `HELLO`).
+    /// Every known member except this node: (site, address, state, generation).
     fn members(&self) -> Vec<MemberTuple> {
         self.node
             .members()
             .iter()
             .map(|m| {
                 let (site, addr, generation) = member_fields(&m.id);
-                (site, addr, m.state.name(), generation, m.protocol)
+                (site, addr, m.state.name(), generation)
+            })
+            .collect()
+    }
+
+    /// The protocol version spoken with each member whose `HELLO` was heard: (site,
+    /// address, generation, version). Apart from `members()`, whose tuples stay as they
+    /// were for hosts written before versions.
+    fn protocols(&self) -> Vec<(String, String, u64, u8)> {
+        self.node
+            .members()
+            .iter()
+            .filter_map(|m| {
+                let (site, addr, generation) = member_fields(&m.id);
+                Some((site, addr, generation, m.protocol?))
             })
             .collect()
     }
