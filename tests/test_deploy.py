@@ -169,7 +169,7 @@ def test_the_example_overlay_moves_everything_to_its_namespace(example: list[Man
         else:
             assert obj["metadata"]["namespace"] == EXAMPLE_NAMESPACE, object_key(obj)
     container = one(example, "Deployment")["spec"]["template"]["spec"]["containers"][0]
-    assert container["image"] == "registry.example.com/platform/grid:0.1.0"
+    assert container["image"] == "registry.example.com/platform/grid:0.2.0"
 
 
 @pytest.mark.parametrize("variant", ["base", "example"])
