@@ -668,3 +668,26 @@ def test_the_command_stops_with_exit_2_when_its_health_port_is_taken(
         monkeypatch.setenv("GRID_METRICS_PORT", str(port))
         assert main(["operator", "--log-level", "ERROR"]) == 2
     assert f"cannot listen on 0.0.0.0:{port}" in capsys.readouterr().err
+
+
+def test_a_peer_refused_for_its_protocol_versions_shows_in_peers_compatible() -> None:
+    network = load_network()
+    refused = (
+        "refused site future-site at 10.0.0.9:7946: it speaks SWIM protocol versions 9..9, "
+        "this node speaks 1..2; a mesh may only mix releases next to each other "
+        "(docs/upgrading.md)"
+    )
+    clean = NetworkReport(membership_running=True, grid_id="g")
+    compatible, _ = network_status(network, None, clean, NOW)
+    (before,) = [c for c in compatible.conditions if c.type == "PeersCompatible"]
+    assert (before.status.value, before.reason) == ("True", "NoPeerRefused")
+    report = NetworkReport(membership_running=True, grid_id="g", refused_versions=(refused,))
+    status, _ = network_status(network, compatible, report, NOW + timedelta(seconds=1))
+    (after,) = [c for c in status.conditions if c.type == "PeersCompatible"]
+    assert (after.status.value, after.reason, after.message) == (
+        "False",
+        "ProtocolVersionRefused",
+        refused,
+    )
+    # A peer of another release is the peer's problem, not this site's: still Active.
+    assert status.phase.value == compatible.phase.value
