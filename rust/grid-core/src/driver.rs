@@ -56,19 +56,15 @@ use crate::wire::{
     KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, MAX_UNSEALED_LEN, STATE_LEFT,
 };
 
+/// Bounds of the item store, defined with it in [`crate::lanes`]; re-exported here because
+/// hosts set them through [`Driver::with_item_capacity`].
+pub use crate::lanes::{DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY};
+/// Defined by the session, which signs and sends every message (the driver is above it);
+/// re-exported here because hosts implement it for the driver.
+pub use crate::session::Transmit;
+
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 
-/// Where the driver's outgoing messages go. Each message is a whole signed plaintext
-/// message of at most [`MAX_MESSAGE_LEN`] bytes; delivery is best effort.
-pub trait Transmit {
-    fn send(&mut self, to: SocketAddr, message: &[u8]);
-}
-
-/// How many item names a node remembers (latest version each) unless told otherwise: a
-/// mesh of 100 sites with 300 providers each (two items a provider, a few more a site).
-pub const DEFAULT_ITEM_CAPACITY: usize = 65_536;
-/// The most item names a node may be told to remember.
-pub const MAX_ITEM_CAPACITY: usize = 1 << 20;
 /// A sync never sends more chunks than this; the rest waits for the next sync.
 pub const MAX_SYNC_CHUNKS: usize = 256;
 /// Member entries fill at most this many chunks of a sync (the rest of the view is covered

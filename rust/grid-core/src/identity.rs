@@ -16,7 +16,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use crate::wire::{Reader, WireError};
+use crate::reader::{Reader, WireError};
 
 /// Longest site name, in bytes (a DNS label).
 pub const MAX_SITE_LEN: usize = 63;

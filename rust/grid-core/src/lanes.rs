@@ -16,7 +16,6 @@
 //! before the signature); relays and syncs pass the signature on untouched, and a node takes
 //! an item only if it verifies under the key the origin's certificate proved.
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
 use std::fmt;
@@ -24,60 +23,26 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::BufMut;
-use foca::{BroadcastHandler, Invalidates};
+use foca::BroadcastHandler;
 
 use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::{validate_site, Interner, NodeId, MAX_SITE_LEN};
+use crate::names::{export_rank, EXPORT_LANES, LANE_COUNT};
 use crate::relay::RelayQueue;
 use crate::repair::{version_hash, Digest, REPAIR_WINDOW};
 use crate::wire::{Reader, WireError, MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Lane {
-    State = 0,
-    Gateway = 1,
-    Cert = 2,
-    Metadata = 3,
-}
+/// What names an item (its lane, its name, its version's key in foca's backlog) is defined
+/// in [`crate::names`], below this module and the relay queue and digests it uses, and
+/// re-exported here.
+pub use crate::names::{BroadcastKey, ItemName, Lane};
 
-const LANE_COUNT: usize = 4;
-
-/// The order of lanes within one origin in a sync: what a receiver needs to trust and reach
-/// a site comes before its records.
-const EXPORT_LANES: [Lane; LANE_COUNT] = [Lane::Cert, Lane::Gateway, Lane::Metadata, Lane::State];
-
-fn export_rank(lane: Lane) -> usize {
-    match lane {
-        Lane::Cert => 0,
-        Lane::Gateway => 1,
-        Lane::Metadata => 2,
-        Lane::State => 3,
-    }
-}
-
-impl Lane {
-    pub const ALL: [Lane; LANE_COUNT] = [Lane::State, Lane::Gateway, Lane::Cert, Lane::Metadata];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Lane::State => "state",
-            Lane::Gateway => "gateway",
-            Lane::Cert => "cert",
-            Lane::Metadata => "metadata",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Lane> {
-        Lane::ALL.into_iter().find(|lane| lane.name() == name)
-    }
-
-    fn from_byte(byte: u8) -> Result<Lane, WireError> {
-        Lane::ALL
-            .get(usize::from(byte))
-            .copied()
-            .ok_or(WireError::BadLane(byte))
-    }
-}
+/// How many item names a node remembers (latest version each) unless told otherwise: a
+/// mesh of 100 sites with 300 providers each (two items a provider, a few more a site).
+/// The store's bounds live with the store; the driver re-exports them.
+pub const DEFAULT_ITEM_CAPACITY: usize = 65_536;
+/// The most item names a node may be told to remember.
+pub const MAX_ITEM_CAPACITY: usize = 1 << 20;
 
 /// Longest item key, in bytes.
 pub const MAX_KEY_LEN: usize = 128;
@@ -250,45 +215,6 @@ fn decode_item(data: &[u8]) -> Result<ItemView<'_>, WireError> {
         signed,
         signature: signature.try_into().expect("split at the signature length"),
     })
-}
-
-/// Names an item version in foca's backlog: a higher version of the same name evicts the
-/// lower one, anything else is left alone.
-#[derive(Clone, Debug)]
-pub struct BroadcastKey {
-    origin: Arc<str>,
-    lane: Lane,
-    key: Arc<str>,
-    version: u64,
-}
-
-impl BroadcastKey {
-    #[cfg(test)]
-    pub(crate) fn new(origin: Arc<str>, lane: Lane, key: Arc<str>, version: u64) -> BroadcastKey {
-        BroadcastKey {
-            origin,
-            lane,
-            key,
-            version,
-        }
-    }
-
-    pub fn name(&self) -> ItemName {
-        ItemName {
-            origin: self.origin.clone(),
-            lane: self.lane,
-            key: self.key.clone(),
-        }
-    }
-}
-
-impl Invalidates for BroadcastKey {
-    fn invalidates(&self, other: &Self) -> bool {
-        self.lane == other.lane
-            && self.version > other.version
-            && self.key == other.key
-            && self.origin == other.origin
-    }
 }
 
 /// Why received items were not taken.
@@ -504,12 +430,7 @@ impl ItemStore {
                 payload,
             });
         }
-        Some(BroadcastKey {
-            origin,
-            lane: item.lane,
-            key,
-            version: item.version,
-        })
+        Some(BroadcastKey::new(origin, item.lane, key, item.version))
     }
 
     /// Whether a local publish of this name and version would be news.
@@ -811,63 +732,6 @@ fn lane_entries<'a>(
         })
 }
 
-/// An item's name, in the order syncs walk a store: by origin, then lane (certificates,
-/// gateway, metadata, state), then key, bytewise.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ItemName {
-    pub origin: Arc<str>,
-    pub lane: Lane,
-    pub key: Arc<str>,
-}
-
-impl Ord for ItemName {
-    fn cmp(&self, other: &Self) -> Ordering {
-        self.cmp_to(&other.origin, other.lane, &other.key)
-    }
-}
-
-impl PartialOrd for ItemName {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl ItemName {
-    /// How this name compares to `(origin, lane, key)` in sync order.
-    fn cmp_to(&self, origin: &str, lane: Lane, key: &str) -> Ordering {
-        (&*self.origin, export_rank(self.lane), &*self.key).cmp(&(origin, export_rank(lane), key))
-    }
-
-    /// `origin_len u8 | origin | lane u8 | key_len u8 | key`
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(self.origin.len() as u8);
-        out.extend_from_slice(self.origin.as_bytes());
-        out.push(self.lane as u8);
-        out.push(self.key.len() as u8);
-        out.extend_from_slice(self.key.as_bytes());
-    }
-
-    pub fn decode(r: &mut Reader<'_>, interner: &Interner) -> Result<ItemName, WireError> {
-        let origin_len = usize::from(r.u8()?);
-        if origin_len > MAX_SITE_LEN {
-            return Err(WireError::SiteTooLong(origin_len));
-        }
-        // Only a position in the order: a name nobody holds resumes at the next one held.
-        let origin = std::str::from_utf8(r.bytes(origin_len)?).map_err(|_| WireError::BadUtf8)?;
-        let lane = Lane::from_byte(r.u8()?)?;
-        let key_len = usize::from(r.u8()?);
-        if key_len == 0 {
-            return Err(WireError::EmptyKey);
-        }
-        let key = std::str::from_utf8(r.bytes(key_len)?).map_err(|_| WireError::BadUtf8)?;
-        Ok(ItemName {
-            origin: interner.intern(origin),
-            lane,
-            key: Arc::from(key),
-        })
-    }
-}
-
 /// How an [`ItemStore::export`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExportEnd {
@@ -952,6 +816,8 @@ impl BroadcastHandler<NodeId> for ItemHandler {
 
 #[cfg(test)]
 mod tests {
+    use foca::Invalidates;
+
     use super::*;
 
     fn unsigned(_: &[u8]) -> [u8; SIGNATURE_LEN] {
@@ -1194,7 +1060,6 @@ mod tests {
 
     #[test]
     fn the_default_store_holds_a_100_by_100_mesh_and_refuses_past_its_capacity() {
-        use crate::driver::DEFAULT_ITEM_CAPACITY;
         let mut s = ItemStore::new(DEFAULT_ITEM_CAPACITY, Interner::default(), false);
         // 100 sites, each: 100 providers (catalogue and signals), gateway, metadata and a
         // certificate in three chunks.

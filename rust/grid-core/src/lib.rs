@@ -2,8 +2,12 @@
 //!
 //! - [`frame`]: the AES-256-GCM UDP frame and the keyring.
 //! - [`wire`]: our message kinds inside a frame, and foca's codec.
+//! - [`reader`]: the bounds-checked decoding cursor and its error, under both [`wire`] and
+//!   [`identity`].
 //! - [`identity`]: who a node is (site, address, generation).
 //! - [`lanes`]: versioned broadcast items on four lanes.
+//! - [`names`]: how an item is named (lane, name, backlog key), under [`lanes`], [`relay`]
+//!   and [`repair`] alike.
 //! - [`relay`]: the items waiting to be gossiped, handed to foca a few at a time.
 //! - [`repair`]: digests of recent item versions, so members send each other what push
 //!   gossip missed.
@@ -24,7 +28,9 @@ pub mod fnv;
 pub mod frame;
 pub mod identity;
 pub mod lanes;
+pub mod names;
 pub mod node;
+pub mod reader;
 pub mod relay;
 pub mod repair;
 pub mod rounding;

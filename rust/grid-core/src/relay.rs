@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::lanes::{BroadcastKey, ItemName};
+use crate::names::{BroadcastKey, ItemName};
 
 /// Items handed to foca at most at once.
 pub const WINDOW_ITEMS: usize = 16;
@@ -114,7 +114,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::lanes::Lane;
+    use crate::names::Lane;
 
     fn key(name: &str, version: u64) -> BroadcastKey {
         BroadcastKey::new(Arc::from("b"), Lane::State, Arc::from(name), version)

@@ -22,6 +22,9 @@
 //!
 //! Windows are only updated by messages that passed every check, so forged frames cannot
 //! poison them, and replays are refused before any signature work is spent on them.
+//!
+//! [`Transmit`], where signed messages go, is defined here rather than in the driver: the
+//! session sends every message and sits below the driver, which re-exports it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -31,10 +34,18 @@ use std::time::Duration;
 use bytes::BufMut;
 
 use crate::auth::{Authority, Pins, PublicKey, ReplayWindow, MAX_CHAIN_LEN, MESSAGE_DOMAIN};
-use crate::driver::Transmit;
 use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
 use crate::versions::ProtocolRange;
 use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
+
+/// Where outgoing messages go (a socket, a simulated network). Each message is a whole
+/// signed plaintext message of at most [`crate::wire::MAX_MESSAGE_LEN`] bytes; delivery is
+/// best effort. It lives here, with the layer that signs and sends every message, so the
+/// session does not depend on the driver above it; hosts implement it through the
+/// driver's re-export, [`crate::driver::Transmit`].
+pub trait Transmit {
+    fn send(&mut self, to: SocketAddr, message: &[u8]);
+}
 
 /// Messages sent further than this from our clock (either way) are refused. Sites keep
 /// their clocks in sync (NTP); this bounds how long a capture stays worth replaying.
