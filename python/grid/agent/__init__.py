@@ -4,10 +4,11 @@ A shell around :class:`grid.engine.SiteEngine`: it owns every side effect (files
 the SWIM node, HTTP) and leaves every decision to the engine.
 """
 
-from grid.agent.agent import Agent, NameConflictError, ResourceReport
+from grid.agent.agent import Agent, NameConflictError
 from grid.agent.keys import KeyFile, read_key_file
 from grid.agent.options import AgentOptions, PerNetwork, parse_key_files
 from grid.agent.outputs import overlay_path
+from grid.agent.report import ResourceReport
 
 __all__ = [
     "Agent",

@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
@@ -43,6 +42,7 @@ from grid.agent.network import (
 from grid.agent.options import DEFAULT_BIND_HOST, AgentOptions
 from grid.agent.outputs import OutputWriter
 from grid.agent.probes import SiteTls
+from grid.agent.report import ResourceReport
 from grid.engine import SiteEngine
 from grid.errors import AgentConfigError, ConfigError, GridError, ResourceError
 from grid.membership import SwimCredentials
@@ -67,15 +67,6 @@ MAX_LOGGED_PROBLEMS = 20
 class NameConflictError(GridError):
     """Another live node, started earlier, holds this site's name in a network: this
     agent's node gave way and the agent stopped."""
-
-
-@dataclass(frozen=True, slots=True)
-class ResourceReport:
-    """The last load of the resource directory: what was wrong, and whether the resources
-    on disk are the ones serving."""
-
-    errors: tuple[ResourceError, ...] = ()
-    applied: bool = True
 
 
 class Agent:

@@ -8,13 +8,16 @@ never a key, a token or a private key."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from grid import __version__
 from grid.agent.network import NetworkRuntime
+from grid.agent.options import AgentOptions
+from grid.agent.report import ResourceReport
 from grid.booklet.serve import booklet_routes
 from grid.errors import AgentConfigError, GridError
 from grid.membership import PROTOCOLS, SwimNode
@@ -23,8 +26,26 @@ from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, Networ
 from grid.trust.probe import parse_address
 from grid.view import LiveView, NetworkSource, NodeInfo
 
-if TYPE_CHECKING:
-    from grid.agent.agent import Agent
+
+class ServedAgent(Protocol):
+    """What the endpoints read from the agent (:class:`grid.agent.agent.Agent`, which
+    imports this module to serve them: a protocol here, not an import back)."""
+
+    @property
+    def site(self) -> str: ...
+
+    @property
+    def options(self) -> AgentOptions: ...
+
+    @property
+    def networks(self) -> Mapping[str, NetworkRuntime]: ...
+
+    @property
+    def report(self) -> ResourceReport: ...
+
+    @property
+    def events(self) -> list[dict[str, str]]:
+        """Recent resource events, newest last."""
 
 
 def _protocols_spoken(node: SwimNode | None) -> dict[tuple[str, str, int], int | None]:
@@ -139,7 +160,7 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
     }
 
 
-def status_document(agent: Agent) -> dict[str, Any]:
+def status_document(agent: ServedAgent) -> dict[str, Any]:
     """The whole ``/status`` document."""
     return {
         "site": agent.site,
@@ -179,7 +200,7 @@ AGENT_FAMILIES = (
 )
 
 
-def agent_collector(agent: Agent) -> GridCollector:
+def agent_collector(agent: ServedAgent) -> GridCollector:
     """Grid's families (:mod:`grid.runtime.metrics`) and the agent's own, read from the
     agent at scrape time."""
 
@@ -227,7 +248,7 @@ class StatusServer:
     """``/healthz``, ``/status``, ``/metrics``, the live view (``/``, ``/view.json``) and
     the booklet (``/booklet/``) on ``host:port`` (port 0 picks one)."""
 
-    def __init__(self, agent: Agent, address: str) -> None:
+    def __init__(self, agent: ServedAgent, address: str) -> None:
         host, _, port = address.rpartition(":")
         try:
             host, _ = parse_address(f"{host}:1")

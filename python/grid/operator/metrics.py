@@ -12,15 +12,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from grid.runtime.metrics import GridCollector, NetworkView
+from grid.runtime.metrics import GridCollector, NetworkView, ScrapedSwimDriver
 
 if TYPE_CHECKING:
-    from grid.engine import GatewayOverlay
-    from grid.operator.runtime import NetworkRuntime
+    from grid.engine import GatewayOverlay, SiteEngine
+    from grid.models.network import GridNetworkStatus
+    from grid.runtime.observers import Observers
+
+
+class ScrapedNetwork(Protocol):
+    """What a scrape reads from one of the operator's networks
+    (:class:`grid.operator.runtime.NetworkRuntime`, which imports this module, as do its
+    credential checks and writers that count what they do: a protocol here, not an import
+    back)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def engine(self) -> SiteEngine | None: ...
+
+    @property
+    def mesh(self) -> ScrapedSwimDriver: ...
+
+    @property
+    def observers(self) -> Observers: ...
+
+    @property
+    def network_status(self) -> GridNetworkStatus | None: ...
+
+    def write_message(self, namespace: str, gateway: str) -> str:
+        """Why the gateway's ConfigMaps could not be written ("" when they were)."""
 
 
 class OperatorMetrics:
@@ -67,7 +93,7 @@ class OperatorMetrics:
             registry=registry,
         )
 
-    def watch(self, runtimes: Callable[[], Iterable[NetworkRuntime]]) -> None:
+    def watch(self, runtimes: Callable[[], Iterable[ScrapedNetwork]]) -> None:
         """Report Grid's families (:mod:`grid.runtime.metrics`) for the networks
         ``runtimes`` returns, read at every scrape."""
         self.registry.register(
@@ -75,7 +101,7 @@ class OperatorMetrics:
         )
 
 
-def _view(runtime: NetworkRuntime) -> NetworkView:
+def _view(runtime: ScrapedNetwork) -> NetworkView:
     composed = runtime.network_status
     return NetworkView(
         runtime.name,
@@ -88,6 +114,6 @@ def _view(runtime: NetworkRuntime) -> NetworkView:
     )
 
 
-def _held_back(runtime: NetworkRuntime, overlay: GatewayOverlay) -> bool:
+def _held_back(runtime: ScrapedNetwork, overlay: GatewayOverlay) -> bool:
     """Whether the gateway's overlay failed to render or its ConfigMaps to be written."""
     return bool(overlay.message or runtime.write_message(*overlay.key))

@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -36,7 +36,6 @@ from grid.errors import GridError
 if TYPE_CHECKING:
     from grid.engine import GatewayOverlay, SiteEngine
     from grid.membership import SwimNode
-    from grid.runtime.swim import SwimDriver
 
 
 class Kind(StrEnum):
@@ -515,6 +514,38 @@ class ObservationDurations:
     """By (egress mode, outcome)."""
 
 
+class ScrapedSwimDriver(Protocol):
+    """What a scrape reads from a network's SWIM driver (:class:`grid.runtime.swim.SwimDriver`,
+    which imports this module for :class:`Durations`: a protocol here, not an import back).
+    """
+
+    @property
+    def node(self) -> SwimNode | None: ...
+
+    @property
+    def problems(self) -> Mapping[str, bool]:
+        """Which of the driver's problems hold now, by name (:data:`SWIM_PROBLEMS`)."""
+
+    @property
+    def published(self) -> Mapping[str, int]:
+        """Items published, by lane."""
+
+    @property
+    def refused(self) -> Mapping[str, int]:
+        """Items the node refused to publish, by error."""
+
+    @property
+    def received(self) -> Mapping[tuple[str, str], int]:
+        """Items received, by lane and outcome."""
+
+    @property
+    def name_conflicts(self) -> Mapping[str, int]:
+        """Other nodes claiming this site's name, by outcome."""
+
+    @property
+    def suspicion_to_down(self) -> Durations: ...
+
+
 @dataclass(frozen=True, slots=True)
 class NetworkView:
     """What one network offers a scrape. ``held_back``: whether a gateway's overlay is held
@@ -523,7 +554,7 @@ class NetworkView:
 
     name: str
     engine: SiteEngine | None
-    swim: SwimDriver | None
+    swim: ScrapedSwimDriver | None
     durations: ObservationDurations | None
     held_back: Callable[[GatewayOverlay], bool]
     network_phase: str | None = None
@@ -658,7 +689,7 @@ def peers_by_protocol(node: SwimNode) -> Counter[str]:
 
 
 def add_swim(
-    out: Exposition, network: str, swim: SwimDriver | None, *, key_file_problem: bool = False
+    out: Exposition, network: str, swim: ScrapedSwimDriver | None, *, key_file_problem: bool = False
 ) -> None:
     """The SWIM driver's counters and its node's, when it runs."""
     node = None if swim is None else swim.node
