@@ -1,0 +1,729 @@
+//! The sans-IO SWIM driver: foca plus everything Grid adds around it.
+//!
+//! A [`Driver`] owns one foca instance, the node's single ordered timer queue, the broadcast
+//! item store, push/pull sync state, the signed [`Session`] and the live re-tuning of foca's
+//! config. It is fed the time (`now`, a `Duration` since any fixed epoch) and decrypted
+//! messages, and it answers with signed plaintext messages for a [`Transmit`] and with
+//! [`Event`]s. It touches no socket, thread, clock or cipher, so the real node and a
+//! simulator run the same code.
+//!
+//! What a verified sender may do (see `docs/security.md`):
+//!
+//! - speak only as itself: every message's body starts with the identity that signed it
+//!   (the foca source, the sync sender, the leaver);
+//! - one live identity per site: while a site's identity is alive here, another identity
+//!   claiming that site is refused (a restart at the same address is the same site's next
+//!   life) and told which identity holds the name (`CONFLICT`); a node that meets an older
+//!   live identity of its own site stops and reports [`Event::NameConflict`];
+//! - member entries gossiped by others about identities this node has not verified itself
+//!   are not applied: the identity is sent a `HELLO` asking for one back, and joins foca's
+//!   view when its own signed answer arrives.
+//!
+//! Host loop, once per wake-up: [`Driver::handle_datagram`] for each message received,
+//! [`Driver::handle_timers`], any [`Driver::publish`]/[`Driver::join`]/[`Driver::leave`],
+//! then [`Driver::flush`]; sleep until [`Driver::next_deadline`] or the next input.
+//!
+//! The driver's concerns live in submodules, each adding `impl Driver` blocks and the
+//! private types it needs: `swim` (driving foca, screening gossiped members, probe
+//! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
+//! (push/pull syncs and catch-up), `repair` (digests and repair answers) and `chunks`
+//! (the chunk format syncs and repairs share). This file holds the [`Driver`] itself, its
+//! public types and the host loop entry points.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use foca::{Foca, OwnedNotification, State, Timer};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::auth::{Authority, ITEM_DOMAIN};
+use crate::config::{ConfigError, SwimConfig};
+use crate::identity::{Interner, NodeId, SiteAddr};
+use crate::lanes::{
+    encode_publish, lock, Item, ItemHandler, ItemName, ItemStore, Lane, PublishError, Refusals,
+    Relays,
+};
+use crate::relay::RelayQueue;
+use crate::session::{Session, SessionStats, Verdict};
+use crate::timers::{TimerEvent, TimerHeap};
+use crate::versions::ProtocolRange;
+use crate::wire::{
+    WireCodec, WireError, KIND_CONFLICT, KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE,
+    KIND_REPAIR, KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
+};
+
+/// Bounds of the item store, defined with it in [`crate::lanes`]; re-exported here because
+/// hosts set them through [`Driver::with_item_capacity`].
+pub use crate::lanes::{DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY};
+/// Defined by the session, which signs and sends every message (the driver is above it);
+/// re-exported here because hosts implement it for the driver.
+pub use crate::session::Transmit;
+
+mod chunks;
+mod membership;
+mod repair;
+mod swim;
+mod sync;
+
+use swim::ProbeHealth;
+use sync::{CatchUp, PullAnswer, SyncBaseline};
+
+type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
+
+/// A sync never sends more chunks than this; the rest waits for the next sync.
+pub const MAX_SYNC_CHUNKS: usize = 256;
+/// While a node catches up (it just joined, or found members again after having none), it
+/// asks for the next part of a peer's store this long after each answer, instead of
+/// waiting for the next push/pull.
+pub const CATCH_UP_PAUSE: Duration = Duration::from_secs(1);
+/// How long the answer to a sync may take to arrive whole (its chunks leave in one burst).
+/// The walk never moves past a chunk still missing then: the next sync resumes after the
+/// chunks received from the first without a gap.
+pub const SYNC_ANSWER_WAIT: Duration = Duration::from_secs(2);
+/// Ceiling of the local health score: probing slows down to at most this many + 1 times
+/// the configured pace (Lifeguard's awareness multiplier, as memberlist bounds it).
+pub const MAX_LOCAL_HEALTH: u8 = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberState {
+    Alive,
+    Suspect,
+    Down,
+    /// Down because it said it was leaving.
+    Left,
+}
+
+impl MemberState {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemberState::Alive => "alive",
+            MemberState::Suspect => "suspect",
+            MemberState::Down => "down",
+            MemberState::Left => "left",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub id: NodeId,
+    pub incarnation: u16,
+    pub state: MemberState,
+    /// The protocol version spoken with it (the highest both sides hold); `None` until its
+    /// `HELLO` was heard.
+    pub protocol: Option<u8>,
+}
+
+/// What the host hears about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    MemberUp(NodeId),
+    /// Declared down after failing probes (or gossip saying so).
+    MemberDown(NodeId),
+    /// Down because it left on purpose.
+    MemberLeft(NodeId),
+    /// The same address came back as a newer identity (a restart or a rejoin).
+    MemberRenamed {
+        previous: NodeId,
+        current: NodeId,
+    },
+    /// A new item version from a peer; delivered once per (origin, lane, key, version).
+    Item(Item),
+    /// Another live identity claims this node's site. `yielded`: it is the older one, so
+    /// this node stopped (it will neither send nor take anything more); otherwise this
+    /// node holds the name and the other was refused.
+    NameConflict {
+        other: NodeId,
+        yielded: bool,
+    },
+    /// A peer whose `HELLO` names protocol versions this node shares none of (`theirs`
+    /// against `ours`): nothing from that identity is taken. Reported once per identity.
+    VersionRefused {
+        peer: NodeId,
+        theirs: ProtocolRange,
+        ours: ProtocolRange,
+    },
+}
+
+/// foca error kinds, in the order of [`DriverStats::foca_errors`].
+pub const FOCA_ERROR_KINDS: [&str; 12] = [
+    "data_too_big",
+    "not_undead",
+    "same_identity",
+    "not_connected",
+    "incomplete_probe_cycle",
+    "data_from_ourselves",
+    "indirect_for_ourselves",
+    "malformed_packet",
+    "encode",
+    "decode",
+    "custom_broadcast",
+    "invalid_config",
+];
+
+fn foca_error_index(err: &foca::Error) -> usize {
+    match err {
+        foca::Error::DataTooBig => 0,
+        foca::Error::NotUndead => 1,
+        foca::Error::SameIdentity => 2,
+        foca::Error::NotConnected => 3,
+        foca::Error::IncompleteProbeCycle => 4,
+        foca::Error::DataFromOurselves => 5,
+        foca::Error::IndirectForOurselves => 6,
+        foca::Error::MalformedPacket => 7,
+        foca::Error::Encode(_) => 8,
+        foca::Error::Decode(_) => 9,
+        foca::Error::CustomBroadcast(_) => 10,
+        foca::Error::InvalidConfig => 11,
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Indexed like [`FOCA_ERROR_KINDS`].
+    pub foca_errors: [u64; 12],
+    /// Authenticated messages of ours that do not decode (unknown kind, bad sync chunk or
+    /// leave notice); nothing of them is applied.
+    pub bad_messages: u64,
+    pub syncs_started: u64,
+    pub syncs_served: u64,
+    pub syncs_completed: u64,
+    /// Syncs started at once for the next part of a peer's store while catching up.
+    pub catch_up_syncs: u64,
+    /// Answers to this node's syncs that did not arrive whole in [`SYNC_ANSWER_WAIT`]: the
+    /// walk resumed after the chunks received without a gap.
+    pub syncs_incomplete: u64,
+    pub sync_chunks_sent: u64,
+    pub sync_chunks_received: u64,
+    pub leave_notices: u64,
+    pub items_published: u64,
+    pub items_delivered: u64,
+    pub item_refusals: Refusals,
+    pub members: usize,
+    /// Items waiting to be gossiped: in the relay queue and held by foca.
+    pub broadcast_backlog: usize,
+    /// Of those, in the relay queue (the rest foca holds).
+    pub relay_queue: usize,
+    pub updates_backlog: usize,
+    pub items_stored: usize,
+    pub max_transmissions: u8,
+    /// Sync entries not applied because foca already held them.
+    pub sync_entries_known: u64,
+    /// Direct notices sent to members this node suspects, so they can refute at once.
+    pub suspicion_notices: u64,
+    /// Times this node was suspected and refuted it (raised its incarnation).
+    pub refutations: u64,
+    /// Probes of this node's that got no answer, directly or indirectly, in time.
+    pub probes_failed: u64,
+    /// Answers that arrived after their probe had already failed.
+    pub late_answers: u64,
+    /// Current local health score, 0 (healthy) to [`MAX_LOCAL_HEALTH`].
+    pub local_health: u8,
+    /// Suspicion timeouts that fired after the suspicion was refuted or settled.
+    pub stale_suspicion_timers: u64,
+    /// What the signed session refused and sent.
+    pub session: SessionStats,
+    /// Verified messages refused because another live identity holds the sender's site.
+    pub name_conflicts: u64,
+    /// Messages from an earlier life of this node (same site and address, older generation).
+    pub dropped_superseded: u64,
+    /// Gossiped member entries about identities not verified here, left out.
+    pub members_unverified: u64,
+    /// Gossiped member entries whose incarnation cannot be true, left out.
+    pub members_implausible: u64,
+    /// Other members' Down claims held as suspicions until confirmed here.
+    pub down_claims_held: u64,
+    /// Repair digests sent (one every [`crate::repair::REPAIR_INTERVAL`] while there are
+    /// members).
+    pub digests_sent: u64,
+    /// Digests answered with the items they showed missing (none missing: no answer).
+    pub digests_answered: u64,
+    /// Digests left unanswered because the same sender's previous one was answered less
+    /// than half an interval before.
+    pub digests_held_back: u64,
+    /// Items sent in answers to digests.
+    pub repair_items_sent: u64,
+    /// Items received in answers to this node's digests that were news: versions push
+    /// gossip had not brought.
+    pub items_repaired: u64,
+}
+
+pub struct Driver {
+    foca: GridFoca,
+    config: SwimConfig,
+    interner: Interner,
+    store: Arc<Mutex<ItemStore>>,
+    /// Items waiting to be gossiped (this site's and relayed), handed to foca a window at a
+    /// time: see [`crate::relay`].
+    relays: Arc<Mutex<Relays>>,
+    /// foca's config as tuned for the cluster's size (handing relays changes it for a
+    /// moment).
+    foca_config: foca::Config,
+    timers: TimerHeap,
+    rng: SmallRng,
+    notes: Vec<OwnedNotification<NodeId>>,
+    events: Vec<Event>,
+    scratch: Vec<u8>,
+    seeds: Vec<SocketAddr>,
+    /// Backoff exponent of the armed join retry, if one is armed.
+    join_retry: Option<u32>,
+    push_pull_armed: bool,
+    repair_armed: bool,
+    /// When each sender's last digest was answered: one answer per half interval each.
+    digests_answered_at: HashMap<SiteAddr, Duration>,
+    /// Site and address → generation of members that announced they are leaving.
+    left: HashMap<SiteAddr, u64>,
+    left_order: std::collections::VecDeque<SiteAddr>,
+    has_left: bool,
+    /// Stopped because an older live identity holds this node's site name.
+    yielded: bool,
+    session: Session,
+    /// The live identity of each site, as foca reported it up.
+    holders: HashMap<Arc<str>, NodeId>,
+    /// Identities already reported in an [`Event::NameConflict`].
+    conflicts: std::collections::HashSet<NodeId>,
+    /// When this node began to hold each member suspect, and at which incarnation (a
+    /// refutation raises it, which ends that suspicion).
+    suspected: HashMap<NodeId, (Duration, u16)>,
+    broadcast_pending: bool,
+    membership_changed: bool,
+    tuned_for: u8,
+    /// foca's member states as of the first chunk of the sync being received.
+    sync_baseline: Option<SyncBaseline>,
+    /// Where peers resume their answers to this node's next sync: successive syncs walk
+    /// the whole store, whichever peers answer.
+    pull_resume: Option<ItemName>,
+    /// The sync whose answer moves `pull_resume`: the last one this node started.
+    pull_sync: Option<u32>,
+    /// The chunks of that answer received so far: the walk moves on once all are in.
+    pull_answer: Option<PullAnswer>,
+    /// Where this node's own items resume in the next sync it starts.
+    push_resume: Option<ItemName>,
+    catch_up: CatchUp,
+    probe: ProbeHealth,
+    /// Encodes the foca messages the driver writes itself (suspicion notices).
+    codec: WireCodec,
+    stats: DriverStats,
+}
+
+impl Driver {
+    /// A driver for `identity`, signing and verifying as `authority` says. `seed` seeds
+    /// every random choice (foca's and ours), so a simulation is reproducible; `interner`
+    /// may be shared by many drivers in one process; `wall_offset` is the wall-clock time
+    /// (since the Unix epoch) at `now` = 0.
+    pub fn new(
+        identity: NodeId,
+        config: SwimConfig,
+        seed: u64,
+        interner: Interner,
+        authority: Authority,
+        wall_offset: Duration,
+    ) -> Driver {
+        let mut items = ItemStore::new(
+            DEFAULT_ITEM_CAPACITY,
+            interner.clone(),
+            !authority.is_unsigned(),
+        );
+        if let Authority::Certified { credentials, .. } = &authority {
+            // Our own items can come back from peers (published by an earlier life).
+            items.trust_origin(identity.site(), credentials.public_key().clone());
+        }
+        items.set_live(identity.site(), true);
+        let store = Arc::new(Mutex::new(items));
+        let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
+        let foca_config = config.foca_config(1);
+        let tuned_for = foca_config.max_transmissions.get();
+        let fanout = u8::try_from(foca_config.num_indirect_probes.get()).unwrap_or(u8::MAX);
+        let relays = Arc::new(Mutex::new(Relays::new(RelayQueue::default(), fanout)));
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let foca = Foca::with_custom_broadcast(
+            identity,
+            foca_config.clone(),
+            SmallRng::seed_from_u64(rng.random()),
+            WireCodec::new(interner.clone()),
+            ItemHandler::new(store.clone(), relays.clone()),
+        );
+        Driver {
+            foca,
+            config,
+            codec: WireCodec::new(interner.clone()),
+            interner,
+            store,
+            relays,
+            foca_config,
+            timers: TimerHeap::default(),
+            rng,
+            notes: Vec::new(),
+            events: Vec::new(),
+            scratch: Vec::with_capacity(MAX_MESSAGE_LEN),
+            seeds: Vec::new(),
+            join_retry: None,
+            push_pull_armed: false,
+            repair_armed: false,
+            digests_answered_at: HashMap::new(),
+            left: HashMap::new(),
+            left_order: std::collections::VecDeque::new(),
+            has_left: false,
+            yielded: false,
+            session,
+            holders: HashMap::new(),
+            conflicts: std::collections::HashSet::new(),
+            suspected: HashMap::new(),
+            broadcast_pending: false,
+            membership_changed: false,
+            tuned_for,
+            sync_baseline: None,
+            pull_resume: None,
+            pull_sync: None,
+            pull_answer: None,
+            push_resume: None,
+            catch_up: CatchUp::Due,
+            probe: ProbeHealth::default(),
+            stats: DriverStats::default(),
+        }
+    }
+
+    /// The same driver remembering at most `capacity` item names (1 to
+    /// [`MAX_ITEM_CAPACITY`]; [`DEFAULT_ITEM_CAPACITY`] otherwise). Past it, new names are
+    /// refused ([`PublishError::StoreFull`] on publish, counted on receipt) and nothing
+    /// held is dropped.
+    pub fn with_item_capacity(self, capacity: usize) -> Result<Driver, ConfigError> {
+        if !(1..=MAX_ITEM_CAPACITY).contains(&capacity) {
+            return Err(ConfigError(format!(
+                "item capacity must be between 1 and {MAX_ITEM_CAPACITY}, got {capacity}"
+            )));
+        }
+        lock(&self.store).set_capacity(capacity);
+        Ok(self)
+    }
+
+    /// The same driver speaking (and announcing) `protocols` instead of this build's
+    /// range: simulations and tests of meshes that mix releases use it.
+    pub fn with_protocols(mut self, protocols: ProtocolRange) -> Driver {
+        self.session.set_protocols(protocols);
+        self
+    }
+
+    /// The protocol versions this node speaks.
+    pub fn protocols(&self) -> ProtocolRange {
+        self.session.protocols()
+    }
+
+    pub fn identity(&self) -> &NodeId {
+        self.foca.identity()
+    }
+
+    pub fn config(&self) -> &SwimConfig {
+        &self.config
+    }
+
+    pub fn has_left(&self) -> bool {
+        self.has_left
+    }
+
+    /// Replaces the pinned certificate fingerprints. A site whose verified certificate no
+    /// longer matches its pin is forgotten: its messages and items are refused until it
+    /// introduces itself with a certificate that passes.
+    pub fn set_pins(&mut self, pins: crate::auth::Pins) {
+        for site in self.session.set_pins(pins) {
+            lock(&self.store).distrust_origin(&site);
+        }
+    }
+
+    /// Whether this node stopped because an older live identity holds its site name.
+    pub fn has_yielded(&self) -> bool {
+        self.yielded
+    }
+
+    /// Whether the node takes no more input: it left, or yielded its name.
+    fn stopped(&self) -> bool {
+        self.has_left || self.yielded
+    }
+
+    /// Active members (alive or suspect), this node excluded.
+    pub fn num_members(&self) -> usize {
+        self.foca.num_members()
+    }
+
+    pub fn next_deadline(&self) -> Option<Duration> {
+        self.timers.next_deadline()
+    }
+
+    /// Every member foca knows (down and left ones included), this node excluded.
+    pub fn members(&self) -> Vec<MemberView> {
+        self.foca
+            .iter_membership_state()
+            .map(|m| MemberView {
+                id: m.id().clone(),
+                incarnation: m.incarnation(),
+                state: self.view_state(m),
+                protocol: self
+                    .session
+                    .peer_protocols(m.id())
+                    .map(|(_, spoken)| spoken),
+            })
+            .collect()
+    }
+
+    /// Whether membership changed (as far as notifications tell) since the last call.
+    /// Suspicion is silent in foca, so hosts also refresh their member view periodically.
+    pub fn take_membership_changed(&mut self) -> bool {
+        std::mem::take(&mut self.membership_changed)
+    }
+
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, Event> {
+        self.events.drain(..)
+    }
+
+    pub fn stats(&self) -> DriverStats {
+        let store = lock(&self.store);
+        let relays = lock(&self.relays);
+        DriverStats {
+            item_refusals: store.refusals(),
+            items_stored: store.len(),
+            members: self.foca.num_members(),
+            broadcast_backlog: self.foca.custom_broadcast_backlog() + relays.queue.len(),
+            relay_queue: relays.queue.len(),
+            updates_backlog: self.foca.updates_backlog(),
+            max_transmissions: self.tuned_for,
+            local_health: self.probe.local_health,
+            late_answers: self.probe.late_answers,
+            session: self.session.stats(),
+            ..self.stats
+        }
+    }
+
+    /// Announces to the seeds and asks one of them for its full state. While no member is
+    /// known the announcement is repeated with backoff.
+    pub fn join<O: Transmit + ?Sized>(&mut self, now: Duration, seeds: &[SocketAddr], out: &mut O) {
+        if self.stopped() {
+            return;
+        }
+        let own = self.identity().socket_addr();
+        self.seeds.clear();
+        for seed in seeds {
+            if *seed != own && !self.seeds.contains(seed) {
+                self.seeds.push(*seed);
+            }
+        }
+        self.contact_seeds(now, out);
+        if self.join_retry.is_none() && !self.seeds.is_empty() {
+            self.join_retry = Some(0);
+            self.timers
+                .push(now + self.config.probe_interval, TimerEvent::JoinRetry);
+        }
+        self.settle(now);
+    }
+
+    /// Handles one decrypted message. Anything malformed, stale, replayed, unsigned or
+    /// forged is counted and dropped without changing state.
+    pub fn handle_datagram<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        message: &[u8],
+        out: &mut O,
+    ) {
+        if self.stopped() {
+            return;
+        }
+        lock(&self.store).set_clock(now);
+        let envelope = match self.session.open(now, message) {
+            Verdict::Accepted(envelope) => envelope,
+            Verdict::UnknownSender(sender) => {
+                // Ask it to introduce itself; its next messages will then verify.
+                let to = sender.socket_addr();
+                if self.session.may_answer(now, to) {
+                    self.session.send_hello(now, to, true, out);
+                }
+                return;
+            }
+            Verdict::Incompatible {
+                sender,
+                theirs,
+                first,
+                wants_reply,
+            } => {
+                // Our own HELLO in return, if asked for, says why: the peer then refuses
+                // us too and reports both ranges, instead of asking again and again.
+                let to = sender.socket_addr();
+                if wants_reply && self.session.may_answer(now, to) {
+                    self.session.send_hello(now, to, false, out);
+                }
+                if first {
+                    self.events.push(Event::VersionRefused {
+                        peer: sender,
+                        theirs,
+                        ours: self.session.protocols(),
+                    });
+                }
+                return;
+            }
+            Verdict::Dropped => return,
+        };
+        let (kind, sender, body) = (envelope.kind, envelope.sender, envelope.body);
+        if !self.admit_sender(now, &sender, out) {
+            self.settle(now);
+            return;
+        }
+        let handled = match kind {
+            KIND_FOCA => self.handle_foca(now, body, out),
+            KIND_SYNC_REQUEST | KIND_SYNC_RESPONSE => {
+                self.handle_sync(now, kind, &sender, body, out)
+            }
+            KIND_LEAVE => self.handle_leave(now, sender, body, out),
+            KIND_HELLO => {
+                self.handle_hello(now, sender, body, out);
+                Ok(())
+            }
+            KIND_CONFLICT => self.handle_conflict(now, body, out),
+            KIND_DIGEST => self.handle_digest(now, &sender, body, out),
+            KIND_REPAIR => self.handle_repair(body),
+            _ => Err(WireError::BadMessage(kind)),
+        };
+        if handled.is_err() {
+            self.stats.bad_messages += 1;
+        }
+        self.settle(now);
+    }
+
+    /// Runs every timer due at `now`, in order.
+    pub fn handle_timers<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        lock(&self.store).set_clock(now);
+        while let Some(event) = self.timers.pop_due(now) {
+            // Timers change foca's state in ways the baseline cannot follow; it is only
+            // meant to span the burst of one sync's chunks.
+            self.sync_baseline = None;
+            match event {
+                TimerEvent::Foca(Timer::ChangeSuspectToDown {
+                    ref member_id,
+                    incarnation,
+                    ..
+                }) if self.member_state(member_id) != Some((incarnation, State::Suspect)) => {
+                    // Refuted (or settled otherwise) before the timeout. foca 1.0 would
+                    // change nothing here but still send the member a `TurnUndead`, which
+                    // makes an alive member that just refuted declare itself down and
+                    // rejoin under a new identity; so the stale timer stops here.
+                    self.stats.stale_suspicion_timers += 1;
+                }
+                TimerEvent::Foca(timer) => {
+                    let probe_round = matches!(timer, Timer::ProbeRandomMember(_));
+                    let failed_before = self.stats.probes_failed;
+                    self.foca_call(now, out, |foca, rt| foca.handle_timer(timer, rt));
+                    if probe_round && self.stats.probes_failed == failed_before {
+                        self.probe.better();
+                    }
+                }
+                TimerEvent::PushPull => self.push_pull(now, out),
+                TimerEvent::Repair => self.send_digest(now, out),
+                TimerEvent::JoinRetry => self.join_retry(now, out),
+                TimerEvent::ConfirmDown {
+                    member,
+                    incarnation,
+                } => self.confirm_down(now, member, incarnation, out),
+                TimerEvent::SyncWith(peer) => {
+                    if !self.stopped() {
+                        self.start_sync(now, peer.socket_addr(), out);
+                    }
+                }
+                TimerEvent::SyncAnswerDue(sync_id) => self.answer_due(now, sync_id, out),
+                TimerEvent::SuspicionNotice {
+                    target,
+                    incarnation,
+                    left,
+                } => self.notify_suspect(now, target, incarnation, left, out),
+            }
+            self.settle(now);
+        }
+    }
+
+    /// Offers a local item. `Ok(false)` when this node already holds that version or a
+    /// newer one of the same (lane, key). Items go out on the next [`Driver::flush`].
+    pub fn publish(
+        &mut self,
+        lane: Lane,
+        key: &str,
+        version: u64,
+        payload: &[u8],
+    ) -> Result<bool, PublishError> {
+        let origin = self.foca.identity().site().clone();
+        self.scratch.clear();
+        let authority = self.session.authority();
+        encode_publish(
+            &origin,
+            lane,
+            key,
+            version,
+            payload,
+            &mut self.scratch,
+            |signed| authority.sign(ITEM_DOMAIN, signed),
+        )?;
+        let news = {
+            let mut store = lock(&self.store);
+            if !store.is_newer(&origin, lane, key, version) {
+                return Ok(false);
+            }
+            if store.is_full_for(&origin, lane, key) {
+                return Err(PublishError::StoreFull);
+            }
+            store.accept(&self.scratch, false)
+        };
+        let Some(key) = news else {
+            return Ok(false);
+        };
+        lock(&self.relays).queue.push(key, self.scratch.clone());
+        self.stats.items_published += 1;
+        self.broadcast_pending = true;
+        Ok(true)
+    }
+
+    /// Sends what the last inputs made pending: news goes out at once in `Broadcast`
+    /// messages. Up to g rounds, each handing foca the next window of the relay queue if it
+    /// holds nothing and sending what it holds to g members (items are handed for g
+    /// transmissions, so one round takes each to g distinct members).
+    pub fn flush<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        if std::mem::take(&mut self.broadcast_pending) && !self.stopped() {
+            for _ in 0..self.foca_config.num_indirect_probes.get() {
+                self.foca_call(now, out, |foca, rt| foca.broadcast(rt));
+                if self.foca.custom_broadcast_backlog() == 0 && lock(&self.relays).queue.is_empty()
+                {
+                    break;
+                }
+            }
+            self.settle(now);
+        }
+    }
+
+    /// Leaves on purpose: tells every active member first (so they record `left`, not
+    /// `down`), then lets foca gossip its own Down. The driver ignores input afterwards.
+    pub fn leave<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        if self.stopped() {
+            return;
+        }
+        let peers: Vec<_> = self
+            .foca
+            .iter_members()
+            .map(|member| member.id().socket_addr())
+            .collect();
+        let mut notice = Vec::with_capacity(MAX_MESSAGE_LEN);
+        for peer in peers {
+            notice.clear();
+            notice.push(KIND_LEAVE);
+            self.foca.identity().encode(&mut notice);
+            self.session.send(now, peer, &mut notice, out);
+        }
+        self.foca_call(now, out, |foca, rt| foca.leave_cluster(rt));
+        self.has_left = true;
+        self.settle(now);
+    }
+
+    /// Forgets these items of `site` (the host decided its records are stale): versions
+    /// are kept, payloads dropped (syncs stop carrying them), and the same versions are
+    /// taken and delivered again once the site is live and they come back. The host owns
+    /// what is forgotten: a site going down forgets nothing here.
+    pub fn forget(&mut self, site: &str, items: &[(Lane, String)]) -> usize {
+        lock(&self.store).forget(site, items)
+    }
+}

@@ -1,0 +1,544 @@
+//! Push/pull syncs: starting them, answering them with this node's view (members and a
+//! stretch of the item store), taking the chunks of an answer, and the walk through
+//! peers' stores that syncs resume from, including catching up part after part.
+//!
+//! Held apart because a sync's state (the walk, the answer being received, the baseline
+//! that keeps a converged sync O(N)) matters only to syncs.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use foca::{Member, State};
+use rand::Rng;
+
+use crate::identity::{Interner, NodeId, SiteAddr};
+use crate::lanes::{lock, ExportEnd, ItemName};
+use crate::session::Transmit;
+use crate::timers::TimerEvent;
+use crate::wire::{
+    decode_member, encode_member, state_byte, Reader, WireError, KIND_SYNC_REQUEST,
+    KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,
+};
+
+use super::{Driver, CATCH_UP_PAUSE, MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT};
+
+use super::chunks::{
+    decode_certificate_entry, decode_resume, decode_walk_end, encode_certificate_entry,
+    encode_walk_end, read_chunk_header, read_entry, ChunkHeader, ChunkWriter, ENTRY_CERTIFICATE,
+    ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_WALK_END, WALK_END_ROOM,
+};
+use super::swim::Screened;
+
+/// Member entries fill at most this many chunks of a sync (the rest of the view is covered
+/// over several syncs), so items always have room.
+const MAX_MEMBER_CHUNKS: usize = MAX_SYNC_CHUNKS / 2;
+/// Whether a node walks peers' stores part after part, one part every [`CATCH_UP_PAUSE`],
+/// until a walk goes round once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CatchUp {
+    /// Caught up: syncs keep the push/pull pace.
+    Done,
+    /// To catch up, from the next sync on (a new node, or one that was alone).
+    Due,
+    /// Walking: each answer's end asks for the next part.
+    Walking,
+}
+
+/// The answer to this node's last sync, as its chunks arrive. Chunks carry items in walk
+/// order, so the chunks received from the first on, without a gap, cover one stretch of
+/// the walk: when some chunk is lost, the next sync resumes after that stretch.
+pub(super) struct PullAnswer {
+    sync_id: u32,
+    /// Where the answer was asked to start.
+    start: Option<ItemName>,
+    chunks: Vec<Option<ChunkItems>>,
+    missing: usize,
+    end: Option<ExportEnd>,
+}
+
+/// The items of one received chunk, by name: its first and last, and whether the walk
+/// wrapped (went past the last name and on from the first) within it.
+#[derive(Clone, Default)]
+struct ChunkItems {
+    first: Option<ItemName>,
+    last: Option<ItemName>,
+    wrapped: bool,
+}
+
+/// How far a sync's answer took the walk.
+enum WalkStep {
+    /// Whole: what the answer said.
+    Ended(ExportEnd),
+    /// Some chunk is missing: resume after this name (None: where the answer started);
+    /// `wrapped` if the stretch received went past the last name.
+    Partial {
+        resume: Option<ItemName>,
+        wrapped: bool,
+    },
+}
+
+impl PullAnswer {
+    fn new(sync_id: u32, start: Option<ItemName>, count: u16) -> PullAnswer {
+        PullAnswer {
+            sync_id,
+            start,
+            chunks: vec![None; usize::from(count)],
+            missing: usize::from(count),
+            end: None,
+        }
+    }
+
+    /// Notes chunk `index`; true once every chunk is in.
+    fn note(&mut self, index: u16, items: ChunkItems, end: Option<ExportEnd>) -> bool {
+        if let Some(slot) = self.chunks.get_mut(usize::from(index)) {
+            if slot.is_none() {
+                *slot = Some(items);
+                self.missing -= 1;
+            }
+        }
+        if end.is_some() {
+            self.end = end;
+        }
+        self.missing == 0 && self.end.is_some()
+    }
+
+    /// How far the walk got: the answer's own end when it is whole, else the stretch
+    /// covered by the chunks received from the first without a gap.
+    fn step(&mut self) -> WalkStep {
+        if self.missing == 0 {
+            if let Some(end) = self.end.take() {
+                return WalkStep::Ended(end);
+            }
+        }
+        let mut resume = self.start.clone();
+        let mut wrapped = false;
+        let mut previous = self.start.clone();
+        for chunk in self.chunks.iter().map_while(Option::as_ref) {
+            if let Some(first) = &chunk.first {
+                wrapped |= chunk.wrapped || previous.as_ref().is_some_and(|p| first <= p);
+                previous = chunk.last.clone();
+                resume = chunk.last.clone();
+            }
+        }
+        WalkStep::Partial { resume, wrapped }
+    }
+}
+
+impl ChunkItems {
+    fn of(items: &[&[u8]], interner: &Interner) -> ChunkItems {
+        let mut names = items
+            .iter()
+            .filter_map(|item| ItemName::decode(&mut Reader::new(item), interner).ok());
+        let Some(first) = names.next() else {
+            return ChunkItems::default();
+        };
+        let mut last = first.clone();
+        let mut wrapped = false;
+        for name in names {
+            wrapped |= name <= last;
+            last = name;
+        }
+        ChunkItems {
+            first: Some(first),
+            last: Some(last),
+            wrapped,
+        }
+    }
+}
+
+/// What foca held when the chunks of one incoming sync began to arrive. A converged peer
+/// sends mostly what foca already has, and every apply is a linear scan of foca's member
+/// list, so entries found here unchanged are not applied again: a sync costs O(N) instead
+/// of O(N²). foca only moves a member's state forward (newer identity, higher incarnation,
+/// Alive → Suspect → Down at one incarnation), so an entry equal to an earlier state is a
+/// no-op even if foca has moved on since.
+pub(super) struct SyncBaseline {
+    sync_id: u32,
+    sender: SiteAddr,
+    chunks_left: u16,
+    states: HashMap<SiteAddr, (NodeId, u16, State)>,
+}
+
+impl SyncBaseline {
+    fn holds(&self, member: &Member<NodeId>) -> bool {
+        self.states
+            .get(&member.id().site_addr())
+            .is_some_and(|(id, incarnation, state)| {
+                id == member.id()
+                    && *incarnation == member.incarnation()
+                    && *state == member.state()
+            })
+    }
+}
+
+impl Driver {
+    pub(super) fn push_pull<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        let count = self.foca.num_members();
+        if self.stopped() || count == 0 {
+            self.push_pull_armed = false;
+            return;
+        }
+        if let Some(peer) = self.random_member() {
+            self.start_sync(now, peer, out);
+        }
+        let period = self.config.push_pull_period(count + 1);
+        self.timers.push(now + period, TimerEvent::PushPull);
+    }
+
+    /// The answer to sync `sync_id` should be whole by now. If it is not, the walk moves
+    /// on only past the chunks received from the first without a gap, and the rest is
+    /// asked for (from any member: they all walk in the same order) at once while catching
+    /// up, or by the next push/pull otherwise.
+    pub(super) fn answer_due<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        sync_id: u32,
+        out: &mut O,
+    ) {
+        if self.pull_sync != Some(sync_id) {
+            return;
+        }
+        self.stats.syncs_incomplete += 1;
+        self.pull_sync = None;
+        if let Some(WalkStep::Partial { resume, wrapped }) =
+            self.pull_answer.take().map(|mut answer| answer.step())
+        {
+            self.pull_resume = resume;
+            if wrapped {
+                self.catch_up = CatchUp::Done;
+            }
+        }
+        if self.catch_up == CatchUp::Walking && !self.stopped() {
+            if let Some(peer) = self.random_member() {
+                self.stats.catch_up_syncs += 1;
+                self.start_sync(now, peer, out);
+            }
+        }
+    }
+
+    pub(super) fn random_member(&mut self) -> Option<SocketAddr> {
+        let count = self.foca.num_members();
+        if count == 0 {
+            return None;
+        }
+        let pick = self.rng.random_range(0..count);
+        self.foca
+            .iter_members()
+            .nth(pick)
+            .map(|m| m.id().socket_addr())
+    }
+
+    pub(super) fn start_sync<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        peer: SocketAddr,
+        out: &mut O,
+    ) {
+        let sync_id = self.rng.random();
+        self.stats.syncs_started += 1;
+        self.pull_sync = Some(sync_id);
+        self.pull_answer = None;
+        self.timers
+            .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
+        if self.catch_up == CatchUp::Due {
+            self.catch_up = CatchUp::Walking;
+        }
+        self.send_state(now, KIND_SYNC_REQUEST, sync_id, peer, None, out);
+    }
+
+    /// An answer to this node's last sync said where its items ended: the next sync
+    /// resumes there. While catching up, the next part is asked for soon, from the same
+    /// peer, until the walk has gone round once.
+    fn follow_walk(&mut self, now: Duration, end: ExportEnd, peer: &NodeId) {
+        self.pull_sync = None;
+        self.pull_answer = None;
+        let went_round = match end {
+            ExportEnd::Complete => {
+                self.pull_resume = None;
+                true
+            }
+            ExportEnd::Stopped { resume, wrapped } => {
+                self.pull_resume = resume;
+                wrapped
+            }
+        };
+        if went_round {
+            self.catch_up = CatchUp::Done;
+        } else if self.catch_up == CatchUp::Walking && !self.stopped() {
+            self.stats.catch_up_syncs += 1;
+            self.timers
+                .push(now + CATCH_UP_PAUSE, TimerEvent::SyncWith(peer.clone()));
+        }
+    }
+
+    /// Sends this node's view, chunked: itself, members (starting at a random one, so a
+    /// view larger than [`MAX_MEMBER_CHUNKS`] is covered over several syncs) and items,
+    /// each origin's certificate chain before its first item. A request starts with where
+    /// its answer's items should resume and carries this node's own items from where the
+    /// last request stopped (none while catching up: it asks, the answers teach). An answer
+    /// (`answer_after` set) carries the items after the name the request gave, and says in
+    /// its first chunk where they ended.
+    fn send_state<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        kind: u8,
+        sync_id: u32,
+        peer: SocketAddr,
+        answer_after: Option<Option<ItemName>>,
+        out: &mut O,
+    ) {
+        let me = self.foca.identity().clone();
+        let reserve = if answer_after.is_some() {
+            WALK_END_ROOM
+        } else {
+            0
+        };
+        let mut chunks = ChunkWriter::new(kind, sync_id, &me, reserve);
+        let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
+
+        if answer_after.is_none() {
+            if let Some(name) = &self.pull_resume {
+                name.encode(&mut entry);
+            }
+            chunks.push(ENTRY_RESUME, &entry, MAX_SYNC_CHUNKS);
+        }
+        entry.clear();
+        encode_member(
+            &Member::new(me, 0, State::Alive),
+            state_byte(State::Alive),
+            &mut entry,
+        );
+        chunks.push(ENTRY_MEMBER, &entry, MAX_SYNC_CHUNKS);
+
+        let total = self.foca.iter_membership_state().len();
+        let start = if total == 0 {
+            0
+        } else {
+            self.rng.random_range(0..total)
+        };
+        let ordered = self
+            .foca
+            .iter_membership_state()
+            .skip(start)
+            .chain(self.foca.iter_membership_state().take(start));
+        for member in ordered {
+            entry.clear();
+            let state = if member.state() == State::Down && self.is_left(member.id()) {
+                STATE_LEFT
+            } else {
+                state_byte(member.state())
+            };
+            encode_member(member, state, &mut entry);
+            if !chunks.push(ENTRY_MEMBER, &entry, MAX_MEMBER_CHUNKS) {
+                break;
+            }
+        }
+
+        let after = match &answer_after {
+            Some(after) => after.as_ref(),
+            None if self.catch_up != CatchUp::Done => None,
+            None => self.push_resume.as_ref(),
+        };
+        let end = if answer_after.is_none() && self.catch_up != CatchUp::Done {
+            None
+        } else {
+            let session = &self.session;
+            let mut chain_entry = Vec::new();
+            let mut last_origin: Option<Arc<str>> = None;
+            let end = lock(&self.store).export(after, &mut entry, |origin, item| {
+                if last_origin.as_ref() != Some(origin) {
+                    last_origin = Some(origin.clone());
+                    if let Some(chain) = session.certificate_chain(origin) {
+                        encode_certificate_entry(origin, chain, &mut chain_entry);
+                        if !chunks.push(ENTRY_CERTIFICATE, &chain_entry, MAX_SYNC_CHUNKS) {
+                            return false;
+                        }
+                    }
+                }
+                chunks.push(ENTRY_ITEM, item, MAX_SYNC_CHUNKS)
+            });
+            Some(end)
+        };
+
+        let mut walk_end = Vec::new();
+        match (answer_after.is_some(), end) {
+            (true, Some(end)) => encode_walk_end(&end, &mut walk_end),
+            (false, Some(end)) => {
+                self.push_resume = match end {
+                    ExportEnd::Complete => None,
+                    ExportEnd::Stopped { resume, .. } => resume,
+                }
+            }
+            (_, None) => {}
+        }
+        for mut chunk in chunks.finish(&walk_end) {
+            self.stats.sync_chunks_sent += 1;
+            self.session.send(now, peer, &mut chunk, out);
+        }
+    }
+
+    pub(super) fn handle_sync<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        kind: u8,
+        sender: &NodeId,
+        body: &[u8],
+        out: &mut O,
+    ) -> Result<(), WireError> {
+        // Decode the whole chunk before applying any of it.
+        let mut r = Reader::new(body);
+        let ChunkHeader {
+            id: sync_id,
+            index,
+            count,
+        } = read_chunk_header(&mut r, &self.interner)?;
+        let sender = sender.clone();
+        let mut loud = Vec::new();
+        let mut quiet = Vec::new();
+        let mut left = Vec::new();
+        let mut items = Vec::new();
+        let mut certificates = Vec::new();
+        let mut resume = None;
+        let mut walk_end = None;
+        while !r.is_empty() {
+            let (tag, body) = read_entry(&mut r)?;
+            match tag {
+                ENTRY_MEMBER => {
+                    let mut er = Reader::new(body);
+                    let (member, mut is_left) = decode_member(&mut er, &self.interner, true)?;
+                    if !er.is_empty() {
+                        return Err(WireError::TrailingBytes);
+                    }
+                    let member = if member.id() == &sender {
+                        member
+                    } else {
+                        match self.screen_member(now, member, out) {
+                            Screened::Apply(member) => member,
+                            Screened::AsSuspect(member) => {
+                                is_left = false;
+                                member
+                            }
+                            Screened::Drop => continue,
+                        }
+                    };
+                    if is_left {
+                        left.push(member.id().clone());
+                    }
+                    // News about the sender itself and about failures is re-gossiped;
+                    // the liveness of third parties is theirs to spread.
+                    if member.id() == &sender || member.state() != State::Alive {
+                        loud.push(member);
+                    } else {
+                        quiet.push(member);
+                    }
+                }
+                ENTRY_ITEM => items.push(body),
+                ENTRY_CERTIFICATE => certificates.push(decode_certificate_entry(body)?),
+                ENTRY_RESUME if kind == KIND_SYNC_REQUEST && index == 0 && resume.is_none() => {
+                    resume = Some(decode_resume(body, &self.interner)?);
+                }
+                ENTRY_WALK_END
+                    if kind == KIND_SYNC_RESPONSE && index == 0 && walk_end.is_none() =>
+                {
+                    walk_end = Some(decode_walk_end(body, &self.interner)?);
+                }
+                other => return Err(WireError::BadEntry(other)),
+            }
+        }
+        self.stats.sync_chunks_received += 1;
+        for id in &left {
+            self.remember_left(id);
+        }
+        let baseline = self.sync_baseline_for(sync_id, sender.site_addr(), count);
+        let received = loud.len() + quiet.len();
+        loud.retain(|member| !baseline.holds(member));
+        quiet.retain(|member| !baseline.holds(member));
+        baseline.chunks_left = baseline.chunks_left.saturating_sub(1);
+        if baseline.chunks_left == 0 {
+            self.sync_baseline = None;
+        }
+        self.stats.sync_entries_known += (received - loud.len() - quiet.len()) as u64;
+        self.foca_call(now, out, |foca, rt| {
+            foca.apply_many(loud.into_iter(), true, rt)
+        });
+        self.foca_call(now, out, |foca, rt| {
+            foca.apply_many(quiet.into_iter(), false, rt)
+        });
+        for (site, chain) in certificates {
+            let site = self.interner.intern(site);
+            if let Some(key) = self.session.learn_certificate(now, &site, &chain) {
+                lock(&self.store).trust_origin(&site, key);
+            }
+        }
+        {
+            let mut store = lock(&self.store);
+            for item in &items {
+                store.accept(item, true);
+            }
+        }
+        if index == 0 {
+            if kind == KIND_SYNC_REQUEST {
+                self.stats.syncs_served += 1;
+                let after = Some(resume.flatten());
+                self.send_state(
+                    now,
+                    KIND_SYNC_RESPONSE,
+                    sync_id,
+                    sender.socket_addr(),
+                    after,
+                    out,
+                );
+            } else {
+                self.stats.syncs_completed += 1;
+            }
+        }
+        if kind == KIND_SYNC_RESPONSE && self.pull_sync == Some(sync_id) {
+            let chunk = ChunkItems::of(&items, &self.interner);
+            let start = self.pull_resume.clone();
+            let answer = match &mut self.pull_answer {
+                Some(answer) if answer.sync_id == sync_id => answer,
+                slot => slot.insert(PullAnswer::new(sync_id, start, count)),
+            };
+            if answer.note(index, chunk, walk_end) {
+                if let WalkStep::Ended(end) = answer.step() {
+                    self.follow_walk(now, end, &sender);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The baseline for this sync's chunks, taken from foca on its first chunk to arrive.
+    fn sync_baseline_for(
+        &mut self,
+        sync_id: u32,
+        sender: SiteAddr,
+        count: u16,
+    ) -> &mut SyncBaseline {
+        let current = self
+            .sync_baseline
+            .as_ref()
+            .is_some_and(|b| b.sync_id == sync_id && b.sender == sender);
+        if !current {
+            let states = self
+                .foca
+                .iter_membership_state()
+                .map(|m| {
+                    (
+                        m.id().site_addr(),
+                        (m.id().clone(), m.incarnation(), m.state()),
+                    )
+                })
+                .collect();
+            self.sync_baseline = Some(SyncBaseline {
+                sync_id,
+                sender,
+                chunks_left: count,
+                states,
+            });
+        }
+        self.sync_baseline.as_mut().expect("set above")
+    }
+}

@@ -1,0 +1,554 @@
+//! The item store: the latest version of every item name this node knows, what it refused
+//! and why ([`Refusals`]), the versions stored lately (for digests, [`crate::repair`]) and
+//! the export of held items in [`ItemName`] order for push/pull syncs; with its bounds.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BufMut;
+
+use super::encoding::{contains_private_key, decode_item, encode_unsigned, ItemView};
+use super::{BroadcastKey, Item, ItemName, Lane};
+use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
+use crate::identity::{validate_site, Interner};
+use crate::names::{export_rank, EXPORT_LANES, LANE_COUNT};
+use crate::repair::{version_hash, Digest, REPAIR_WINDOW};
+
+/// How many item names a node remembers (latest version each) unless told otherwise: a
+/// mesh of 100 sites with 300 providers each (two items a provider, a few more a site).
+/// The store's bounds live with the store; the driver re-exports them.
+pub const DEFAULT_ITEM_CAPACITY: usize = 65_536;
+/// The most item names a node may be told to remember.
+pub const MAX_ITEM_CAPACITY: usize = 1 << 20;
+
+/// Items kept while their origin's key is unknown; the oldest give way first.
+const WAITING_CAPACITY: usize = 1024;
+
+/// Why received items were not taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refusals {
+    /// Cert-lane payloads holding a private key marker.
+    pub private_key: u64,
+    /// Items that do not decode.
+    pub malformed: u64,
+    /// New names while the store was full.
+    pub store_full: u64,
+    /// Items from a site whose certificate this node has not verified yet (a later sync
+    /// brings them again).
+    pub unverified_origin: u64,
+    /// Items whose signature is not their origin's: forged or altered on the way.
+    pub bad_signature: u64,
+}
+
+struct Stored {
+    version: u64,
+    /// Dropped once the origin is down or gone; the version stays so a late copy of an
+    /// old item is not news again.
+    held: Option<Held>,
+}
+
+struct Held {
+    payload: Arc<[u8]>,
+    signature: [u8; SIGNATURE_LEN],
+}
+
+impl Held {
+    /// Encodes this payload under its name and version into `out` (cleared first), with
+    /// the origin's signature as it came.
+    fn encode(&self, origin: &str, lane: Lane, key: &str, version: u64, out: &mut Vec<u8>) {
+        out.clear();
+        encode_unsigned(origin, lane, key, version, &self.payload, out);
+        out.put_slice(&self.signature);
+    }
+}
+
+/// The latest version of every item name this node knows.
+pub struct ItemStore {
+    /// In [`ItemName`] order (lanes indexed by their byte, walked in [`EXPORT_LANES`] order).
+    origins: BTreeMap<Arc<str>, [BTreeMap<Arc<str>, Stored>; LANE_COUNT]>,
+    /// Verified keys of origin sites; `None` when items are not signed (simulations).
+    origin_keys: Option<HashMap<Arc<str>, PublicKey>>,
+    /// Items from origins whose key is not known yet, oldest first: taken as soon as the
+    /// origin's certificate is verified, so a joiner does not wait for the next sync.
+    waiting: VecDeque<Vec<u8>>,
+    /// Origins with a live member (this node's own site included): only their forgotten
+    /// items are taken back at the same version, so a down site's records do not bounce
+    /// between nodes that forget them at different times.
+    live: HashSet<Arc<str>>,
+    len: usize,
+    capacity: usize,
+    interner: Interner,
+    fresh: Vec<Item>,
+    refused: Refusals,
+    /// The versions stored in the last [`REPAIR_WINDOW`], oldest first (see
+    /// [`crate::repair`]); a version no longer the latest of its name is skipped on use.
+    recent: VecDeque<Recent>,
+    /// The driver's time as of its latest input: when items taken now are stored.
+    clock: Duration,
+}
+
+/// A version stored lately, and when.
+struct Recent {
+    at: Duration,
+    origin: Arc<str>,
+    lane: Lane,
+    key: Arc<str>,
+    version: u64,
+    hash: u64,
+}
+
+/// Most versions remembered as recent, whatever their age: a flood cannot grow the store's
+/// memory past this.
+const RECENT_CAPACITY: usize = 16_384;
+
+impl ItemStore {
+    /// A store that takes only items signed by their origin (`signed`), or any item.
+    pub fn new(capacity: usize, interner: Interner, signed: bool) -> ItemStore {
+        ItemStore {
+            origins: BTreeMap::new(),
+            origin_keys: signed.then(HashMap::new),
+            waiting: VecDeque::new(),
+            live: HashSet::new(),
+            len: 0,
+            capacity,
+            interner,
+            fresh: Vec::new(),
+            refused: Refusals::default(),
+            recent: VecDeque::new(),
+            clock: Duration::ZERO,
+        }
+    }
+
+    /// Sets the time at which the items taken from now on are stored.
+    pub fn set_clock(&mut self, now: Duration) {
+        self.clock = now;
+    }
+
+    /// Trusts `key` for the items of `origin` (its certificate was verified), and takes
+    /// the items of `origin` that were waiting for it.
+    pub fn trust_origin(&mut self, origin: &Arc<str>, key: PublicKey) {
+        let Some(keys) = &mut self.origin_keys else {
+            return;
+        };
+        if keys.insert(origin.clone(), key.clone()) == Some(key) {
+            return;
+        }
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|data| decode_item(data).is_ok_and(|item| item.origin == &**origin));
+        self.waiting = waiting.into();
+        for data in ready {
+            self.accept(&data, true);
+        }
+    }
+
+    /// Stops trusting `origin`'s key (its pin changed); its items wait for a new one.
+    pub fn distrust_origin(&mut self, origin: &str) {
+        if let Some(keys) = &mut self.origin_keys {
+            keys.remove(origin);
+        }
+    }
+
+    /// Whether a received item is its origin's: checked only for news, so a known version
+    /// costs no signature check.
+    fn is_authentic(&mut self, item: &ItemView<'_>, data: &[u8]) -> bool {
+        let Some(keys) = &self.origin_keys else {
+            return true;
+        };
+        let Some(key) = keys.get(item.origin) else {
+            self.refused.unverified_origin += 1;
+            if self.waiting.len() == WAITING_CAPACITY {
+                self.waiting.pop_front();
+            }
+            self.waiting.push_back(data.to_vec());
+            return false;
+        };
+        if !key.verify(ITEM_DOMAIN, item.signed, &item.signature) {
+            self.refused.bad_signature += 1;
+            return false;
+        }
+        true
+    }
+
+    /// Takes an encoded item if it is news (and, from a peer, authentic). Items from peers
+    /// (`from_peer`) are also queued for the host; the node's own publications are not.
+    pub fn accept(&mut self, data: &[u8], from_peer: bool) -> Option<BroadcastKey> {
+        let decoded = decode_item(data).ok();
+        let Some(item) = decoded.filter(|item| validate_site(item.origin).is_ok()) else {
+            self.refused.malformed += 1;
+            return None;
+        };
+        if item.lane == Lane::Cert && contains_private_key(item.payload) {
+            self.refused.private_key += 1;
+            return None;
+        }
+        let known = self
+            .stored(item.origin, item.lane, item.key)
+            .map(|s| s.version);
+        match known {
+            // The same version is news again once its payload was forgotten and its site is
+            // back: forgetting a site that was away must never lose what it says.
+            Some(version) if version > item.version => return None,
+            Some(version)
+                if version == item.version
+                    && (self.holds(&item) || !self.live.contains(item.origin)) =>
+            {
+                return None
+            }
+            Some(_) => {}
+            _ if self.len >= self.capacity => {
+                self.refused.store_full += 1;
+                return None;
+            }
+            _ => {}
+        }
+        if from_peer && !self.is_authentic(&item, data) {
+            return None;
+        }
+        let held = Held {
+            payload: Arc::from(item.payload),
+            signature: item.signature,
+        };
+        let payload = held.payload.clone();
+        let origin = self.interner.intern(item.origin);
+        let lane = &mut self.origins.entry(origin).or_default()[item.lane as usize];
+        let key = match lane.get_mut(item.key) {
+            Some(stored) => {
+                stored.version = item.version;
+                stored.held = Some(held);
+                let (key, _) = lane.get_key_value(item.key).expect("found just above");
+                key.clone()
+            }
+            None => {
+                let key: Arc<str> = Arc::from(item.key);
+                lane.insert(
+                    key.clone(),
+                    Stored {
+                        version: item.version,
+                        held: Some(held),
+                    },
+                );
+                self.len += 1;
+                key
+            }
+        };
+        let origin = self.interner.intern(item.origin);
+        self.remember_recent(&origin, item.lane, &key, item.version);
+        if from_peer {
+            self.fresh.push(Item {
+                origin: origin.clone(),
+                lane: item.lane,
+                key: key.clone(),
+                version: item.version,
+                payload,
+            });
+        }
+        Some(BroadcastKey::new(origin, item.lane, key, item.version))
+    }
+
+    /// Whether a local publish of this name and version would be news.
+    pub fn is_newer(&self, origin: &str, lane: Lane, key: &str, version: u64) -> bool {
+        self.stored(origin, lane, key)
+            .map_or(true, |stored| stored.version < version)
+    }
+
+    pub fn is_full_for(&self, origin: &str, lane: Lane, key: &str) -> bool {
+        self.len >= self.capacity
+            && self
+                .origins
+                .get(origin)
+                .map_or(true, |lanes| !lanes[lane as usize].contains_key(key))
+    }
+
+    /// Items learned from peers since the last call.
+    pub fn take_fresh(&mut self) -> std::vec::Drain<'_, Item> {
+        self.fresh.drain(..)
+    }
+
+    pub fn has_fresh(&self) -> bool {
+        !self.fresh.is_empty()
+    }
+
+    /// The stored version of this name, if any.
+    fn stored(&self, origin: &str, lane: Lane, key: &str) -> Option<&Stored> {
+        self.origins
+            .get(origin)
+            .and_then(|lanes| lanes[lane as usize].get(key))
+    }
+
+    fn holds(&self, item: &ItemView<'_>) -> bool {
+        self.stored(item.origin, item.lane, item.key)
+            .is_some_and(|stored| stored.held.is_some())
+    }
+
+    /// Whether some item of `origin` was forgotten (its version kept, its payload dropped).
+    pub fn has_forgotten(&self, origin: &str) -> bool {
+        self.origins.get(origin).is_some_and(|lanes| {
+            lanes
+                .iter()
+                .flat_map(|lane| lane.values())
+                .any(|stored| stored.held.is_none())
+        })
+    }
+
+    /// Marks whether `origin` has a live member.
+    pub fn set_live(&mut self, origin: &Arc<str>, live: bool) {
+        if live {
+            self.live.insert(origin.clone());
+        } else {
+            self.live.remove(origin);
+        }
+    }
+
+    /// Drops the payloads of these items of `origin` (the host forgot them); versions are
+    /// kept, and the same versions are taken again once `origin` is live and they come
+    /// back. Returns how many were held.
+    pub fn forget(&mut self, origin: &str, items: &[(Lane, String)]) -> usize {
+        let Some(lanes) = self.origins.get_mut(origin) else {
+            return 0;
+        };
+        let mut forgotten = 0;
+        for (lane, key) in items {
+            if let Some(stored) = lanes[*lane as usize].get_mut(key.as_str()) {
+                forgotten += usize::from(stored.held.take().is_some());
+            }
+        }
+        forgotten
+    }
+
+    pub fn refusals(&self) -> Refusals {
+        self.refused
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Changes how many names the store may hold; never below what it holds.
+    pub fn set_capacity(&mut self, capacity: usize) {
+        self.capacity = capacity.max(self.len);
+    }
+
+    fn remember_recent(&mut self, origin: &Arc<str>, lane: Lane, key: &Arc<str>, version: u64) {
+        let oldest = self.clock.saturating_sub(REPAIR_WINDOW);
+        while self
+            .recent
+            .front()
+            .is_some_and(|r| r.at < oldest || self.recent.len() >= RECENT_CAPACITY)
+        {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(Recent {
+            at: self.clock,
+            origin: origin.clone(),
+            lane,
+            key: key.clone(),
+            version,
+            hash: version_hash(origin, lane, key, version),
+        });
+    }
+
+    /// The held payload of this name if `version` is still its latest.
+    fn held_latest(&self, origin: &str, lane: Lane, key: &str, version: u64) -> Option<&Held> {
+        self.stored(origin, lane, key)
+            .filter(|stored| stored.version == version)
+            .and_then(|stored| stored.held.as_ref())
+    }
+
+    /// The hashes of the latest versions stored since `now - window`, newest first, at most
+    /// `max`; and how far back they reach (`window`, or less when `max` cut them short).
+    pub fn recent_versions(
+        &self,
+        now: Duration,
+        window: Duration,
+        max: usize,
+    ) -> (Vec<u64>, Duration) {
+        let since = now.saturating_sub(window);
+        let mut hashes = Vec::new();
+        for recent in self.recent.iter().rev() {
+            if recent.at < since {
+                return (hashes, window);
+            }
+            if self
+                .held_latest(&recent.origin, recent.lane, &recent.key, recent.version)
+                .is_none()
+            {
+                continue;
+            }
+            if hashes.len() == max {
+                return (hashes, now.saturating_sub(recent.at));
+            }
+            hashes.push(recent.hash);
+        }
+        (hashes, window)
+    }
+
+    /// Encodes, oldest first, the latest versions stored between `now - oldest` and
+    /// `now - newest` that `digest` does not hold, handing each with its origin to `emit`
+    /// until `emit` says the budget is spent. Returns how many were handed.
+    pub fn export_missing(
+        &self,
+        now: Duration,
+        newest: Duration,
+        oldest: Duration,
+        digest: &Digest,
+        scratch: &mut Vec<u8>,
+        mut emit: impl FnMut(&Arc<str>, &[u8]) -> bool,
+    ) -> usize {
+        let (from, to) = (now.saturating_sub(oldest), now.saturating_sub(newest));
+        let mut handed = 0;
+        for recent in &self.recent {
+            if recent.at < from {
+                continue;
+            }
+            if recent.at > to {
+                break;
+            }
+            if digest.may_hold(recent.hash) {
+                continue;
+            }
+            let Some(held) =
+                self.held_latest(&recent.origin, recent.lane, &recent.key, recent.version)
+            else {
+                continue;
+            };
+            held.encode(
+                &recent.origin,
+                recent.lane,
+                &recent.key,
+                recent.version,
+                scratch,
+            );
+            if !emit(&recent.origin, scratch) {
+                break;
+            }
+            handed += 1;
+        }
+        handed
+    }
+
+    /// Every stored name in [`ItemName`] order.
+    fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        self.origins
+            .iter()
+            .flat_map(|(origin, lanes)| lane_entries(origin, lanes, None))
+    }
+
+    /// Stored names after `after`, in [`ItemName`] order.
+    fn entries_after<'a>(&'a self, after: &'a ItemName) -> impl Iterator<Item = Entry<'a>> {
+        use std::ops::Bound::{Included, Unbounded};
+        self.origins
+            .range::<str, _>((Included(&*after.origin), Unbounded))
+            .flat_map(move |(origin, lanes)| {
+                let from = (origin == &after.origin).then_some((after.lane, &*after.key));
+                lane_entries(origin, lanes, from)
+            })
+    }
+
+    /// Encodes held items (those with payloads) one by one into `scratch`, in [`ItemName`]
+    /// order starting after `after` (from the first name when `None`) and wrapping round,
+    /// and hands each with its origin to `emit` until `emit` says the budget is spent.
+    pub fn export(
+        &self,
+        after: Option<&ItemName>,
+        scratch: &mut Vec<u8>,
+        mut emit: impl FnMut(&Arc<str>, &[u8]) -> bool,
+    ) -> ExportEnd {
+        /// Offers the held items of `entries` until `emit` says the budget is spent
+        /// (`false`), noting the last one taken in `last`.
+        fn offer<'a>(
+            entries: impl Iterator<Item = Entry<'a>>,
+            last: &mut Option<Entry<'a>>,
+            scratch: &mut Vec<u8>,
+            emit: &mut impl FnMut(&Arc<str>, &[u8]) -> bool,
+        ) -> bool {
+            for entry in entries {
+                let (origin, lane, key, stored) = entry;
+                let Some(held) = &stored.held else {
+                    continue;
+                };
+                held.encode(origin, lane, key, stored.version, scratch);
+                if !emit(origin, scratch) {
+                    return false;
+                }
+                *last = Some(entry);
+            }
+            true
+        }
+        let mut last: Option<Entry<'_>> = None;
+        let stopped = |last: Option<Entry<'_>>, wrapped: bool| ExportEnd::Stopped {
+            resume: last
+                .map(|(origin, lane, key, _)| ItemName {
+                    origin: origin.clone(),
+                    lane,
+                    key: key.clone(),
+                })
+                .or_else(|| after.cloned()),
+            wrapped,
+        };
+        let Some(after) = after else {
+            if !offer(self.entries(), &mut last, scratch, &mut emit) {
+                return stopped(last, false);
+            }
+            return ExportEnd::Complete;
+        };
+        if !offer(self.entries_after(after), &mut last, scratch, &mut emit) {
+            return stopped(last, false);
+        }
+        let before = self
+            .entries()
+            .take_while(|(origin, lane, key, _)| after.cmp_to(origin, *lane, key).is_ge());
+        if !offer(before, &mut last, scratch, &mut emit) {
+            return stopped(last, true);
+        }
+        ExportEnd::Complete
+    }
+}
+
+type Entry<'a> = (&'a Arc<str>, Lane, &'a Arc<str>, &'a Stored);
+
+/// The names of one origin in [`EXPORT_LANES`] order, those after `(lane, key)` if given.
+fn lane_entries<'a>(
+    origin: &'a Arc<str>,
+    lanes: &'a [BTreeMap<Arc<str>, Stored>; LANE_COUNT],
+    from: Option<(Lane, &'a str)>,
+) -> impl Iterator<Item = Entry<'a>> {
+    use std::ops::Bound::{Excluded, Unbounded};
+    EXPORT_LANES
+        .into_iter()
+        .filter(move |lane| {
+            from.map_or(true, |(first, _)| export_rank(*lane) >= export_rank(first))
+        })
+        .flat_map(move |lane| {
+            let keys = &lanes[lane as usize];
+            let range = match from {
+                Some((first, key)) if first == lane => {
+                    keys.range::<str, _>((Excluded(key), Unbounded))
+                }
+                _ => keys.range::<str, _>((Unbounded, Unbounded)),
+            };
+            range.map(move |(key, stored)| (origin, lane, key, stored))
+        })
+}
+
+/// How an [`ItemStore::export`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExportEnd {
+    /// Every held item was offered.
+    Complete,
+    /// The budget ran out: the next export resumes after `resume` (from the first name when
+    /// `None`). `wrapped`: this export went past the last name.
+    Stopped {
+        resume: Option<ItemName>,
+        wrapped: bool,
+    },
+}
