@@ -101,24 +101,31 @@ impl ItemName {
     }
 
     pub fn decode(r: &mut Reader<'_>, interner: &Interner) -> Result<ItemName, WireError> {
-        let origin_len = usize::from(r.u8()?);
-        if origin_len > MAX_SITE_LEN {
-            return Err(WireError::SiteTooLong(origin_len));
-        }
         // Only a position in the order: a name nobody holds resumes at the next one held.
-        let origin = std::str::from_utf8(r.bytes(origin_len)?).map_err(|_| WireError::BadUtf8)?;
-        let lane = Lane::from_byte(r.u8()?)?;
-        let key_len = usize::from(r.u8()?);
-        if key_len == 0 {
-            return Err(WireError::EmptyKey);
-        }
-        let key = std::str::from_utf8(r.bytes(key_len)?).map_err(|_| WireError::BadUtf8)?;
+        let (origin, lane, key) = read_name(r)?;
         Ok(ItemName {
             origin: interner.intern(origin),
             lane,
             key: Arc::from(key),
         })
     }
+}
+
+/// Reads `origin_len u8 | origin | lane u8 | key_len u8 | key` in place: the head of an
+/// item and a name in a sync entry are the same bytes.
+pub(crate) fn read_name<'a>(r: &mut Reader<'a>) -> Result<(&'a str, Lane, &'a str), WireError> {
+    let origin_len = usize::from(r.u8()?);
+    if origin_len > MAX_SITE_LEN {
+        return Err(WireError::SiteTooLong(origin_len));
+    }
+    let origin = std::str::from_utf8(r.bytes(origin_len)?).map_err(|_| WireError::BadUtf8)?;
+    let lane = Lane::from_byte(r.u8()?)?;
+    let key_len = usize::from(r.u8()?);
+    if key_len == 0 {
+        return Err(WireError::EmptyKey);
+    }
+    let key = std::str::from_utf8(r.bytes(key_len)?).map_err(|_| WireError::BadUtf8)?;
+    Ok((origin, lane, key))
 }
 
 /// Names an item version in foca's backlog: a higher version of the same name evicts the

@@ -7,6 +7,7 @@ use bytes::BufMut;
 use super::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN, PRIVATE_KEY_MARKER};
 use crate::auth::SIGNATURE_LEN;
 use crate::identity::MAX_SITE_LEN;
+use crate::names::read_name;
 use crate::wire::{Reader, WireError};
 
 pub fn contains_private_key(payload: &[u8]) -> bool {
@@ -91,17 +92,7 @@ pub(super) fn decode_item(data: &[u8]) -> Result<ItemView<'_>, WireError> {
     }
     let (signed, signature) = data.split_at(data.len() - SIGNATURE_LEN);
     let mut r = Reader::new(signed);
-    let origin_len = usize::from(r.u8()?);
-    if origin_len > MAX_SITE_LEN {
-        return Err(WireError::SiteTooLong(origin_len));
-    }
-    let origin = std::str::from_utf8(r.bytes(origin_len)?).map_err(|_| WireError::BadUtf8)?;
-    let lane = Lane::from_byte(r.u8()?)?;
-    let key_len = usize::from(r.u8()?);
-    if key_len == 0 {
-        return Err(WireError::EmptyKey);
-    }
-    let key = std::str::from_utf8(r.bytes(key_len)?).map_err(|_| WireError::BadUtf8)?;
+    let (origin, lane, key) = read_name(&mut r)?;
     let version = r.u64()?;
     Ok(ItemView {
         origin,
