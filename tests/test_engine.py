@@ -849,9 +849,9 @@ def test_records_arriving_after_a_leave_are_forgotten_at_the_next_refresh() -> N
 def _forget_settled(e: SiteEngine) -> None:
     """Make ``e`` evaluate every status afresh on its next pass, as before statuses were
     settled."""
-    e._site_settled.clear()
-    for observed in e._observed.values():
-        observed.settled = None
+    e._trust._settled.clear()
+    for evaluated in e._phases._evaluated.values():
+        evaluated.settled = None
 
 
 @settings(max_examples=40, deadline=None)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-import grid.engine.engine as engine_module
+import grid.engine.advertised as advertised_module
 from grid.crdt.snapshot import CERT_LANE
 from grid.engine import SiteEngine
 from grid.trust import check_public_cert_pem, self_signed_certificate
@@ -23,7 +23,7 @@ DAY = 86_400.0
 
 
 class Checks:
-    """Counts the checks of one PEM made by the engine module."""
+    """Counts the checks of one PEM made by the engine (its advertised-certificate room)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, pem: str) -> None:
         self.count = 0
@@ -33,7 +33,7 @@ class Checks:
                 self.count += 1
             return check_public_cert_pem(text, now)
 
-        monkeypatch.setattr(engine_module, "check_public_cert_pem", counted)
+        monkeypatch.setattr(advertised_module, "check_public_cert_pem", counted)
 
 
 def plaintext_pair(pem: str, pin: str, *, probe_interval_s: float) -> tuple[SiteEngine, SiteEngine]:

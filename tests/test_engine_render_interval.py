@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-import grid.engine.engine as engine_module
+import grid.engine.pacing as pacing_module
 from grid.agent import Agent
 from grid.demo import DemoProvider
 from grid.demo.endpoints import QUEUE_METRIC
 from grid.engine import SiteEngine
-from grid.engine.engine import MAX_RENDER_SPACING, RENDER_BURST, RENDER_SHARE
+from grid.engine.pacing import MAX_RENDER_SPACING, RENDER_BURST, RENDER_SHARE
 from grid.errors import InvalidResourceError
 from grid.models import load_resource
 from test_agent import NETWORK, SITE, SITE_YAML, Lab, eventually, network_yaml
@@ -456,7 +456,7 @@ async def test_a_graceful_stop_renders_a_change_still_held_back(
 ) -> None:
     # A burst of two: the first render (before any scrape) and the idle load's spend it,
     # and the next change waits for the 10 s interval to end.
-    monkeypatch.setattr(engine_module, "RENDER_BURST", 2)
+    monkeypatch.setattr(pacing_module, "RENDER_BURST", 2)
     endpoint = DemoProvider(
         queue_depth=0, kv_cache_utilization=0.1, prefix_cache_hit_ratio=0.5, p99_latency_s=0.2
     )
@@ -494,7 +494,7 @@ async def test_received_items_alone_take_no_pass_before_their_render_is_due(
     lab: Lab, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A burst of one: the first render spends it, and the next change waits 2 s.
-    monkeypatch.setattr(engine_module, "RENDER_BURST", 1)
+    monkeypatch.setattr(pacing_module, "RENDER_BURST", 1)
     lab.write("00-network.yaml", network_yaml(render_interval="2s"))
     lab.write("10-site.yaml", SITE_YAML)
     # Nothing else wakes the loop meanwhile: no providers, slow ticks, probes and reloads.

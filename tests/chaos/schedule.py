@@ -43,7 +43,7 @@ from typing import Any, Protocol
 
 from chaos.invariants import OneView, check_one_view, routing_violations
 from chaos.mesh import ChaosMesh
-from grid.engine.engine import MAX_RENDER_SPACING
+from grid.engine.pacing import MAX_RENDER_SPACING
 from grid.membership import SwimConfig
 
 NETWORK_FAULTS = ("partition", "mute", "deaf")

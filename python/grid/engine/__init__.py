@@ -8,14 +8,14 @@ standalone agent and the operator are the shells that feed it.
 from grid.engine.candidates import LocalView, RemoteSite
 from grid.engine.engine import (
     DEFAULT_PROBE_INTERVAL_S,
-    GatewayOverlay,
     ItemOutcome,
-    MemberInfo,
     RefreshResult,
-    ResourceEvent,
     ResourceStatus,
     SiteEngine,
 )
+from grid.engine.events import ResourceEvent
+from grid.engine.members import MemberInfo
+from grid.engine.rendering import GatewayOverlay
 from grid.engine.targets import HealthTarget, MetricsTarget, ObservationTarget, ProbeTarget
 
 __all__ = [

@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 
 from grid.engine import SiteEngine
-from grid.engine.engine import ResourceEvent
+from grid.engine.events import ResourceEvent
 from grid.errors import (
     CertificateRejected,
     KubernetesApiError,

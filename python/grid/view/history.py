@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from grid.engine.engine import MemberInfo
+from grid.engine.members import MemberInfo
 
 DEFAULT_CAPACITY = 500
 """Transitions kept per network, oldest dropped first."""
