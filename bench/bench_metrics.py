@@ -13,7 +13,7 @@ commit before issue 15 (its ``NetworkGauges`` and ``AgentCollector``, loaded fro
 encoded with ``generate_latest`` as its handler did) over the same state; without git
 the figures are absolute.
 
-Run: .venv/bin/python bench/bench_metrics.py [--rounds 41]
+Run: .venv/bin/python bench/bench_metrics.py [--rounds 41] [--json]
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import gzip
 import hashlib
+import json
 import logging
 import statistics
 import subprocess
@@ -40,6 +41,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from grid.agent.http import agent_collector
 from grid.engine import SiteEngine
+from grid.membership import Member
 from grid.models import GridNetwork, GridSite, InferenceProvider, load_resource
 from grid.runtime.http import metrics_handler
 from grid.runtime.metrics import SWIM_STATS, ObservationDurations
@@ -154,6 +156,14 @@ class StandInNode:
 
     def key_ids(self) -> list[str]:
         return ["k-1"]
+
+    def members(self) -> list[Member]:
+        """Every peer alive, speaking protocol 2 (as ``grid_swim_peers_by_protocol``
+        reads them)."""
+        return [
+            Member(f"site-{index:03d}", f"10.0.0.{index}:7946", "alive", 1, protocol=2)
+            for index in range(1, PEERS + 1)
+        ]
 
 
 def fake_agent(engine: SiteEngine) -> Any:
@@ -293,19 +303,25 @@ def samples(text: bytes) -> int:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=41)
+    parser.add_argument("--json", action="store_true", help="print the medians (ms) as JSON")
     args = parser.parse_args()
 
     started = time.perf_counter()
     engine = build_viewer()
     agent = fake_agent(engine)
+    registry = CollectorRegistry()
+    registry.register(agent_collector(agent))
+    answers = {"new": (handler_answer(registry), tuple(MODES))}
+    if args.json:
+        results = await measure(answers, args.rounds)
+        figures = {f"{mode}_ms": ms for mode, (_, ms) in results["new"].items()}
+        print(json.dumps({"figures": figures}))
+        return
     print(
         f"state: {len(engine.members)} members, {len(engine.trusted_sites)} trusted, "
         f"{len(engine.overlays[GATEWAY].overlay.candidates)} candidates, "  # type: ignore[union-attr]
         f"{len(engine.statuses())} resources (built in {time.perf_counter() - started:.1f} s)"
     )
-    registry = CollectorRegistry()
-    registry.register(agent_collector(agent))
-    answers = {"new": (handler_answer(registry), tuple(MODES))}
     old_registry = baseline_registry(agent)
     if old_registry is not None:
         answers["old"] = (old_answer(old_registry), ("text",))
