@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use grid_core::auth::{SiteCredentials, TrustPolicy, MESSAGE_DOMAIN};
-use grid_core::frame::{Keyring, OVERHEAD};
+use grid_core::identity::auth::{SiteCredentials, TrustPolicy, MESSAGE_DOMAIN};
 use grid_core::identity::{Interner, NodeAddr, NodeId};
+use grid_core::wire::frame::{Keyring, OVERHEAD};
 use grid_core::wire::{seal_message, Envelope, KIND_FOCA, TRAILER_LEN};
 use rcgen::{
     BasicConstraints, CertificateParams, IsCa, KeyPair, PKCS_ECDSA_P256_SHA256, PKCS_ED25519,

@@ -2,7 +2,7 @@
 attack tests: open captured frames and read what is inside, and forge signed messages and
 items as a holder of the shared key and of some site's certificate key.
 
-Layouts (every integer big-endian; see ``rust/grid-core/src/wire.rs``):
+Layouts (every integer big-endian; see ``rust/grid-core/src/wire/mod.rs``):
 
 - frame: ``GRID`` | 0x01 | nonce (12) | AES-256-GCM ciphertext | tag (16), AAD = the first
   5 bytes; at most 1,400 bytes;

@@ -6,17 +6,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use foca::{Codec, Header, Member, Message, State};
-use grid_core::config::SwimConfig;
+use grid_core::driver::config::SwimConfig;
 use grid_core::driver::DriverStats;
 use grid_core::driver::{
     Driver, Event, MemberState, Transmit, CATCH_UP_PAUSE, FOCA_ERROR_KINDS, MAX_ITEM_CAPACITY,
     MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT,
 };
 use grid_core::identity::{Interner, NodeId};
+use grid_core::lanes::relay::WINDOW_ITEMS;
+use grid_core::lanes::repair::{Digest, REPAIR_INTERVAL, REPAIR_SETTLE, REPAIR_WINDOW};
 use grid_core::lanes::{Lane, PublishError};
-use grid_core::repair::{Digest, REPAIR_INTERVAL, REPAIR_SETTLE, REPAIR_WINDOW};
-use grid_core::session::MESSAGE_KINDS;
-use grid_core::versions::ProtocolRange;
+use grid_core::wire::session::MESSAGE_KINDS;
+use grid_core::wire::versions::ProtocolRange;
 use grid_core::wire::{
     WireCodec, KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE, KIND_REPAIR, KIND_SYNC_REQUEST,
     MAX_MESSAGE_LEN, MAX_UNSEALED_LEN,
@@ -119,7 +120,7 @@ impl Cluster {
     }
 
     /// What signs for `site`: the same certificate and key every time.
-    fn authority(&mut self, site: &str) -> grid_core::auth::Authority {
+    fn authority(&mut self, site: &str) -> grid_core::identity::auth::Authority {
         let ca = &self.ca;
         let issued = self
             .issued
@@ -538,14 +539,14 @@ fn a_burst_waits_in_the_relay_queue_and_reaches_everyone() {
             let stats = c.nodes[at].stats();
             // What foca holds stays small whatever waits in the queue.
             assert!(
-                stats.broadcast_backlog - stats.relay_queue <= grid_core::relay::WINDOW_ITEMS,
+                stats.broadcast_backlog - stats.relay_queue <= WINDOW_ITEMS,
                 "{stats:?}"
             );
             queued_max = queued_max.max(stats.relay_queue);
         }
         addrs[1..].iter().all(|at| c.items_at(*at).len() == count)
     });
-    assert!(queued_max > grid_core::relay::WINDOW_ITEMS, "{queued_max}");
+    assert!(queued_max > WINDOW_ITEMS, "{queued_max}");
     // Every node made all its transmissions.
     c.run_until(Duration::from_secs(300), |c| {
         addrs
@@ -827,7 +828,7 @@ fn an_item_signed_by_another_site_is_refused_and_jams_nothing() {
     item.extend_from_slice(b"p");
     item.extend_from_slice(&(u64::MAX - 1).to_be_bytes());
     item.extend_from_slice(b"extra model");
-    let signature = mallory.sign(grid_core::auth::ITEM_DOMAIN, &item);
+    let signature = mallory.sign(grid_core::identity::auth::ITEM_DOMAIN, &item);
     item.extend_from_slice(&signature);
     let mut body = Vec::new();
     sender.encode(&mut body);

@@ -3,11 +3,11 @@
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 
-use grid_core::config::SwimConfig;
+use grid_core::driver::config::SwimConfig;
+use grid_core::driver::node::{Node, NodeError, NodeSettings};
 use grid_core::driver::{Event, MemberState};
-use grid_core::frame::DropReason;
 use grid_core::lanes::{Lane, PublishError};
-use grid_core::node::{Node, NodeError, NodeSettings};
+use grid_core::wire::frame::DropReason;
 
 mod support;
 use support::TestCa;

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use grid_core::config::SwimConfig;
+use grid_core::driver::config::SwimConfig;
 use grid_core::sim::{
     Change, Jitter, NetModel, NodeStatus, SimError, SimSettings, Simulation, Start,
 };

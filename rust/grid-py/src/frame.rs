@@ -1,6 +1,6 @@
 use std::sync::RwLock;
 
-use grid_core::frame::{Keyring as CoreKeyring, KeyringError, OVERHEAD};
+use grid_core::wire::frame::{Keyring as CoreKeyring, KeyringError, OVERHEAD};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
@@ -97,7 +97,7 @@ impl Keyring {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Keyring>()?;
     m.add("FRAME_OVERHEAD", OVERHEAD)?;
-    m.add("KEY_LEN", grid_core::frame::KEY_LEN)?;
-    m.add("MAX_FRAME_LEN", grid_core::frame::MAX_FRAME_LEN)?;
+    m.add("KEY_LEN", grid_core::wire::frame::KEY_LEN)?;
+    m.add("MAX_FRAME_LEN", grid_core::wire::frame::MAX_FRAME_LEN)?;
     Ok(())
 }

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use grid_core::config::SwimConfig;
+use grid_core::driver::config::SwimConfig;
 use grid_core::driver::FOCA_ERROR_KINDS;
 use grid_core::sim::{
     Change, Jitter, Learned, MessageRecord, NetModel, SimError, SimSettings,
@@ -216,7 +216,7 @@ impl Simulation {
         )?;
         dict.set_item(
             "max_transmissions",
-            grid_core::config::max_transmissions(self.inner.len()).get(),
+            grid_core::driver::config::max_transmissions(self.inner.len()).get(),
         )?;
         dict.set_item("delay", net.delay.as_secs_f64())?;
         let (kind, spread) = match net.jitter {

@@ -8,15 +8,15 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use grid_core::auth::{Pins, FINGERPRINT_LEN};
-use grid_core::config::SwimConfig;
+use grid_core::driver::config::SwimConfig;
+use grid_core::driver::node::{wall_clock, Node, NodeError, NodeSettings, NodeTrust};
 use grid_core::driver::{Event, DEFAULT_ITEM_CAPACITY, FOCA_ERROR_KINDS};
-use grid_core::frame::DropReason;
+use grid_core::identity::auth::{Pins, FINGERPRINT_LEN};
 use grid_core::identity::NodeId;
 use grid_core::lanes::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN};
-use grid_core::node::{wall_clock, Node, NodeError, NodeSettings, NodeTrust};
-use grid_core::session::MESSAGE_KINDS;
-use grid_core::versions::ProtocolRange;
+use grid_core::wire::frame::DropReason;
+use grid_core::wire::session::MESSAGE_KINDS;
+use grid_core::wire::versions::ProtocolRange;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 

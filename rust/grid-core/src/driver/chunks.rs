@@ -129,7 +129,7 @@ pub(super) fn decode_certificate_entry(body: &[u8]) -> Result<(&str, Vec<&[u8]>)
         return Err(WireError::BadEntry(ENTRY_CERTIFICATE));
     }
     let count = usize::from(r.u8()?);
-    if count == 0 || count > crate::auth::MAX_CHAIN_LEN {
+    if count == 0 || count > crate::identity::auth::MAX_CHAIN_LEN {
         return Err(WireError::BadEntry(ENTRY_CERTIFICATE));
     }
     let chain = (0..count)

@@ -11,12 +11,12 @@ use std::time::Duration;
 use foca::{Member, OwnedNotification, State};
 use rand::Rng;
 
-use crate::config::max_transmissions;
+use crate::driver::config::max_transmissions;
+use crate::driver::timers::TimerEvent;
 use crate::identity::NodeId;
 use crate::lanes::lock;
-use crate::repair::REPAIR_INTERVAL;
-use crate::session::Transmit;
-use crate::timers::TimerEvent;
+use crate::lanes::repair::REPAIR_INTERVAL;
+use crate::wire::session::Transmit;
 use crate::wire::{Reader, WireError, KIND_CONFLICT, MAX_MESSAGE_LEN};
 
 use super::{foca_error_index, Driver, Event, MemberState};

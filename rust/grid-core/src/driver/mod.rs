@@ -1,3 +1,8 @@
+//! The SWIM driver, the layer above the item store and the wire, under the simulator:
+//! the sans-IO [`Driver`] (this module), its one ordered timer queue ([`timers`]),
+//! `GridNetwork.spec.swim` mapped onto foca ([`config`]) and a real node running the
+//! driver on its own thread with a UDP socket ([`node`]).
+//!
 //! The sans-IO SWIM driver: foca plus everything Grid adds around it.
 //!
 //! A [`Driver`] owns one foca instance, the node's single ordered timer queue, the broadcast
@@ -39,17 +44,17 @@ use foca::{Foca, OwnedNotification, State, Timer};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::auth::{Authority, ITEM_DOMAIN};
-use crate::config::{ConfigError, SwimConfig};
+use crate::driver::config::{ConfigError, SwimConfig};
+use crate::driver::timers::{TimerEvent, TimerHeap};
+use crate::identity::auth::{Authority, ITEM_DOMAIN};
 use crate::identity::{Interner, NodeId, SiteAddr};
+use crate::lanes::relay::RelayQueue;
 use crate::lanes::{
     encode_publish, lock, Item, ItemHandler, ItemName, ItemStore, Lane, PublishError, Refusals,
     Relays,
 };
-use crate::relay::RelayQueue;
-use crate::session::{Session, SessionStats, Verdict};
-use crate::timers::{TimerEvent, TimerHeap};
-use crate::versions::ProtocolRange;
+use crate::wire::session::{Session, SessionStats, Verdict};
+use crate::wire::versions::ProtocolRange;
 use crate::wire::{
     WireCodec, WireError, KIND_CONFLICT, KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE,
     KIND_REPAIR, KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
@@ -60,7 +65,11 @@ use crate::wire::{
 pub use crate::lanes::{DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY};
 /// Defined by the session, which signs and sends every message (the driver is above it);
 /// re-exported here because hosts implement it for the driver.
-pub use crate::session::Transmit;
+pub use crate::wire::session::Transmit;
+
+pub mod config;
+pub mod node;
+pub mod timers;
 
 mod chunks;
 mod membership;
@@ -236,8 +245,8 @@ pub struct DriverStats {
     pub members_implausible: u64,
     /// Other members' Down claims held as suspicions until confirmed here.
     pub down_claims_held: u64,
-    /// Repair digests sent (one every [`crate::repair::REPAIR_INTERVAL`] while there are
-    /// members).
+    /// Repair digests sent (one every [`crate::lanes::repair::REPAIR_INTERVAL`] while there
+    /// are members).
     pub digests_sent: u64,
     /// Digests answered with the items they showed missing (none missing: no answer).
     pub digests_answered: u64,
@@ -257,7 +266,7 @@ pub struct Driver {
     interner: Interner,
     store: Arc<Mutex<ItemStore>>,
     /// Items waiting to be gossiped (this site's and relayed), handed to foca a window at a
-    /// time: see [`crate::relay`].
+    /// time: see [`crate::lanes::relay`].
     relays: Arc<Mutex<Relays>>,
     /// foca's config as tuned for the cluster's size (handing relays changes it for a
     /// moment).
@@ -427,7 +436,7 @@ impl Driver {
     /// Replaces the pinned certificate fingerprints. A site whose verified certificate no
     /// longer matches its pin is forgotten: its messages and items are refused until it
     /// introduces itself with a certificate that passes.
-    pub fn set_pins(&mut self, pins: crate::auth::Pins) {
+    pub fn set_pins(&mut self, pins: crate::identity::auth::Pins) {
         for site in self.session.set_pins(pins) {
             lock(&self.store).distrust_origin(&site);
         }

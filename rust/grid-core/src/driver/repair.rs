@@ -1,4 +1,4 @@
-//! Digests and repair answers (see [`crate::repair`]): telling a random member which
+//! Digests and repair answers (see [`crate::lanes::repair`]): telling a random member which
 //! versions this node stored lately, answering such a digest with the items its sender
 //! lacks, and taking those items.
 //!
@@ -9,13 +9,13 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use crate::driver::timers::TimerEvent;
 use crate::identity::NodeId;
 use crate::lanes::lock;
-use crate::repair::{
+use crate::lanes::repair::{
     Digest, MAX_DIGEST_ENTRIES, MAX_REPAIR_CHUNKS, REPAIR_INTERVAL, REPAIR_SETTLE, REPAIR_WINDOW,
 };
-use crate::session::Transmit;
-use crate::timers::TimerEvent;
+use crate::wire::session::Transmit;
 use crate::wire::{Reader, WireError, KIND_DIGEST, KIND_REPAIR, MAX_MESSAGE_LEN};
 
 use super::Driver;
@@ -28,7 +28,7 @@ const DIGEST_SENDERS_REMEMBERED: usize = 4096;
 
 impl Driver {
     /// Tells a random member which item versions this node stored lately (see
-    /// [`crate::repair`]), and arms the next digest.
+    /// [`crate::lanes::repair`]), and arms the next digest.
     pub(super) fn send_digest<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         if self.stopped() || self.foca.num_members() == 0 {
             self.repair_armed = false;

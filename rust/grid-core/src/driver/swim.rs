@@ -16,11 +16,11 @@ use foca::{
 };
 use rand::Rng;
 
+use crate::driver::timers::{TimerEvent, TimerHeap};
 use crate::identity::{validate_site, NodeId};
 use crate::lanes::lock;
-use crate::relay::{WINDOW_BYTES, WINDOW_ITEMS};
-use crate::session::{hello_wants_reply, Session, Transmit};
-use crate::timers::{TimerEvent, TimerHeap};
+use crate::lanes::relay::{WINDOW_BYTES, WINDOW_ITEMS};
+use crate::wire::session::{hello_wants_reply, Session, Transmit};
 use crate::wire::{Reader, WireError, KIND_FOCA};
 
 use super::{foca_error_index, Driver, GridFoca, MAX_LOCAL_HEALTH};
@@ -384,7 +384,7 @@ impl Driver {
     }
 
     /// Hands foca the next window of the relay queue once foca has sent everything it
-    /// holds (see [`crate::relay`]), each item for g transmissions.
+    /// holds (see [`crate::lanes::relay`]), each item for g transmissions.
     fn hand_relays(&mut self) {
         if self.foca.custom_broadcast_backlog() > 0 {
             return;

@@ -13,10 +13,10 @@ use std::time::Duration;
 use foca::{Member, State};
 use rand::Rng;
 
+use crate::driver::timers::TimerEvent;
 use crate::identity::{Interner, NodeId, SiteAddr};
 use crate::lanes::{lock, ExportEnd, ItemName};
-use crate::session::Transmit;
-use crate::timers::TimerEvent;
+use crate::wire::session::Transmit;
 use crate::wire::{
     decode_member, encode_member, state_byte, Reader, WireError, KIND_SYNC_REQUEST,
     KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,

@@ -9,12 +9,12 @@ use foca::BroadcastHandler;
 
 use super::{BroadcastKey, ItemStore};
 use crate::identity::NodeId;
-use crate::relay::RelayQueue;
+use crate::lanes::relay::RelayQueue;
 
 /// The foca side of the store: decides whether a received item is news, and queues news
-/// for relaying ([`crate::relay`]) rather than handing it to foca's backlog. foca is handed
-/// items only by the driver, from that queue (this site's own items included), one window
-/// at a time.
+/// for relaying ([`crate::lanes::relay`]) rather than handing it to foca's backlog. foca is
+/// handed items only by the driver, from that queue (this site's own items included), one
+/// window at a time.
 pub struct ItemHandler {
     store: Arc<Mutex<ItemStore>>,
     relays: Arc<Mutex<Relays>>,

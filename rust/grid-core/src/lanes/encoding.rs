@@ -5,9 +5,9 @@
 use bytes::BufMut;
 
 use super::{Lane, PublishError, MAX_ITEM_LEN, MAX_KEY_LEN, PRIVATE_KEY_MARKER};
-use crate::auth::SIGNATURE_LEN;
+use crate::identity::auth::SIGNATURE_LEN;
 use crate::identity::MAX_SITE_LEN;
-use crate::names::read_name;
+use crate::lanes::names::read_name;
 use crate::wire::{Reader, WireError};
 
 pub fn contains_private_key(payload: &[u8]) -> bool {

@@ -1,22 +1,27 @@
-//! Broadcast lanes: versioned items that piggyback on SWIM traffic as foca custom
-//! broadcasts.
+//! The item store, the layer above the wire and under the SWIM driver: broadcast lanes,
+//! versioned items that piggyback on SWIM traffic as foca custom broadcasts.
 //!
 //! An item is named by `(origin site, lane, key)` and carries a version; only a higher
 //! version of the same name is news. News is handed to the host exactly once, re-gossiped
-//! to g members (through the relay queue, [`crate::relay`]) and replaces the older version
+//! to g members (through the relay queue, [`relay`]) and replaces the older version
 //! waiting there at once, while items of other names are untouched; digests
-//! ([`crate::repair`]) bring what that push misses. The
-//! latest version of every name is kept in an [`ItemStore`] so a push/pull sync can teach
-//! late joiners what was published before they arrived. The store keeps names in one order every node shares
-//! ([`ItemName`]), so a node can walk a store larger than one sync in parts, each part from
-//! whichever peer answers.
+//! ([`repair`]) bring what that push misses. The latest version of every name is kept in
+//! an [`ItemStore`] so a push/pull sync can teach late joiners what was published before
+//! they arrived. The store keeps names in one order every node shares ([`ItemName`]), so a
+//! node can walk a store larger than one sync in parts, each part from whichever peer
+//! answers.
 //!
 //! Item encoding: `origin_len u8 | origin | lane u8 | key_len u8 | key | version u64 |
-//! payload | signature [64]`. The origin site signs (over [`ITEM_DOMAIN`](crate::auth::ITEM_DOMAIN) and everything
-//! before the signature); relays and syncs pass the signature on untouched, and a node takes
-//! an item only if it verifies under the key the origin's certificate proved.
+//! payload | signature [64]`. The origin site signs (over
+//! [`ITEM_DOMAIN`](crate::identity::auth::ITEM_DOMAIN) and everything before the
+//! signature); relays and syncs pass the signature on untouched, and a node takes an item
+//! only if it verifies under the key the origin's certificate proved.
 //!
-//! The module's files, by concern:
+//! The layer's modules, each below this one: [`names`] (how an item is named), [`relay`]
+//! (the relay queue) and [`repair`] (the digests); the relay queue and the digests name
+//! items, so [`names`] is below them too.
+//!
+//! This module's files, by concern:
 //! - `encoding`: the item encoding, its checks on a local publish, and decoding;
 //! - `store`: the [`ItemStore`] (latest versions, refusals, recent versions for repair,
 //!   export in name order) and its bounds;
@@ -25,6 +30,10 @@
 
 use std::fmt;
 use std::sync::Arc;
+
+pub mod names;
+pub mod relay;
+pub mod repair;
 
 mod delivery;
 mod encoding;
@@ -39,9 +48,9 @@ pub use store::{ExportEnd, ItemStore, Refusals, DEFAULT_ITEM_CAPACITY, MAX_ITEM_
 use crate::wire::{MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 
 /// What names an item (its lane, its name, its version's key in foca's backlog) is defined
-/// in [`crate::names`], below this module and the relay queue and digests it uses, and
+/// in [`names`], below this module and the relay queue and digests it uses, and
 /// re-exported here.
-pub use crate::names::{BroadcastKey, ItemName, Lane};
+pub use crate::lanes::names::{BroadcastKey, ItemName, Lane};
 
 /// Longest item key, in bytes.
 pub const MAX_KEY_LEN: usize = 128;

@@ -1,6 +1,7 @@
 //! The item store: the latest version of every item name this node knows, what it refused
-//! and why ([`Refusals`]), the versions stored lately (for digests, [`crate::repair`]) and
-//! the export of held items in [`ItemName`] order for push/pull syncs; with its bounds.
+//! and why ([`Refusals`]), the versions stored lately (for digests,
+//! [`crate::lanes::repair`]) and the export of held items in [`ItemName`] order for
+//! push/pull syncs; with its bounds.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -10,10 +11,10 @@ use bytes::BufMut;
 
 use super::encoding::{contains_private_key, decode_item, encode_unsigned, ItemView};
 use super::{BroadcastKey, Item, ItemName, Lane};
-use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
+use crate::identity::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::{validate_site, Interner};
-use crate::names::{export_rank, EXPORT_LANES, LANE_COUNT};
-use crate::repair::{version_hash, Digest, REPAIR_WINDOW};
+use crate::lanes::names::{export_rank, EXPORT_LANES, LANE_COUNT};
+use crate::lanes::repair::{version_hash, Digest, REPAIR_WINDOW};
 
 /// How many item names a node remembers (latest version each) unless told otherwise: a
 /// mesh of 100 sites with 300 providers each (two items a provider, a few more a site).
@@ -82,7 +83,8 @@ pub struct ItemStore {
     fresh: Vec<Item>,
     refused: Refusals,
     /// The versions stored in the last [`REPAIR_WINDOW`], oldest first (see
-    /// [`crate::repair`]); a version no longer the latest of its name is skipped on use.
+    /// [`crate::lanes::repair`]); a version no longer the latest of its name is skipped on
+    /// use.
     recent: VecDeque<Recent>,
     /// The driver's time as of its latest input: when items taken now are stored.
     clock: Duration,

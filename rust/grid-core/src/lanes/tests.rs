@@ -4,7 +4,7 @@ use foca::Invalidates;
 
 use super::encoding::{decode_item, encode_unsigned};
 use super::*;
-use crate::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
+use crate::identity::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::Interner;
 use crate::wire::Reader;
 
@@ -51,7 +51,7 @@ fn only_newer_versions_are_news() {
 
 #[test]
 fn a_signed_store_takes_only_items_its_origin_signed() {
-    use crate::auth::{test_key, Signer};
+    use crate::identity::auth::{test_key, Signer};
     let (signer, key): (Signer, PublicKey) = test_key(1);
     let (forger, _) = test_key(2);
     let mut s = ItemStore::new(100, Interner::default(), true);

@@ -15,7 +15,7 @@ use super::node::lock;
 use super::record::mix;
 use super::world::Sink;
 use super::{nanos, net, node_addr, Simulation, ENTRY_MEMBER, SIM_WALL_EPOCH};
-use crate::auth::SIGNATURE_LEN;
+use crate::identity::auth::SIGNATURE_LEN;
 use crate::identity::NodeId;
 use crate::wire::{
     encode_member, seal_message, state_byte, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, MAX_UNSEALED_LEN,

@@ -308,7 +308,7 @@ fn note_incarnation(seen: &mut Seen, at: Duration, node: u32, generation: u64, i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::SwimConfig;
+    use crate::driver::config::SwimConfig;
     use crate::sim::{NetModel, SimSettings, Simulation};
 
     const FOREVER: Duration = Duration::MAX;

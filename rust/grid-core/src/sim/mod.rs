@@ -57,9 +57,9 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-use crate::auth::Authority;
-use crate::config::SwimConfig;
+use crate::driver::config::SwimConfig;
 use crate::driver::{Driver, DriverStats};
+use crate::identity::auth::Authority;
 use crate::identity::{Interner, NodeId};
 use crate::wire::WireCodec;
 
@@ -168,7 +168,7 @@ pub struct Declaration {
     pub false_positive: bool,
 }
 
-/// Sync entry tag of a member (see `wire.rs`: `tag u8 (1 member, 2 item)`).
+/// Sync entry tag of a member (see `wire/mod.rs`: `tag u8 (1 member, 2 item)`).
 const ENTRY_MEMBER: u8 = 1;
 /// The default of [`SimSettings::parallel_work`].
 pub const PARALLEL_WORK: u64 = 200_000;

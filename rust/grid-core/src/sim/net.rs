@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::config::ConfigError;
+use crate::driver::config::ConfigError;
 
 /// Every simulated node listens on this port; node `i` has the loopback address
 /// `127.x.y.z` that encodes `i + 1`.

@@ -16,7 +16,7 @@ use super::record::mix;
 use super::world::{Wire, World};
 use super::{nanos, node_index, Learned, Record, Traffic, TAG_EVENT, TAG_MESSAGE, TAG_TIMER};
 use crate::driver::{Driver, DriverStats, Event, FOCA_ERROR_KINDS};
-use crate::frame::OVERHEAD;
+use crate::wire::frame::OVERHEAD;
 use crate::wire::WireCodec;
 
 /// Everything that belongs to one node.

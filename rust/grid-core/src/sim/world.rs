@@ -18,7 +18,7 @@ use super::{
     OUTCOME_LOST, OUTCOME_UNDELIVERABLE, TAG_SEND,
 };
 use crate::driver::Transmit;
-use crate::frame::OVERHEAD;
+use crate::wire::frame::OVERHEAD;
 use crate::wire::WireCodec;
 
 /// What is shared, read-only, by every node while the simulation runs; scenario steps

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use grid_core::auth::{Authority, SiteCredentials, TrustPolicy, MESSAGE_DOMAIN};
+use grid_core::driver::node::NodeTrust;
+use grid_core::identity::auth::{Authority, SiteCredentials, TrustPolicy, MESSAGE_DOMAIN};
 use grid_core::identity::NodeAddr;
-use grid_core::node::NodeTrust;
 use grid_core::wire::seal_message;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
 

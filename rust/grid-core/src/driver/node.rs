@@ -1,5 +1,6 @@
 //! A real SWIM node: a [`Driver`] on its own OS thread with a UDP socket, the keyring and
-//! the site's credentials (a node always signs and verifies; see [`crate::auth`]).
+//! the site's credentials (a node always signs and verifies; see
+//! [`crate::identity::auth`]).
 //!
 //! The thread owns the driver and the socket and never waits for its callers: it sleeps in
 //! `poll(2)` on the socket and a wake-up eventfd until the next timer deadline, opens every
@@ -24,12 +25,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 
-use crate::auth::{AuthError, Authority, Pins, SiteCredentials, TrustPolicy};
-use crate::config::{ConfigError, SwimConfig};
+use crate::driver::config::{ConfigError, SwimConfig};
 use crate::driver::{Driver, DriverStats, Event, MemberView, Transmit};
-use crate::frame::{DropReason, Keyring, KeyringError, MAX_FRAME_LEN};
+use crate::identity::auth::{AuthError, Authority, Pins, SiteCredentials, TrustPolicy};
 use crate::identity::{validate_site, Interner, NodeId, SiteNameError};
 use crate::lanes::{Item, Lane, PublishError};
+use crate::wire::frame::{DropReason, Keyring, KeyringError, MAX_FRAME_LEN};
 use crate::wire::{MAX_MESSAGE_LEN, MAX_UNSEALED_LEN};
 
 /// Datagrams read per wake-up before timers get their turn, so a flood cannot starve them.

@@ -11,7 +11,7 @@
 //! Each item is handed once, for g transmissions (g: the members a `Broadcast` reaches):
 //! one `Broadcast` round takes it to g distinct members. A node sends each version it takes
 //! in to g members and no more; what that push misses, the receivers' digests ask for
-//! ([`crate::repair`]), which costs a few hundred bytes a second instead of relaying
+//! ([`crate::lanes::repair`]), which costs a few hundred bytes a second instead of relaying
 //! every version `max_transmissions` times.
 //!
 //! foca holds nothing but what it was handed, and is handed the next window only once it
@@ -24,7 +24,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::names::{BroadcastKey, ItemName};
+use crate::lanes::names::{BroadcastKey, ItemName};
 
 /// Items handed to foca at most at once.
 pub const WINDOW_ITEMS: usize = 16;
@@ -114,7 +114,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::names::Lane;
+    use crate::lanes::names::Lane;
 
     fn key(name: &str, version: u64) -> BroadcastKey {
         BroadcastKey::new(Arc::from("b"), Lane::State, Arc::from(name), version)

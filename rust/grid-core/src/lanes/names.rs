@@ -3,10 +3,10 @@
 //! foca's backlog.
 //!
 //! The item store ([`crate::lanes`]) keeps items under these names, and it holds a relay
-//! queue ([`crate::relay`]) and describes its recent versions in digests
-//! ([`crate::repair`]), both of which name items too. The names live here, below all three,
-//! so that neither the relay queue nor the digests depend back on the store that uses
-//! them; [`crate::lanes`] re-exports them.
+//! queue ([`crate::lanes::relay`]) and describes its recent versions in digests
+//! ([`crate::lanes::repair`]), both of which name items too. The names live here, below
+//! all three, so that neither the relay queue nor the digests depend back on the store
+//! that uses them; [`crate::lanes`] re-exports them.
 
 use std::cmp::Ordering;
 use std::sync::Arc;

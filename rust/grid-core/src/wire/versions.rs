@@ -15,7 +15,7 @@
 //! Release 0.1.0 sent no range (those bits were 0) and reads only bit 0, so a range costs
 //! it nothing; a `HELLO` without a range stands for protocol 1 alone. To each peer a node
 //! speaks the highest version both ranges hold; a peer whose range shares no version with
-//! this node's is refused (see [`crate::session`]), never half heard.
+//! this node's is refused (see [`crate::wire::session`]), never half heard.
 //!
 //! | version | first release | what it adds to the one before |
 //! |---------|---------------|--------------------------------|

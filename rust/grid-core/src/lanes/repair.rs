@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use bytes::BufMut;
 
-use crate::names::Lane;
+use crate::lanes::names::Lane;
 use crate::wire::{Reader, WireError};
 
 /// How often a node sends a digest (to one random member).

@@ -1,4 +1,8 @@
-//! Who a node is: site name, advertised address and generation.
+//! Identity and auth, the layer under the wire: who a node is (this module) and who may
+//! speak as a site ([`auth`]). The wire reads both (its messages carry identities and
+//! signatures), so nothing here reads the wire: identities decode with [`crate::reader`].
+//!
+//! A node's identity: site name, advertised address and generation.
 //!
 //! foca keeps one entry per [`SiteAddr`] (site and address); two identities of one site at
 //! the same address are the same node at different lives, and the higher generation wins.
@@ -17,6 +21,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use crate::reader::{Reader, WireError};
+
+pub mod auth;
 
 /// Longest site name, in bytes (a DNS label).
 pub const MAX_SITE_LEN: usize = 63;

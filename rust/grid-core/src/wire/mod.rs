@@ -1,3 +1,11 @@
+//! Wire and frames, the layer between identity and auth (below) and the item store and
+//! the SWIM driver (above): what travels between nodes, and the checks it passes.
+//!
+//! - [`frame`]: the encrypted UDP frame around every datagram, and the keyring;
+//! - this module: what travels inside a frame (below);
+//! - [`session`]: the signed layer: what goes out is signed, what comes in is checked;
+//! - [`versions`]: the protocol versions a node speaks and announces in its `HELLO`.
+//!
 //! What travels inside a frame: one signed message.
 //!
 //! ```text
@@ -13,15 +21,16 @@
 //! 0x05  HELLO          identity | flags u8 | count u8 | (len u16 | certificate DER)*
 //! 0x06  CONFLICT       identity | the identity that already holds the sender's site name
 //! 0x07  DIGEST         identity | a Bloom filter of the item versions the sender stored
-//!                      lately ([`crate::repair`]); the recipient answers with REPAIR
+//!                      lately ([`crate::lanes::repair`]); the recipient answers with REPAIR
 //! 0x08  REPAIR         one chunk (sync chunk layout, item entries only) of the items a
 //!                      DIGEST showed the sender lacks
 //! ```
 //!
 //! The trailer makes every message fresh, addressed and attributable: `seq` counts the
 //! sender's messages (one counter per process), `sent_at_ms` is the sender's wall clock,
-//! `dst` the address it was sent to, and the signature (by the sender site's certificate key,
-//! over [`crate::auth::MESSAGE_DOMAIN`] and everything before it) proves the sender.
+//! `dst` the address it was sent to, and the signature (by the sender site's certificate
+//! key, over [`crate::identity::auth::MESSAGE_DOMAIN`] and everything before it) proves the
+//! sender.
 //!
 //! Every integer is big-endian. An identity is `site_len u8 | site | family u8 (4 or 6) |
 //! ip (4 or 16) | port u16 | generation u64` (see [`crate::identity`]). A foca message is
@@ -39,12 +48,16 @@
 use bytes::{Buf, BufMut};
 use foca::{Codec, Header, Member, Message, State};
 
-use crate::auth::SIGNATURE_LEN;
+use crate::identity::auth::SIGNATURE_LEN;
 use crate::identity::{Interner, NodeAddr, NodeId, MAX_IDENTITY_LEN, RAW_ADDR_LEN};
 
 /// The decoding cursor and its error, defined below the identity codec (which reads with
 /// them too) in [`crate::reader`]; every other decoder takes them from here.
 pub use crate::reader::{Reader, WireError};
+
+pub mod frame;
+pub mod session;
+pub mod versions;
 
 pub const KIND_FOCA: u8 = 0x01;
 pub const KIND_SYNC_REQUEST: u8 = 0x02;
@@ -56,7 +69,7 @@ pub const KIND_DIGEST: u8 = 0x07;
 pub const KIND_REPAIR: u8 = 0x08;
 
 /// The most plaintext one frame carries: a whole signed message.
-pub const MAX_MESSAGE_LEN: usize = crate::frame::MAX_PLAINTEXT_LEN;
+pub const MAX_MESSAGE_LEN: usize = crate::wire::frame::MAX_PLAINTEXT_LEN;
 /// `seq`, `sent_at_ms`, `dst` and the signature after every body.
 pub const TRAILER_LEN: usize = 8 + 8 + RAW_ADDR_LEN + SIGNATURE_LEN;
 /// What a message holds before its trailer: kind byte and body.

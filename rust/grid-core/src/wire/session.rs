@@ -15,10 +15,11 @@
 //!    the site's pin. A message from a site whose key is unknown is dropped, and its sender
 //!    is asked for a `HELLO` (at most once per [`ANSWER_INTERVAL`] per address).
 //!
-//! A `HELLO` also says which protocol versions its sender speaks ([`crate::versions`]). A
-//! sender whose range shares no version with ours is refused once its `HELLO` verifies:
-//! its key is not learned from it, and nothing more from that identity is taken (counted
-//! as `dropped_incompatible_version`), whatever else could verify it.
+//! A `HELLO` also says which protocol versions its sender speaks
+//! ([`crate::wire::versions`]). A sender whose range shares no version with ours is refused
+//! once its `HELLO` verifies: its key is not learned from it, and nothing more from that
+//! identity is taken (counted as `dropped_incompatible_version`), whatever else could
+//! verify it.
 //!
 //! Windows are only updated by messages that passed every check, so forged frames cannot
 //! poison them, and replays are refused before any signature work is spent on them.
@@ -33,9 +34,11 @@ use std::time::Duration;
 
 use bytes::BufMut;
 
-use crate::auth::{Authority, Pins, PublicKey, ReplayWindow, MAX_CHAIN_LEN, MESSAGE_DOMAIN};
+use crate::identity::auth::{
+    Authority, Pins, PublicKey, ReplayWindow, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
+};
 use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
-use crate::versions::ProtocolRange;
+use crate::wire::versions::ProtocolRange;
 use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
 
 /// Where outgoing messages go (a socket, a simulated network). Each message is a whole
@@ -627,7 +630,7 @@ pub fn hello_wants_reply(body: &[u8], interner: &Interner) -> bool {
     NodeId::decode(&mut r, interner).is_ok() && r.u8().is_ok_and(|f| f & HELLO_WANT_REPLY != 0)
 }
 
-/// The protocol versions a `HELLO` body names (its flags; see [`crate::versions`]).
+/// The protocol versions a `HELLO` body names (its flags; see [`crate::wire::versions`]).
 fn hello_protocols(body: &[u8], interner: &Interner) -> ProtocolRange {
     let mut r = Reader::new(body);
     match NodeId::decode(&mut r, interner).and_then(|_| r.u8()) {
