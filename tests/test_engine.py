@@ -896,3 +896,14 @@ def test_settled_statuses_are_those_evaluating_afresh_gives(seed: int) -> None:
         got, expected = settling.refresh(moment), afresh.refresh(moment)
         assert got.events == expected.events
         assert settling.statuses() == afresh.statuses()
+
+
+def test_removing_the_last_gateway_drops_its_overlay_and_its_status() -> None:
+    llama = provider("llama-a", "site-a")
+    a = engine("site-a", [llama])
+    a.refresh(T0)
+    assert list(a.overlays) == [GATEWAY]
+    a.set_resources(network(gatewayRefs=[]), SITES, [llama])
+    a.refresh(T0 + timedelta(seconds=1))
+    assert a.overlays == {}
+    assert a.statuses()[("GridNetwork", NETWORK)].gateways == []

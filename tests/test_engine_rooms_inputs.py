@@ -207,6 +207,19 @@ def test_a_signal_mapping_the_extractor_refuses_fails_the_scrape_and_says_why() 
     assert seen.scrape == ScrapeStatus(at=T0, ok=False, message=seen.metrics_message)
 
 
+def test_a_mapping_that_breaks_after_a_good_scrape_drops_the_signals_it_read() -> None:
+    good = provider("llama-a", "site-a", metrics=True)
+    inputs = inputs_at("site-a", [good], sites=("site-a",))
+    inputs.observe_scrape("llama-a", scrape(queue=3, kv=0.25), T0)
+    signals = observed(inputs)["llama-a"].signals
+    assert signals is not None and signals.queue_depth == 3
+    inputs.set_resources(network(), [site("site-a")], [broken_mapping("llama-a")])
+    inputs.observe_scrape("llama-a", scrape(queue=9, kv=0.5), LATER)
+    seen = observed(inputs)["llama-a"]
+    assert seen.metrics_ok is False
+    assert seen.signals is None
+
+
 def test_credentials_found_are_recorded_per_provider() -> None:
     inputs = inputs_at("site-a", [provider("llama-a", "site-a", token=True)], sites=("site-a",))
     assert observed(inputs)["llama-a"].credentials is CredentialState.NOT_REQUIRED

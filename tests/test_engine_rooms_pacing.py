@@ -139,10 +139,19 @@ def test_one_slow_pass_moves_the_running_cost_only_part_of_the_way() -> None:
     assert pacing.spacing(INTERVAL) == timedelta(seconds=0.35)
 
 
-@pytest.mark.parametrize("cost", [-0.001, math.nan])
-def test_a_negative_or_nan_cost_is_refused_and_changes_nothing(cost: float) -> None:
+@pytest.mark.parametrize("cost", [-0.001, math.nan, math.inf])
+def test_a_negative_nan_or_infinite_cost_is_refused_and_changes_nothing(cost: float) -> None:
     pacing = RenderPacing()
     pacing.note_cost(0.02)
     with pytest.raises(ValueError, match=">= 0"):
         pacing.note_cost(cost)
     assert pacing.spacing(INTERVAL) == timedelta(seconds=0.5)
+
+
+def test_a_cost_of_days_stretches_the_spacing_to_the_maximum_and_pacing_goes_on() -> None:
+    pacing = RenderPacing()
+    pacing.note_cost(1e13)
+    assert pacing.spacing(INTERVAL) == MAX_RENDER_SPACING
+    pacing.rendered(T0, INTERVAL)
+    pacing.pending = True
+    assert pacing.due_at(T0, INTERVAL) == T0

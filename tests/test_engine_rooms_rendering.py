@@ -167,6 +167,16 @@ def test_a_remote_site_whose_cluster_a_local_provider_is_named_after_is_not_offe
     assert renderer.not_offered == (("site-site-b", "a local cluster has the same name"),)
 
 
+def test_the_overlay_of_the_last_gateway_removed_goes_with_it() -> None:
+    renderer = Renderer()
+    llama = provider("llama-a", "site-a")
+    render(renderer, site_a(with_gateways(EDGE), llama), {"llama-a": HEALTHY})
+    assert list(renderer.overlays) == [EDGE]
+    render(renderer, site_a(network(gatewayRefs=[]), llama), {"llama-a": HEALTHY})
+    assert renderer.overlays == {}
+    assert renderer.ranking is None
+
+
 def test_without_gateways_nothing_is_ranked() -> None:
     renderer = Renderer()
     inputs = site_a(network(gatewayRefs=[]), provider("llama-a", "site-a"))

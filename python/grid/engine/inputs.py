@@ -143,6 +143,8 @@ class SiteInputs:
             mapping: SignalMapping = signal_mapping(config.signals)
         except ValidationError as error:
             reason = error.errors()[0]["msg"].removeprefix("Value error, ")
+            # What an earlier mapping read says nothing about the load now.
+            observed.signals = None
             observed.metrics_ok = False
             observed.metrics_message = f"metricsConfig.signals cannot be read: {reason}"
             observed.scrape = ScrapeStatus(at=now, ok=False, message=observed.metrics_message)

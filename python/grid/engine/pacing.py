@@ -9,6 +9,7 @@ stretched while a pass costs more than :data:`RENDER_SHARE` of it. Pure: time co
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
 RENDER_BURST = 16
@@ -43,8 +44,8 @@ class RenderPacing:
 
     def note_cost(self, seconds: float) -> None:
         """What the last render pass cost (CPU seconds)."""
-        if not seconds >= 0:
-            raise ValueError("a render cost is a number of seconds >= 0")
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise ValueError("a render cost is a finite number of seconds >= 0")
         previous = self._cost_s
         self._cost_s = (
             seconds if previous is None else previous + _RENDER_COST_WEIGHT * (seconds - previous)
@@ -58,7 +59,9 @@ class RenderPacing:
         cost = self._cost_s
         if cost is None or not interval or interval >= MAX_RENDER_SPACING:
             return interval
-        return max(interval, min(MAX_RENDER_SPACING, timedelta(seconds=cost / RENDER_SHARE)))
+        # Clamped as seconds: a cost of days would not fit a timedelta once divided.
+        stretched = min(MAX_RENDER_SPACING.total_seconds(), cost / RENDER_SHARE)
+        return max(interval, timedelta(seconds=stretched))
 
     def due_at(self, now: datetime, interval: timedelta) -> datetime | None:
         """When the pending change should be rendered: at once while the renders so far

@@ -105,7 +105,9 @@ class Renderer:
         network = inputs.network
         gateways = network.spec.gateway_refs
         if not gateways:
+            # The last gateway went: nothing is rendered, and no overlay stays behind.
             self.ranking = None
+            self._overlays.clear()
             return
         try:
             what_if = self._local_candidates.of(
