@@ -5,10 +5,13 @@ The Kubernetes harness (an emulated API server, clients and kopf runners) lives 
 """
 
 import os
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from support.agents import AgentMeshes
 from support.previous import PreviousRelease, PreviousReleaseUnavailable
 from support.previous import previous_release as build_previous_release
 
@@ -41,3 +44,15 @@ def previous_release() -> PreviousRelease:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"the previous release is needed under CI=true: {error}")
         pytest.skip(f"the previous release is not built here: {error}")
+
+
+@pytest.fixture
+async def agent_mesh(tmp_path: Path) -> AsyncIterator[AgentMeshes]:
+    """Builds the test's mesh of agents (``await agent_mesh(sites, settings)``); whatever of
+    it still runs after the test, in this process or as ``grid agent`` processes, is
+    stopped."""
+    meshes = AgentMeshes(tmp_path)
+    try:
+        yield meshes
+    finally:
+        await meshes.close()

@@ -140,6 +140,19 @@ class Lab:
         return [c["name"] for c in document["overlay"]["candidates"]]
 
 
+def agent_args(lab: Lab, *extra: str, key: bool = True, tls: bool = True) -> list[str]:
+    """``grid agent`` arguments for ``lab`` that start; ``extra`` adds or overrides (a
+    later ``--bind`` is refused as given twice, so ``--bind`` is only added when absent)."""
+    args = ["agent", "--resources", str(lab.resources), "--state-dir", str(lab.state)]
+    if key:
+        args += ["--key-file", str(lab.key)]
+    if tls:
+        args += ["--tls-dir", str(lab.tls)]
+    if "--bind" not in extra:
+        args += ["--bind", "127.0.0.1:0"]
+    return [*args, *extra]
+
+
 @pytest.fixture
 async def provider() -> AsyncIterator[DemoProvider]:
     endpoint = DemoProvider(
@@ -411,20 +424,7 @@ async def test_swim_credentials_are_required_and_checked_at_start(lab: Lab, tmp_
 def test_grid_agent_without_tls_files_exits_2_saying_what_to_put_where(lab: Lab) -> None:
     lab.write("00-network.yaml", network_yaml())
     lab.write("10-site.yaml", SITE_YAML)
-    command = [
-        sys.executable,
-        "-m",
-        "grid.cli",
-        "agent",
-        "--resources",
-        str(lab.resources),
-        "--state-dir",
-        str(lab.state),
-        "--bind",
-        "127.0.0.1:0",
-        "--key-file",
-        str(lab.key),
-    ]
+    command = [sys.executable, "-m", "grid.cli", *agent_args(lab, tls=False)]
     finished = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert finished.returncode == 2, finished.stderr
     assert finished.stderr.strip().splitlines()[-1] == (

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -25,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from grid.demo.mesh import free_port
+from support.agents import AgentProcess
 from support.swim import site_certificate
-from test_agent import NETWORK, SITE, SITE_YAML, Lab, network_yaml, write_tls
+from test_agent import NETWORK, SITE, SITE_YAML, Lab, agent_args, network_yaml, write_tls
 
 GOLDEN_MESH = Path(__file__).resolve().parent / "golden" / "mesh"
 AGENT_PREFIX = "grid agent: "
@@ -64,19 +64,6 @@ def lab(tmp_path: Path) -> Lab:
     lab.write("00-network.yaml", network_yaml())
     lab.write("10-site.yaml", SITE_YAML)
     return lab
-
-
-def agent_args(lab: Lab, *extra: str, key: bool = True, tls: bool = True) -> list[str]:
-    """``grid agent`` options for ``lab`` that start; ``extra`` adds or overrides (a
-    later ``--bind`` is refused as given twice, so ``--bind`` is only added when absent)."""
-    args = ["agent", "--resources", str(lab.resources), "--state-dir", str(lab.state)]
-    if key:
-        args += ["--key-file", str(lab.key)]
-    if tls:
-        args += ["--tls-dir", str(lab.tls)]
-    if "--bind" not in extra:
-        args += ["--bind", "127.0.0.1:0"]
-    return [*args, *extra]
 
 
 @pytest.fixture
@@ -259,34 +246,13 @@ def http_get(address: str, path: str) -> tuple[int, str]:
         return 0, ""
 
 
-def wait_for(what: str, predicate: Callable[[], bool], process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while not predicate():
-        if process.poll() is not None:
-            raise AssertionError(f"{what}: the agent exited with {process.returncode}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within 30 s")
-        time.sleep(0.05)
-
-
-class Running:
-    """A ``grid agent`` process, its HTTP address and its log file."""
+class Running(AgentProcess):
+    """A ``grid agent`` process serving HTTP on a port of its own, reloading often."""
 
     def __init__(self, lab: Lab, args: list[str]) -> None:
         self.http = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
-        self.log = lab.resources.parent / "agent.log"
-        command = [
-            sys.executable,
-            "-m",
-            "grid.cli",
-            *args,
-            "--http",
-            self.http,
-            "--reload-interval",
-            "0.1",
-        ]
-        with self.log.open("wb") as output:  # a file: a full pipe would stall the agent
-            self.process = subprocess.Popen(command, stdout=output, stderr=output)
+        options = ["--http", self.http, "--reload-interval", "0.1"]
+        super().__init__([*args, *options], lab.resources.parent / "agent.log")
 
     def status(self) -> dict[str, object]:
         code, text = http_get(self.http, "/status")
@@ -301,22 +267,6 @@ class Running:
 
     def healthz(self) -> int:
         return http_get(self.http, "/healthz")[0]
-
-    def wait(self, what: str, predicate: Callable[[], bool]) -> None:
-        try:
-            wait_for(what, predicate, self.process)
-        except AssertionError as error:
-            raise AssertionError(f"{error}\n{self.log.read_text()[-3000:]}") from None
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=30)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait(timeout=10)
 
 
 @pytest.fixture
@@ -337,7 +287,7 @@ def test_a_good_start_starts_and_stops_cleanly(
     lab: Lab, running: Callable[[list[str]], Running]
 ) -> None:
     agent = running(agent_args(lab, "--site", SITE))
-    agent.wait("healthy", lambda: agent.healthz() == 200)
+    agent.wait_until("healthy", lambda: agent.healthz() == 200)
     assert agent.swim_error() is None
     assert agent.stop() == 0
     log = agent.log.read_text()
@@ -350,7 +300,7 @@ def test_a_network_without_gateways_starts_with_one_warning(
 ) -> None:
     lab.write("00-network.yaml", network_yaml().replace("gatewayRefs: [", "gatewayRefs: [] #"))
     agent = running(agent_args(lab))
-    agent.wait("healthy", lambda: agent.healthz() == 200)
+    agent.wait_until("healthy", lambda: agent.healthz() == 200)
     warnings = [line for line in agent.log.read_text().splitlines() if "gatewayRefs" in line]
     assert len(warnings) == 1
     assert warnings[0].endswith(
@@ -364,16 +314,16 @@ def test_a_key_file_rotated_to_garbage_keeps_the_agent_up_and_is_shown(
     lab: Lab, running: Callable[[list[str]], Running]
 ) -> None:
     agent = running(agent_args(lab))
-    agent.wait("healthy", lambda: agent.healthz() == 200)
+    agent.wait_until("healthy", lambda: agent.healthz() == 200)
     lab.key.write_text("not base64 at all!\n")
     os.utime(lab.key, ns=(time.time_ns() + 10**7,) * 2)
-    agent.wait("the bad key file shown", lambda: str(lab.key) in (agent.swim_error() or ""))
+    agent.wait_until("the bad key file shown", lambda: str(lab.key) in (agent.swim_error() or ""))
     # The node keeps running with the keys it had: still healthy, the error in /status.
     assert agent.process.poll() is None
     assert agent.healthz() == 200
     lab.key.write_bytes(secrets.token_bytes(32))
     os.utime(lab.key, ns=(time.time_ns() + 2 * 10**7,) * 2)
-    agent.wait("the error cleared", lambda: agent.swim_error() is None)
+    agent.wait_until("the error cleared", lambda: agent.swim_error() is None)
     assert agent.stop() == 0
 
 
@@ -385,19 +335,19 @@ def test_a_port_taken_when_the_node_restarts_keeps_the_agent_up_and_is_shown(
     lab.write("00-network.yaml", with_port.replace("PORT", str(first)))
     # No --bind: the node binds 127.0.0.1 and the network's swim.port.
     agent = running([a for a in agent_args(lab) if a not in ("--bind", "127.0.0.1:0")])
-    agent.wait("healthy", lambda: agent.healthz() == 200)
+    agent.wait_until("healthy", lambda: agent.healthz() == 200)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as held:
         held.bind(("127.0.0.1", 0))
         taken = int(held.getsockname()[1])
         lab.write("00-network.yaml", with_port.replace("PORT", str(taken)))
-        agent.wait("unhealthy", lambda: agent.healthz() == 503)
-        agent.wait(
+        agent.wait_until("unhealthy", lambda: agent.healthz() == 503)
+        agent.wait_until(
             "the bind error shown", lambda: "Address already in use" in (agent.swim_error() or "")
         )
         assert f"SWIM cannot start on 127.0.0.1:{taken}" in (agent.swim_error() or "")
         assert agent.process.poll() is None
     # Released: the node starts on it.
-    agent.wait("healthy again", lambda: agent.healthz() == 200)
+    agent.wait_until("healthy again", lambda: agent.healthz() == 200)
     assert agent.stop() == 0
 
 

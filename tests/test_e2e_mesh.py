@@ -9,25 +9,15 @@ import asyncio
 import json
 import signal
 import socket
-import subprocess
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
+from grid.demo import LocalMesh, MeshSettings
 from grid.demo.mesh import free_port
 from grid.engine import SiteEngine
 from grid.membership import SwimConfig
-from support.agents import agent_command
+from support.agents import QWEN, THREE_SITES, AgentMesh, AgentMeshes, AgentProcess, site_agent_args
 
-LLAMA = "llama-3.1-8b"
-QWEN = "qwen-2.5-72b"
-SITES = (
-    SitePlan("site-a", "us-east", "us-east-1a", (ProviderPlan("llama-a", (LLAMA,)),)),
-    SitePlan("site-b", "us-east", "us-east-1b", (ProviderPlan("qwen-b", (QWEN, LLAMA)),)),
-    SitePlan("site-c", "us-west", "us-west-2a", (ProviderPlan("llama-c", (LLAMA,)),)),
-)
 FAST = SwimConfig(probe_interval=0.5, suspicion_timeout=1.5, push_pull_interval=3.0)
 
 
@@ -36,24 +26,15 @@ def sites_in(mesh: LocalMesh, site: str) -> set[str]:
 
 
 @pytest.fixture
-async def mesh(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[LocalMesh]:
-    settings = getattr(request, "param", MeshSettings())
-    built = LocalMesh(tmp_path, SITES, settings)
-    await built.prepare()
-    try:
-        yield built
-    finally:
-        await built.stop()
+async def mesh(agent_mesh: AgentMeshes, request: pytest.FixtureRequest) -> AgentMesh:
+    return await agent_mesh(THREE_SITES, getattr(request, "param", MeshSettings()))
 
 
 async def test_a_metric_change_at_one_site_appears_in_another_sites_overlay(
-    mesh: LocalMesh,
+    mesh: AgentMesh,
 ) -> None:
     await mesh.start()
-    everyone = set(mesh.sites)
-    await mesh.wait_for(
-        "convergence", lambda: all(sites_in(mesh, s) == everyone for s in everyone), 20
-    )
+    await mesh.converge()
 
     def qwen_at(site: str) -> dict[str, object]:
         return next(c for c in mesh.candidates(site) if c["site"] == "site-b" and c["name"] == QWEN)
@@ -79,57 +60,43 @@ async def test_a_metric_change_at_one_site_appears_in_another_sites_overlay(
     assert [c["site"] for c in document["overlay"]["candidates"]][-2:] == ["site-b", "site-b"]
 
 
-async def test_a_killed_site_leaves_every_survivors_overlay(mesh: LocalMesh) -> None:
-    log = mesh.root / "site-c.log"
-    with log.open("wb") as output:  # a file, not a pipe that could fill up and stall it
-        victim = subprocess.Popen(agent_command(mesh, "site-c"), stdout=output, stderr=output)
-    try:
-        await mesh.start(["site-a", "site-b"])
-        everyone = set(mesh.sites)
-        survivors = ["site-a", "site-b"]
-        try:
-            await mesh.wait_for(
-                "convergence", lambda: all(sites_in(mesh, s) == everyone for s in survivors), 30
-            )
-        except TimeoutError:
-            raise AssertionError(
-                f"no convergence; site-c's log:\n{log.read_text()[-3000:]}"
-            ) from None
-        victim.send_signal(signal.SIGKILL)
-        victim.wait(timeout=10)
-        removed = await mesh.wait_for(
-            "site-c removed", lambda: all("site-c" not in sites_in(mesh, s) for s in survivors), 15
-        )
-        down = await mesh.wait_for(
-            "site-c declared down",
-            lambda: all(mesh.view_of(s, "site-c")[0] == "down" for s in survivors),
-            15,
-        )
-        assert removed < 10
-        assert down < FAST.detection_bound(3) + 2  # scheduling slack on a loaded machine
-        for site in survivors:
-            document = json.loads(mesh.overlay_file(site).read_text())
-            assert "site-c" not in {c["site"] for c in document["overlay"]["candidates"]}
-    finally:
-        if victim.poll() is None:
-            victim.kill()
-        victim.wait(timeout=10)
+async def test_a_killed_site_leaves_every_survivors_overlay(mesh: AgentMesh) -> None:
+    victim = mesh.spawn("site-c")
+    await mesh.start(["site-a", "site-b"])
+    everyone = set(mesh.sites)
+    survivors = ["site-a", "site-b"]
+    await victim.until(
+        "convergence", lambda: all(sites_in(mesh, s) == everyone for s in survivors), 30
+    )
+    victim.process.send_signal(signal.SIGKILL)
+    victim.process.wait(timeout=10)
+    removed = await mesh.wait_for(
+        "site-c removed", lambda: all("site-c" not in sites_in(mesh, s) for s in survivors), 15
+    )
+    down = await mesh.wait_for(
+        "site-c declared down",
+        lambda: all(mesh.view_of(s, "site-c")[0] == "down" for s in survivors),
+        15,
+    )
+    assert removed < 10
+    assert down < FAST.detection_bound(3) + 2  # scheduling slack on a loaded machine
+    for site in survivors:
+        document = json.loads(mesh.overlay_file(site).read_text())
+        assert "site-c" not in {c["site"] for c in document["overlay"]["candidates"]}
 
 
-def _with_option(command: list[str], option: str, value: str) -> list[str]:
-    changed = list(command)
+def _with_option(args: list[str], option: str, value: str) -> list[str]:
+    changed = list(args)
     changed[changed.index(option) + 1] = value
     return changed
 
 
 async def test_a_second_agent_for_a_running_site_exits_and_the_first_keeps_serving(
-    mesh: LocalMesh,
+    mesh: AgentMesh,
 ) -> None:
     await mesh.start()
+    await mesh.converge()
     everyone = set(mesh.sites)
-    await mesh.wait_for(
-        "convergence", lambda: all(sites_in(mesh, s) == everyone for s in everyone), 20
-    )
     network = mesh.settings.network
     original = mesh.sites["site-c"].agent
     assert original is not None
@@ -137,20 +104,13 @@ async def test_a_second_agent_for_a_running_site_exits_and_the_first_keeps_servi
     assert holder.node is not None
     held_at = holder.node.address
     # A typo'd deployment: site-c's name and certificate once more, on other ports.
-    command = agent_command(mesh, "site-c")
-    command = _with_option(command, "--bind", f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}")
-    command = _with_option(command, "--egress-listen", f"127.0.0.1:{free_port(socket.SOCK_STREAM)}")
-    command = _with_option(command, "--state-dir", str(mesh.root / "site-c-again"))
-    log = mesh.root / "site-c-again.log"
-    with log.open("wb") as output:
-        duplicate = subprocess.Popen(command, stdout=output, stderr=output)
-    try:
-        code = await asyncio.to_thread(duplicate.wait, 30)
-    finally:
-        if duplicate.poll() is None:
-            duplicate.kill()
-            duplicate.wait(timeout=10)
-    lines = log.read_text().strip().splitlines()
+    args = site_agent_args(mesh, "site-c")
+    args = _with_option(args, "--bind", f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}")
+    args = _with_option(args, "--egress-listen", f"127.0.0.1:{free_port(socket.SOCK_STREAM)}")
+    args = _with_option(args, "--state-dir", str(mesh.root / "site-c-again"))
+    with AgentProcess(args, mesh.root / "site-c-again.log") as duplicate:
+        code = await asyncio.to_thread(duplicate.process.wait, 30)
+    lines = duplicate.log.read_text().strip().splitlines()
     assert code == 3, "\n".join(lines[-20:])
     assert lines[-1] == (
         f"grid agent: site site-c is already held by a live node at {held_at} (started "
@@ -176,13 +136,10 @@ async def test_a_second_agent_for_a_running_site_exits_and_the_first_keeps_servi
 
 
 async def test_a_site_whose_swim_stops_is_dropped_even_while_its_egress_answers(
-    mesh: LocalMesh,
+    mesh: AgentMesh,
 ) -> None:
     await mesh.start()
-    everyone = set(mesh.sites)
-    await mesh.wait_for(
-        "convergence", lambda: all(sites_in(mesh, s) == everyone for s in everyone), 20
-    )
+    await mesh.converge()
     agent = mesh.sites["site-c"].agent
     assert agent is not None
     node = agent.networks[mesh.settings.network].node
@@ -199,12 +156,10 @@ async def test_a_site_whose_swim_stops_is_dropped_even_while_its_egress_answers(
 @pytest.mark.parametrize(
     "mesh", [MeshSettings(wrong_key_sites=frozenset({"site-c"}))], indirect=True
 )
-async def test_a_site_with_the_wrong_key_never_appears(mesh: LocalMesh) -> None:
+async def test_a_site_with_the_wrong_key_never_appears(mesh: AgentMesh) -> None:
     await mesh.start()
     peers = {"site-a", "site-b"}
-    await mesh.wait_for(
-        "a and b converge", lambda: all(sites_in(mesh, s) == peers for s in peers), 20
-    )
+    await mesh.converge(peers)
     network = mesh.settings.network
 
     def refused() -> int:
@@ -232,7 +187,7 @@ async def test_a_site_with_the_wrong_key_never_appears(mesh: LocalMesh) -> None:
     "mesh", [MeshSettings(mispinned_sites=frozenset({"site-c"}))], indirect=True
 )
 async def test_a_site_whose_certificate_does_not_match_its_pin_is_never_heard(
-    mesh: LocalMesh,
+    mesh: AgentMesh,
 ) -> None:
     await mesh.start()
     peers = {"site-a", "site-b"}
@@ -252,9 +207,7 @@ async def test_a_site_whose_certificate_does_not_match_its_pin_is_never_heard(
         trusted = next((c for c in status.conditions if c.type == "Trusted"), None)
         return trusted is not None and trusted.reason == "FingerprintMismatch"
 
-    await mesh.wait_for(
-        "a and b converge", lambda: all(sites_in(mesh, s) == peers for s in peers), 20
-    )
+    await mesh.converge(peers)
     await mesh.wait_for(
         "site-c refused by SWIM and by the probes at a and b",
         lambda: all(refused_by_swim(s) and mismatch_probed(s) for s in peers),
@@ -274,11 +227,11 @@ async def test_a_site_whose_certificate_does_not_match_its_pin_is_never_heard(
 
 
 async def test_a_failing_health_check_takes_a_provider_out_everywhere_and_back(
-    mesh: LocalMesh,
+    mesh: AgentMesh,
 ) -> None:
     await mesh.start(["site-a", "site-b"])
     pair = {"site-a", "site-b"}
-    await mesh.wait_for("convergence", lambda: all(sites_in(mesh, s) == pair for s in pair), 20)
+    await mesh.converge(pair)
     endpoint = mesh.sites["site-b"].providers["qwen-b"]
     endpoint.healthy = False
     await mesh.wait_for(
@@ -292,4 +245,4 @@ async def test_a_failing_health_check_takes_a_provider_out_everywhere_and_back(
     assert str(status.phase) == "Unavailable"
     assert "HTTP status 503" in status.last_health_check.message  # type: ignore[union-attr]
     endpoint.healthy = True
-    await mesh.wait_for("qwen-b back", lambda: all(sites_in(mesh, s) == pair for s in pair), 15)
+    await mesh.converge(pair, 15)  # qwen-b back everywhere

@@ -18,8 +18,6 @@ import resource
 import select
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -49,11 +47,13 @@ from grid.models.resources import LoadedResources
 from grid.operator.cache import ResourceCache
 from grid.operator.secrets import load_trust_material
 from grid.operator.validation import check_manifest
+from support.agents import AgentProcess
 from test_agent import (
     NETWORK,
     SITE,
     SITE_YAML,
     Lab,
+    agent_args,
     eventually,
     fetch,
     network_yaml,
@@ -567,33 +567,8 @@ async def test_grid_agent_keeps_serving_through_a_bomb_and_stops_on_sigterm(
     lab.write("20-llama.yaml", unhealthy_fast(provider_yaml("llama-a", llama.url)))
     lab.write("30-qwen.yaml", unhealthy_fast(provider_yaml("qwen-a", qwen.url, model="qwen")))
     http = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
-    command = [
-        sys.executable,
-        "-m",
-        "grid.cli",
-        "agent",
-        "--resources",
-        str(lab.resources),
-        "--state-dir",
-        str(lab.state),
-        "--site",
-        SITE,
-        "--bind",
-        "127.0.0.1:0",
-        "--key-file",
-        str(lab.key),
-        "--tls-dir",
-        str(lab.tls),
-        "--http",
-        http,
-        "--reload-interval",
-        "0.2",
-        "--probe-interval",
-        "1",
-    ]
-    log = tmp_path / "agent.log"
-    with log.open("wb") as output:  # a file, not a pipe: an unread pipe would stall it
-        process = subprocess.Popen(command, stdout=output, stderr=output)
+    options = ["--site", SITE, "--http", http, "--reload-interval", "0.2", "--probe-interval", "1"]
+    agent = AgentProcess(agent_args(lab, *options), tmp_path / "agent.log")
     polls: list[tuple[float, int]] = []
     polling = True
 
@@ -614,17 +589,11 @@ async def test_grid_agent_keeps_serving_through_a_bomb_and_stops_on_sigterm(
         async with session.get(f"http://{http}/status") as response:
             return dict(await response.json())
 
-    def alive() -> bool:
-        assert process.poll() is None, f"grid agent exited:\n{log.read_text()[-3000:]}"
-        return True
-
     try:
-        await eventually(
-            "both providers routed",
-            lambda: alive() and sorted(lab.overlay_names()) == ["llama", "qwen"],
-            timeout=30,
+        await agent.until(
+            "both providers routed", lambda: sorted(lab.overlay_names()) == ["llama", "qwen"]
         )
-        rss_before = rss_mb(process.pid)
+        rss_before = rss_mb(agent.process.pid)
         async with aiohttp.ClientSession() as session:
             poller = asyncio.create_task(poll_health(session))
             # The bomb and the 600,000-label provider of the issue, dropped in together.
@@ -638,7 +607,8 @@ async def test_grid_agent_keeps_serving_through_a_bomb_and_stops_on_sigterm(
 
             deadline = time.monotonic() + 20
             while not await refused():
-                assert alive() and time.monotonic() < deadline, "the refusal is not reported"
+                agent.check_running("the refusal reported")
+                assert time.monotonic() < deadline, "the refusal is not reported"
                 await asyncio.sleep(0.1)
             resources = report["resources"]
             assert resources["applied"] is False
@@ -648,10 +618,8 @@ async def test_grid_agent_keeps_serving_through_a_bomb_and_stops_on_sigterm(
             assert huge["file"].endswith("60-huge.yaml") and "1 MiB limit" in huge["reason"]
             # The last good resources keep serving: the overlay is rewritten from them.
             qwen.healthy = False
-            await eventually(
-                "overlay rewritten without qwen",
-                lambda: alive() and lab.overlay_names() == ["llama"],
-                timeout=20,
+            await agent.until(
+                "overlay rewritten without qwen", lambda: lab.overlay_names() == ["llama"], 20
             )
             network = (await status())["networks"][NETWORK]
             assert network["membership"]["running"] is True
@@ -659,21 +627,18 @@ async def test_grid_agent_keeps_serving_through_a_bomb_and_stops_on_sigterm(
             await eventually("20 polls of /healthz", lambda: len(polls) >= 20)
             polling = False
             await poller
-        assert rss_mb(process.pid) - rss_before < GROWTH_MB
+        assert rss_mb(agent.process.pid) - rss_before < GROWTH_MB
         failed = [poll for poll in polls if poll[1] != 200]
         assert not failed, f"/healthz failed: {failed[:5]} of {len(polls)}"
         assert max(seconds for seconds, _ in polls) < 1.0
         stopping = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(process.wait, timeout=10)
+        code = await asyncio.to_thread(agent.stop, 10)
         assert time.monotonic() - stopping < 10
-        assert process.returncode == 0, log.read_text()[-3000:]
+        assert code == 0, agent.log_tail()
     finally:
         polling = False
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    text = log.read_text()
+        agent.close()
+    text = agent.log.read_text()
     assert MARKER not in text and "k599999" not in text
     refusals = [line for line in text.splitlines() if ALIASES_REFUSED in line]
     assert refusals and all("50-bomb.yaml" in line for line in refusals)

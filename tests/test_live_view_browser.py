@@ -15,24 +15,22 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
-import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import pytest
 import yaml
 
-from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
+from grid.demo import LocalMesh
 from grid.demo.mesh import free_port
 from grid.membership import SwimConfig
 from grid.models import GridNetwork, load_resource
 from k8s.cluster import Cluster
 from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
 from k8s.waiting import eventually
-from support.agents import agent_command
+from support.agents import THREE_SITES, AgentMesh, AgentMeshes, AgentProcess
 from support.browser import browser, console_errors, save_screenshot, wait_for
 from support.servers import ProviderEndpoint
 from test_operator_support import (
@@ -49,13 +47,6 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.timeout(240)
 
-LLAMA = "llama-3.1-8b"
-QWEN = "qwen-2.5-72b"
-SITES = (
-    SitePlan("site-a", "us-east", "us-east-1a", (ProviderPlan("llama-a", (LLAMA,)),)),
-    SitePlan("site-b", "us-east", "us-east-1b", (ProviderPlan("qwen-b", (QWEN, LLAMA)),)),
-    SitePlan("site-c", "us-west", "us-west-2a", (ProviderPlan("llama-c", (LLAMA,)),)),
-)
 VIEWER, VICTIM = "site-a", "site-c"
 PAGE_POLL_S = 1.0
 """How often the page asks for /view.json (view.js's POLL_MS)."""
@@ -74,7 +65,7 @@ def _detection_bound(mesh: LocalMesh) -> float:
         suspicion_timeout=swim.suspicion_timeout.seconds,
         gossip_nodes=swim.gossip_nodes,
     )
-    return config.detection_bound(len(SITES))
+    return config.detection_bound(len(THREE_SITES))
 
 
 def _members(driver: WebDriver) -> dict[str, str]:
@@ -97,50 +88,23 @@ def _ranked_sites(driver: WebDriver) -> set[str]:
 class Agents:
     """The three sites' ``grid agent`` processes, each with its HTTP port."""
 
-    def __init__(self, mesh: LocalMesh) -> None:
+    def __init__(self, mesh: AgentMesh) -> None:
         self.mesh = mesh
         self.http = {site: f"127.0.0.1:{free_port(socket.SOCK_STREAM)}" for site in mesh.sites}
-        self.processes: dict[str, subprocess.Popen[bytes]] = {}
-
-    def start(self) -> None:
-        for site in self.mesh.sites:
-            log = self.mesh.root / f"{site}.log"
-            with log.open("wb") as output:  # a file: a full pipe would stall the agent
-                self.processes[site] = subprocess.Popen(
-                    agent_command(self.mesh, site, http=self.http[site]),
-                    stdout=output,
-                    stderr=output,
-                )
+        self.processes: dict[str, AgentProcess] = {
+            site: mesh.spawn(site, "--http", self.http[site]) for site in mesh.sites
+        }
 
     def logs(self) -> str:
         return "\n".join(
-            f"--- {site}\n{(self.mesh.root / f'{site}.log').read_text()[-2000:]}"
-            for site in self.processes
+            f"--- {site}\n{process.log.read_text()[-2000:]}"
+            for site, process in self.processes.items()
         )
-
-    def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
 
 
 @pytest.fixture
-async def agents(tmp_path: Path) -> AsyncIterator[Agents]:
-    mesh = LocalMesh(tmp_path, SITES, MeshSettings())
-    await mesh.prepare()
-    running = Agents(mesh)
-    running.start()
-    try:
-        yield running
-    finally:
-        await asyncio.to_thread(running.stop)
-        await mesh.stop()
+async def agents(agent_mesh: AgentMeshes) -> Agents:
+    return Agents(await agent_mesh(THREE_SITES))
 
 
 async def _status(session: aiohttp.ClientSession, http: str) -> dict[str, Any] | None:
@@ -164,7 +128,7 @@ async def _converged(agents: Agents, timeout: float = 60) -> None:
                 routed.append(
                     bool(overlays) and {c["site"] for c in overlays[0]["candidates"]} == everyone
                 )
-                assert agents.processes[site].poll() is None, agents.logs()
+                assert agents.processes[site].process.poll() is None, agents.logs()
             if all(routed):
                 return
             assert time.monotonic() < deadline, f"no convergence\n{agents.logs()}"
@@ -175,7 +139,7 @@ def _watch_a_site_go_down(url: str, kill: Callable[[], float], bound: float) -> 
     """The browser session (blocking, run in a worker thread)."""
     with browser() as driver:
         driver.get(url)
-        everyone = {site.name: "alive" for site in SITES}
+        everyone = {site.name: "alive" for site in THREE_SITES}
         wait_for(lambda: _members(driver) == everyone, timeout=30, what="every member shown alive")
         wait_for(
             lambda: _ranked_sites(driver) == set(everyone),
@@ -232,7 +196,7 @@ async def test_the_live_view_shows_the_mesh_and_a_killed_site_going_down(agents:
     await _converged(agents)
     await _page_loads_nothing_from_elsewhere(agents.http[VIEWER])
     bound = _detection_bound(agents.mesh)
-    victim = agents.processes[VICTIM]
+    victim = agents.processes[VICTIM].process
 
     def kill() -> float:
         victim.send_signal(signal.SIGKILL)

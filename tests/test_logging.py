@@ -4,28 +4,25 @@ line that says why a command stops is one of them; no secret in any of it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import secrets
-import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
+from grid.demo import MeshSettings
 from grid.demo.mesh import free_port
 from grid.logs import JSON_KEYS, JsonFormatter, make_formatter, rfc3339_utc
+from support.agents import TOKEN_SITES, AgentMeshes, mount_token
 from support.canary import Canaries
 
 LEVELS = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
-SECRET = ("grid", "llama-token", "token")
 
 
 def record(message: str = "hello %s", *args: object, **extra: Any) -> logging.LogRecord:
@@ -206,92 +203,36 @@ def test_the_operator_refusing_to_start_says_why_in_one_json_line(tmp_path: Path
     assert f"grid operator: {line['message']}" == text.stderr.strip()
 
 
-async def _eventually(
-    what: str, predicate: Callable[[], bool], process: subprocess.Popen[bytes], timeout: float = 60
+async def test_a_json_logged_agent_run_has_no_secret_in_any_line(
+    tmp_path: Path, agent_mesh: AgentMeshes
 ) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if process.poll() is not None:
-            raise AssertionError(f"the agent exited with status {process.returncode}")
-        assert loop.time() < deadline, f"{what}: not within {timeout}s"
-        await asyncio.sleep(0.1)
-
-
-async def test_a_json_logged_agent_run_has_no_secret_in_any_line(tmp_path: Path) -> None:
     """``grid agent --log-format json --log-level DEBUG`` serving a provider whose bearer
     token Secret holds a canary: every line of standard error is one JSON object with the
     fixed keys, and no 8 characters of the token are in any of it."""
     marker = f"grid-canary-{secrets.token_hex(16)}"
-    secrets_dir = tmp_path / "secrets"
-    token_file = secrets_dir.joinpath(*SECRET)
-    token_file.parent.mkdir(parents=True)
-    token_file.write_text(marker)
-    sites = (
-        SitePlan(
-            "site-a",
-            "us-east",
-            "us-east-1a",
-            (ProviderPlan("llama-a", ("llama",), bearer_secret=SECRET),),
-        ),
-        SitePlan("site-b", "us-east", "us-east-1b", (ProviderPlan("qwen-b", ("qwen",)),)),
-    )
-    mesh = LocalMesh(tmp_path / "mesh", sites, MeshSettings(secrets_dir=secrets_dir))
-    await mesh.prepare()
-    options = mesh.options("site-a")
-    command = [
-        sys.executable,
-        "-m",
-        "grid.cli",
-        "agent",
-        "--resources",
-        str(options.resources),
-        "--state-dir",
-        str(options.state_dir),
-        "--site",
+    secrets_dir = mount_token(tmp_path / "secrets", marker)
+    mesh = await agent_mesh(TOKEN_SITES, MeshSettings(secrets_dir=secrets_dir))
+    stdout_file, stderr_file = tmp_path / "agent.out", tmp_path / "agent.err"
+    agent = mesh.spawn(
         "site-a",
-        "--bind",
-        str(options.bind.default),
-        "--key-file",
-        str(options.key_files[None][0]),
-        "--tls-dir",
-        str(options.tls_dir),
-        "--egress-listen",
-        str(options.egress_listen),
-        "--secrets-dir",
-        str(secrets_dir),
         "--http",
         f"127.0.0.1:{free_port(socket.SOCK_STREAM)}",
-        "--probe-interval",
-        "1",
         "--log-level",
         "DEBUG",
         "--log-format",
         "json",
-    ]
-    overlay = options.state_dir / "overlays/grid-demo/grid-system/edge-gateway/grid-config.json"
+        log=stderr_file,
+        stdout=stdout_file,
+    )
 
     def routed() -> bool:
-        if not overlay.exists():
-            return False
-        candidates = json.loads(overlay.read_text())["overlay"]["candidates"]
-        return any(c.get("credential") for c in candidates)
+        return any(c.get("credential") for c in mesh.overlay_candidates("site-a"))
 
-    # Files, not pipes: an unread pipe that fills up would stall the agent.
-    stdout_file, stderr_file = tmp_path / "agent.out", tmp_path / "agent.err"
-    with stdout_file.open("wb") as out, stderr_file.open("wb") as err:
-        agent = subprocess.Popen(command, stdout=out, stderr=err)
-    try:
-        try:
-            await mesh.start(["site-b"])
-            await _eventually("site-a routes its provider with a credential", routed, agent)
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            await asyncio.to_thread(agent.wait, timeout=30)
-    finally:
-        await mesh.stop()
+    await mesh.start(["site-b"])
+    await agent.until("site-a routes its provider with a credential", routed, 60)
+    await mesh.stop()
     stdout, stderr = stdout_file.read_text(), stderr_file.read_text()
-    assert agent.returncode == 0, stderr[-2000:]
+    assert agent.process.returncode == 0, stderr[-2000:]
     assert stdout == ""
     lines = parse_log(stderr)
     assert len(lines) > 5

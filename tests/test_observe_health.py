@@ -21,7 +21,7 @@ from grid.observe import (
     check_health,
 )
 from grid.trust import CertificateAuthority
-from support.servers import Mode, PlainTcpServer, ProviderEndpoint, closed_port
+from support.servers import Mode, PlainTcpServer, ProviderEndpoint, closed_port, tls_server_context
 
 
 @pytest.fixture
@@ -221,8 +221,7 @@ async def test_a_server_name_verifies_a_certificate_that_does_not_name_the_addre
     ca = CertificateAuthority.generate("Health CA", now=now)
     issued = ca.issue("provider.example", now=now, ip_addresses=())
     files = issued.write(tmp_path, "provider")
-    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_tls.load_cert_chain(files.certificate, files.private_key)
+    server_tls = tls_server_context(files)
     client_tls = ssl.create_default_context(cadata=ca.certificate_pem)
 
     async def healthz(request: web.Request) -> web.Response:

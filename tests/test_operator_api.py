@@ -34,6 +34,7 @@ from k8s.rbac import served_requests
 from k8s.waiting import eventually
 from support.faulty_api import Answer, Drop, FaultyApi, Stall, matching
 from support.pki import Pki, make_pki
+from support.servers import tls_server_context
 from test_operator_support import (
     NAMESPACE,
     WATCHED,
@@ -293,14 +294,10 @@ def test_retry_after_is_read_as_seconds_or_a_date_and_the_policy_is_checked() ->
 # --- TLS ---------------------------------------------------------------------------------------
 
 
-def server_context(pki: Pki, *, require_client_cert: bool) -> ssl.SSLContext:
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+def server_context(pki: Pki) -> ssl.SSLContext:
+    """The API server's TLS: its own certificate, and clients signed by the CA only."""
     files = pki["kube-apiserver"].files
-    context.load_cert_chain(files.certificate, files.private_key)
-    if require_client_cert:
-        context.load_verify_locations(pki.ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    return context
+    return tls_server_context(files, client_ca_file=pki.ca_file, require_client_cert=True)
 
 
 async def test_the_client_verifies_the_api_server_and_presents_its_certificate(
@@ -310,7 +307,7 @@ async def test_the_client_verifies_the_api_server_and_presents_its_certificate(
     await put_secret(cluster, "token", {"token": b"value"})
     pki = make_pki(tmp_path, ("kube-apiserver", "grid-operator"))
     client_files = pki["grid-operator"].files
-    tls = server_context(pki, require_client_cert=True)
+    tls = server_context(pki)
     async with FaultyApi(cluster.url, tls=tls) as proxy:
         assert proxy.url.startswith("https://")
         mutual = {
@@ -366,7 +363,7 @@ async def test_the_operator_writes_through_a_tls_api_server(
     await put_trust(cluster, SITE)
     pki = make_pki(tmp_path, ("kube-apiserver", "grid-operator"))
     client_files = pki["grid-operator"].files
-    async with FaultyApi(cluster.url, tls=server_context(pki, require_client_cert=True)) as proxy:
+    async with FaultyApi(cluster.url, tls=server_context(pki)) as proxy:
         configuration = k8s.Configuration(host=proxy.url)
         configuration.ssl_ca_cert = str(pki.ca_file)
         configuration.cert_file = str(client_files.certificate)

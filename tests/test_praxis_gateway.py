@@ -38,6 +38,7 @@ from grid.render.overlay import RenderedOverlay, render_overlay
 from grid.render.whatif import WhatIf, build_what_if, parse_metrics_report
 from grid.scoring.ranking import rank_candidates
 from grid.trust import CertificateAuthority
+from support.servers import tls_server_context
 
 pytestmark = pytest.mark.praxis
 
@@ -244,12 +245,8 @@ class Deployment:
     def _server_tls(self, ca: CertificateAuthority, name: str, *, mutual: bool) -> ssl.SSLContext:
         issued = ca.issue(name, now=datetime.now(UTC), dns_names=(name,), ip_addresses=())
         files = issued.write(self.root, name)
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(files.certificate, files.private_key)
-        if mutual:
-            context.load_verify_locations(cadata=ca.certificate_pem)
-            context.verify_mode = ssl.CERT_REQUIRED
-        return context
+        client_ca = self.ca_file if mutual else None
+        return tls_server_context(files, client_ca_file=client_ca, require_client_cert=mutual)
 
     def what_if(self, metrics: dict[str, Any]) -> WhatIf:
         return build_what_if(

@@ -17,14 +17,14 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import aiohttp
 import pytest
 
-from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
+from grid.demo import MeshSettings, ProviderPlan, SitePlan
 from grid.membership import PROTOCOLS, SwimConfig, SwimNode, VersionRefused
 from grid.trust.pem import certificate_ders
+from support.agents import AgentMeshes
 from support.attacker import Mallory, wait_until
 from support.swim import credentials
 from support.wire import (
@@ -134,59 +134,55 @@ def test_a_peer_that_shares_no_version_is_refused_answered_and_reported_once() -
 
 
 async def test_an_agent_logs_lists_and_counts_a_peer_it_refused_for_its_versions(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    agent_mesh: AgentMeshes, caplog: pytest.LogCaptureFixture
 ) -> None:
     provider = ProviderPlan("llama-a", ("llama-3.1-8b",))
     sites = [
         SitePlan("site-a", "us-east", "us-east-1a", (provider,)),
         SitePlan("future-site", "us-east", "us-east-1b", ()),
     ]
-    mesh = LocalMesh(tmp_path / "mesh", sites, MeshSettings(http=True))
-    await mesh.prepare()
+    mesh = await agent_mesh(sites, MeshSettings(http=True))
     await mesh.start(["site-a"])
-    try:
-        site = mesh.sites["site-a"]
-        agent = site.agent
-        assert agent is not None and agent.http_address is not None
-        swim_key = site.key_file.read_bytes() if site.key_file else b""
-        tls = mesh.sites["future-site"].tls_dir
-        chain = certificate_ders((tls / "tls.crt").read_text())
-        signer = Signer.from_pem((tls / "tls.key").read_bytes())
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            me = Identity.at("future-site", f"127.0.0.1:{sock.getsockname()[1]}", 1)
-            forger = Forger(swim_key, signer, me)
-            host, port = site.swim_address.rsplit(":", 1)
-            target = Identity.at("site-a", site.swim_address, 0)
-            caplog.set_level(logging.WARNING)
-            sock.sendto(forger.hello(target, chain, protocols=(9, 9)), (host, int(port)))
+    site = mesh.sites["site-a"]
+    agent = site.agent
+    assert agent is not None and agent.http_address is not None
+    swim_key = site.key_file.read_bytes() if site.key_file else b""
+    tls = mesh.sites["future-site"].tls_dir
+    chain = certificate_ders((tls / "tls.crt").read_text())
+    signer = Signer.from_pem((tls / "tls.key").read_bytes())
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        me = Identity.at("future-site", f"127.0.0.1:{sock.getsockname()[1]}", 1)
+        forger = Forger(swim_key, signer, me)
+        host, port = site.swim_address.rsplit(":", 1)
+        target = Identity.at("site-a", site.swim_address, 0)
+        caplog.set_level(logging.WARNING)
+        sock.sendto(forger.hello(target, chain, protocols=(9, 9)), (host, int(port)))
 
-            base = f"http://{agent.http_address}"
-            async with aiohttp.ClientSession() as http:
+        base = f"http://{agent.http_address}"
+        async with aiohttp.ClientSession() as http:
 
-                async def listed() -> list[dict[str, object]]:
-                    async with http.get(f"{base}/status") as response:
-                        document = await response.json()
-                    membership = document["networks"]["grid-demo"]["membership"]
-                    assert membership["protocols"] == list(PROTOCOLS)
-                    return list(membership["refusedVersions"])
+            async def listed() -> list[dict[str, object]]:
+                async with http.get(f"{base}/status") as response:
+                    document = await response.json()
+                membership = document["networks"]["grid-demo"]["membership"]
+                assert membership["protocols"] == list(PROTOCOLS)
+                return list(membership["refusedVersions"])
 
-                deadline = time.monotonic() + 15
-                while not (refused := await listed()) and time.monotonic() < deadline:
-                    await asyncio.sleep(0.1)
-                assert [(r["site"], r["theirs"], r["ours"]) for r in refused] == [
-                    ("future-site", [9, 9], list(PROTOCOLS))
-                ]
-                async with http.get(f"{base}/metrics") as response:
-                    metrics = await response.text()
-        lines = [
-            line
-            for line in metrics.splitlines()
-            if line.startswith("grid_swim_refused_messages_total")
-            and 'reason="incompatible_version"' in line
-        ]
-        assert lines and float(lines[0].rsplit(" ", 1)[1]) >= 1
-        said = [r.getMessage() for r in caplog.records if "future-site" in r.getMessage()]
-        assert any("9..9" in m and f"{PROTOCOLS[0]}..{PROTOCOLS[1]}" in m for m in said), said
-    finally:
-        await mesh.stop()
+            deadline = time.monotonic() + 15
+            while not (refused := await listed()) and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            assert [(r["site"], r["theirs"], r["ours"]) for r in refused] == [
+                ("future-site", [9, 9], list(PROTOCOLS))
+            ]
+            async with http.get(f"{base}/metrics") as response:
+                metrics = await response.text()
+    lines = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("grid_swim_refused_messages_total")
+        and 'reason="incompatible_version"' in line
+    ]
+    assert lines and float(lines[0].rsplit(" ", 1)[1]) >= 1
+    said = [r.getMessage() for r in caplog.records if "future-site" in r.getMessage()]
+    assert any("9..9" in m and f"{PROTOCOLS[0]}..{PROTOCOLS[1]}" in m for m in said), said

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 import yaml
 
-from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
+from grid.demo import MeshSettings
 from grid.engine import SiteEngine
 from grid.models import GridNetwork, GridSite, InferenceProvider, load_resource
 from grid.models.phases import MemberState
@@ -25,6 +25,7 @@ from grid.observe.tracker import HealthObservation
 from grid.trust.site import ProbeResult
 from grid.view import LiveView, MemberHistory, NetworkSource, NodeInfo, network_document
 from grid.view.model import EXTERNAL, route_matrix
+from support.agents import TOKEN_SITES, AgentMeshes, mount_token
 from support.canary import Canaries, pem_body
 
 T0 = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
@@ -458,42 +459,24 @@ async def test_the_served_document_is_the_model_s_and_is_cached_per_ranking() ->
 # --- no secret, in the document or the page -------------------------------------------
 
 
-async def test_the_view_and_its_page_carry_no_secret(tmp_path: Path) -> None:
+async def test_the_view_and_its_page_carry_no_secret(
+    tmp_path: Path, agent_mesh: AgentMeshes
+) -> None:
     token = b"grid-canary-view-" + bytes.hex(b"0123456789abcdef").encode()
-    secret = ("grid", "llama-token", "token")
-    secrets_dir = tmp_path / "secrets"
-    secrets_dir.joinpath(*secret).parent.mkdir(parents=True)
-    secrets_dir.joinpath(*secret).write_bytes(token)
-    sites = (
-        SitePlan(
-            "site-a",
-            "us-east",
-            "us-east-1a",
-            (ProviderPlan("llama-a", (LLAMA,), bearer_secret=secret),),
-        ),
-        SitePlan("site-b", "us-east", "us-east-1b", (ProviderPlan("qwen-b", (QWEN,)),)),
-    )
-    built = LocalMesh(tmp_path / "mesh", sites, MeshSettings(http=True, secrets_dir=secrets_dir))
-    await built.prepare()
-    try:
-        await built.start()
-        both = {"site-a", "site-b"}
-        await built.wait_for(
-            "both sites route both",
-            lambda: all({c["site"] for c in built.candidates(s)} == both for s in both),
-            30,
-        )
-        texts = []
-        async with aiohttp.ClientSession() as session:
-            for name in both:
-                agent = built.sites[name].agent
-                assert agent is not None and agent.http_address
-                for path in ("/", "/view.json"):
-                    async with session.get(f"http://{agent.http_address}{path}") as response:
-                        assert response.status == 200
-                        texts.append(await response.text())
-    finally:
-        await built.stop()
+    secrets_dir = mount_token(tmp_path / "secrets", token)
+    built = await agent_mesh(TOKEN_SITES, MeshSettings(http=True, secrets_dir=secrets_dir))
+    await built.start()
+    await built.converge(timeout=30)
+    both = {"site-a", "site-b"}
+    texts = []
+    async with aiohttp.ClientSession() as session:
+        for name in both:
+            agent = built.sites[name].agent
+            assert agent is not None and agent.http_address
+            for path in ("/", "/view.json"):
+                async with session.get(f"http://{agent.http_address}{path}") as response:
+                    assert response.status == 200
+                    texts.append(await response.text())
     view = json.loads(texts[1])
     own = view["networks"][0]["gateways"][0]["candidates"]
     assert {c["provider"] for c in own} == {"llama-a", "qwen-b"}

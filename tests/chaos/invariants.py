@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from chaos.mesh import GATEWAY_NAME, GATEWAY_NAMESPACE, ChaosMesh
+from chaos.mesh import ChaosMesh
+from grid.demo.builder import GATEWAY_NAME, GATEWAY_NAMESPACE
 from grid.models.resources import LoadedResources, load_resources_from_dir
 from grid.render.overlay import render_overlay
 from grid.render.whatif import MetricsReport, ProviderReport, build_what_if

@@ -29,7 +29,6 @@ import ctypes
 import functools
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -41,26 +40,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from chaos.netns import Lab
 from grid import __version__ as grid_version
-from grid.models.meta import API_VERSION
-from grid.trust import CertificateAuthority
+from grid.demo import builder
 
 HERE = Path(__file__).resolve().parent
-SITE_LABEL = "grid.praxis-proxy.io/site"
-REGION_LABEL = "topology.kubernetes.io/region"
-GATEWAY_NAMESPACE = "grid-system"
-GATEWAY_NAME = "edge-gateway"
 NETWORK = "grid-chaos"
 TENANT = "acme"
 SWIM_PORT = 7946
 EGRESS_PORT = 8443
-QUEUE_METRIC = "vllm:num_requests_waiting"
-KV_METRIC = "vllm:gpu_cache_usage_perc"
-PREFIX_METRIC = "vllm:gpu_prefix_cache_hit_rate"
-LATENCY_METRIC = "vllm:e2e_request_latency_p99_seconds"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -142,18 +130,13 @@ class SitePlan:
 
 
 @dataclass(frozen=True, slots=True)
-class MeshSettings:
+class MeshSettings(builder.MeshTiming):
     """FAST SWIM settings and a short stale-candidate TTL, so that faults longer than the
     TTL fit in a test."""
 
-    probe_interval: str = "500ms"
-    suspicion_timeout: str = "1500ms"
+    stale_ttl_seconds: int = 8
     probe_interval_s: float = 0.5
     suspicion_timeout_s: float = 1.5
-    gossip_nodes: int = 3
-    stale_ttl_seconds: int = 8
-    observe_interval: str = "1s"
-    agent_probe_interval_s: float = 1.0
     reload_interval_s: float = 1.0
     budget_window: str = "24h"
 
@@ -205,7 +188,7 @@ def _die_with_parent() -> None:
 
 
 @dataclass
-class Site:
+class Site(builder.SiteDirectory):
     """One site: its plan (providers as currently declared), files and processes."""
 
     plan: SitePlan
@@ -226,18 +209,6 @@ class Site:
         return self.plan.name
 
     @property
-    def resources(self) -> Path:
-        return self.directory / "resources"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.directory / "state"
-
-    @property
-    def tls_dir(self) -> Path:
-        return self.directory / "tls"
-
-    @property
     def chaos_dir(self) -> Path:
         return self.directory / "chaos"
 
@@ -256,8 +227,8 @@ class Site:
             self.state_dir
             / "overlays"
             / NETWORK
-            / GATEWAY_NAMESPACE
-            / GATEWAY_NAME
+            / builder.GATEWAY_NAMESPACE
+            / builder.GATEWAY_NAME
             / "grid-config.json"
         )
 
@@ -335,20 +306,14 @@ class ChaosMesh:
 
     def prepare(self) -> None:
         """The CA and a certificate per site, the SWIM key, every resource directory."""
-        now = datetime.now(UTC)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.key_file.write_bytes(secrets.token_bytes(32))
-        self.key_file.chmod(0o600)
-        ca = CertificateAuthority.generate("Grid chaos CA", now=now)
+        credentials = builder.MeshCredentials(self.key_file, "Grid chaos CA")
         pins = {}
         for site in self.sites.values():
             for directory in (site.resources, site.state_dir, site.tls_dir, site.chaos_dir):
                 directory.mkdir(parents=True, exist_ok=True)
-            issued = ca.issue(site.name, now=now, ip_addresses=(site.address,))
-            issued.write(site.tls_dir, "tls")
-            ca.write(site.tls_dir, "ca")
-            (site.tls_dir / "ca.key").unlink()
-            pins[site.name] = issued.fingerprint
+            pins[site.name] = credentials.certify(
+                site.name, site.tls_dir, ip_addresses=(site.address,)
+            )
         self._pins = pins
         for site in self.sites.values():
             self._write_static_resources(site)
@@ -357,90 +322,39 @@ class ChaosMesh:
     def _write_static_resources(self, site: Site) -> None:
         settings = self.settings
         seeds = [f"{s.address}:{SWIM_PORT}" for s in self.sites.values()]
-        network = {
-            "apiVersion": API_VERSION,
-            "kind": "GridNetwork",
-            "metadata": {"name": NETWORK},
-            "spec": {
-                "seeds": seeds,
-                "gatewayRefs": [{"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE}],
-                "swim": {
-                    "gossipNodes": settings.gossip_nodes,
-                    "probeInterval": settings.probe_interval,
-                    "suspicionTimeout": settings.suspicion_timeout,
-                },
-                "staleCandidateTtlSeconds": settings.stale_ttl_seconds,
-                "budgets": [{"tenant": TENANT, "cap": 10**12, "window": settings.budget_window}],
-            },
-        }
+        budget = {"tenant": TENANT, "cap": 10**12, "window": settings.budget_window}
+        network = builder.network_document(NETWORK, seeds, timing=settings, budgets=[budget])
         sites = [
-            {
-                "apiVersion": API_VERSION,
-                "kind": "GridSite",
-                "metadata": {
-                    "name": other.name,
-                    "labels": {SITE_LABEL: other.name, REGION_LABEL: other.plan.region},
-                },
-                "spec": {
-                    "gridNetworkRef": NETWORK,
-                    "egress": {
-                        "address": f"{other.address}:{EGRESS_PORT}",
-                        "tlsMode": "mutual_tls",
-                        "serverName": other.name,
-                    },
-                    "region": other.plan.region,
-                    "zone": other.plan.zone,
-                    "trust": {"certFingerprint": self._pins[other.name]},
-                },
-            }
+            builder.site_document(
+                other.name,
+                NETWORK,
+                region=other.plan.region,
+                zone=other.plan.zone,
+                egress=builder.mutual_tls_egress(f"{other.address}:{EGRESS_PORT}", other.name),
+                pin=self._pins[other.name],
+            )
             for other in self.sites.values()
         ]
-        _write_text(site.resources / "00-network.yaml", yaml.safe_dump(network, sort_keys=False))
-        _write_text(site.resources / "10-sites.yaml", yaml.safe_dump_all(sites, sort_keys=False))
+        builder.write_documents(site.resources / builder.NETWORK_FILE, [network])
+        builder.write_documents(site.resources / builder.SITES_FILE, sites)
 
     def provider_document(self, site: Site, plan: ProviderPlan) -> dict[str, Any]:
-        interval = self.settings.observe_interval
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "InferenceProvider",
-            "metadata": {"name": plan.name},
-            "spec": {
-                "gridNetworkRef": NETWORK,
-                "backendKind": "local",
-                "providerKind": "self_hosted",
-                "models": [{"name": model, "capabilities": ["chat"]} for model in plan.models],
-                "endpoint": f"http://{site.address}:{plan.port}",
-                "siteSelector": {"matchLabels": {SITE_LABEL: site.name}},
-                "cost": {"inputPerMillion": plan.cost[0], "outputPerMillion": plan.cost[1]},
-                "healthCheck": {
-                    "path": "/health",
-                    "interval": interval,
-                    "timeout": "500ms",
-                    "healthyThreshold": 1,
-                    "unhealthyThreshold": 2,
-                },
-                "metricsConfig": {
-                    "port": plan.port,
-                    "path": "/metrics",
-                    "interval": interval,
-                    "timeout": "500ms",
-                    "signals": {
-                        "queueDepth": {"metric": QUEUE_METRIC, "aggregation": "sum"},
-                        "kvCacheUtilization": {"metric": KV_METRIC},
-                        "prefixCacheHitRatio": {"metric": PREFIX_METRIC},
-                        "p99LatencyMs": {"metric": LATENCY_METRIC, "scale": 1000},
-                    },
-                },
-            },
-        }
+        return builder.provider_document(
+            plan.name,
+            network=NETWORK,
+            site=site.name,
+            models=plan.models,
+            capabilities=("chat",),
+            endpoint=f"http://{site.address}:{plan.port}",
+            cost=plan.cost,
+            observation=builder.scraped_observation(plan.port, self.settings.observe_interval),
+        )
 
     def write_providers(self, site: Site) -> None:
         """Write the site's providers as currently planned (the agent reloads them), and
         the values its provider process serves."""
         documents = [self.provider_document(site, plan) for plan in site.plan.providers]
-        _write_text(
-            site.resources / "20-providers.yaml", yaml.safe_dump_all(documents, sort_keys=False)
-        )
+        builder.write_documents(site.resources / builder.PROVIDERS_FILE, documents)
         values = {
             plan.name: {
                 "port": plan.port,

@@ -10,8 +10,10 @@ Requests pass through to the upstream server unless an injected fault matches fi
 
 Each fault applies to the next ``times`` matching requests, in the order they were
 injected. :meth:`FaultyApi.down` stops listening (connections are refused and open ones
-closed) until :meth:`FaultyApi.up` listens again on the same port. The proxy serves TLS when
-given a server context. :attr:`FaultyApi.seen` records every request with what became of it.
+closed) until :meth:`FaultyApi.up` listens again on the same port. The proxy is a
+:class:`support.servers.StreamServer`, serving TLS when given a server context
+(:func:`support.servers.tls_server_context`). :attr:`FaultyApi.seen` records every request
+with what became of it.
 
 Only what the operator's own client needs is proxied: plain request/response exchanges
 (no watch streams).
@@ -30,7 +32,8 @@ from typing import Self
 
 import aiohttp
 
-LOOPBACK = "127.0.0.1"
+from support.servers import StreamServer
+
 _HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "upgrade"}
 )
@@ -95,24 +98,21 @@ def matching(method: str | None = None, path_contains: str | None = None) -> Mat
     return match
 
 
-class FaultyApi:
+class FaultyApi(StreamServer):
     """``async with FaultyApi(upstream_url) as proxy``: ``proxy.url`` goes to the upstream
     through the injected faults."""
 
     def __init__(self, upstream: str, *, tls: ssl.SSLContext | None = None) -> None:
+        super().__init__(tls)
         self._upstream = upstream.rstrip("/")
-        self._tls = tls
-        self._port = 0
-        self._server: asyncio.Server | None = None
         self._session: aiohttp.ClientSession | None = None
         self._faults: list[_Injected] = []
-        self._handlers: set[asyncio.Task[None]] = set()
         self.seen: list[Seen] = []
 
     @property
     def url(self) -> str:
         scheme = "https" if self._tls is not None else "http"
-        return f"{scheme}://{LOOPBACK}:{self._port}"
+        return f"{scheme}://{self.address}"
 
     def inject(self, fault: Fault, *, times: int = 1, match: Match | None = None) -> None:
         """Apply ``fault`` to the next ``times`` requests that ``match`` (default: all)."""
@@ -124,8 +124,7 @@ class FaultyApi:
 
     async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession()
-        await self.up()
-        return self
+        return await super().__aenter__()
 
     async def __aexit__(
         self,
@@ -133,43 +132,24 @@ class FaultyApi:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.down()
+        await super().__aexit__(kind, error, tb)
         if self._session is not None:
             await self._session.close()
 
     async def up(self) -> None:
         """Listen (again, on the same port)."""
-        if self._server is not None:
-            return
-        self._server = await asyncio.start_server(
-            self._track, LOOPBACK, self._port, ssl=self._tls, reuse_address=True
-        )
-        self._port = self._server.sockets[0].getsockname()[1]
+        await self.listen()
 
     async def down(self) -> None:
         """Stop listening and close every open connection."""
-        server, self._server = self._server, None
-        if server is None:
-            return
-        server.close()
-        for task in list(self._handlers):
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await server.wait_closed()
+        await self.close()
 
     # -- serving ----------------------------------------------------------------------------
 
-    async def _track(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        try:
-            await self._serve(reader, writer)
-        except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError, ValueError):
-            pass
-        finally:
-            self._handlers.discard(task)
-            writer.transport.abort()
+    def _hang_up(self, writer: asyncio.StreamWriter) -> None:
+        # At once, as a failing proxy does: a dropped request gets no polite TLS close, and
+        # nothing still buffered is sent.
+        writer.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()

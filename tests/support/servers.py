@@ -1,5 +1,9 @@
 """Real servers on 127.0.0.1 for tests.
 
+- :class:`StreamServer`: what every stream server here is made of (also the fault-injecting
+  proxy of ``support.faulty_api``): plain TCP or TLS (:func:`tls_server_context`), it can
+  stop and listen again on the same port, and it waits for its connection handlers when it
+  stops.
 - :class:`TlsServer`: a TLS endpoint presenting a given certificate, optionally requiring a
   client certificate; it holds each session open until the client leaves.
 - :class:`PlainTcpServer`: accepts TCP and either answers with fixed bytes (a peer that does
@@ -39,25 +43,66 @@ def closed_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class _StreamServer:
-    """An asyncio stream server on 127.0.0.1 that waits for its connection handlers when
-    it stops, so no handler outlives the test."""
+def tls_server_context(
+    certificate: PemFiles, *, client_ca_file: Path | None = None, require_client_cert: bool = False
+) -> ssl.SSLContext:
+    """A server's TLS context presenting ``certificate``. With ``client_ca_file`` it asks
+    for a client certificate signed by that CA, and with ``require_client_cert`` it
+    refuses clients without one."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificate.certificate, certificate.private_key)
+    if client_ca_file is not None:
+        context.load_verify_locations(client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
+    return context
 
-    def __init__(self, context: ssl.SSLContext | None) -> None:
-        self._context = context
+
+class StreamServer:
+    """An asyncio stream server on 127.0.0.1, speaking TLS when given a context. It waits
+    for its connection handlers when it stops, so no handler outlives the test, and listens
+    again on the same port when asked to. Subclasses say how a connection is served."""
+
+    HANDSHAKE_TIMEOUT_S = 5.0
+
+    def __init__(self, tls: ssl.SSLContext | None) -> None:
+        self._tls = tls
+        self._port = 0
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def address(self) -> str:
-        assert self._server is not None, "server not started"
-        return f"{LOOPBACK}:{self._server.sockets[0].getsockname()[1]}"
+        assert self._port, "server not started"
+        return f"{LOOPBACK}:{self._port}"
+
+    async def listen(self) -> None:
+        """Listen: on a free port the first time, on the same port again after
+        :meth:`close`."""
+        if self._server is not None:
+            return
+        self._server = await asyncio.start_server(
+            self._track,
+            LOOPBACK,
+            self._port,
+            ssl=self._tls,
+            ssl_handshake_timeout=None if self._tls is None else self.HANDSHAKE_TIMEOUT_S,
+            reuse_address=True,
+        )
+        self._port = int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        """Stop listening and end every open connection."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for task in list(self._handlers):
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await server.wait_closed()
 
     async def __aenter__(self) -> Self:
-        handshake_timeout = 5.0 if self._context is not None else None
-        self._server = await asyncio.start_server(
-            self._track, LOOPBACK, 0, ssl=self._context, ssl_handshake_timeout=handshake_timeout
-        )
+        await self.listen()
         return self
 
     async def __aexit__(
@@ -66,12 +111,7 @@ class _StreamServer:
         error: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._handlers:
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await self._server.wait_closed()
+        await self.close()
 
     async def _track(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -79,17 +119,21 @@ class _StreamServer:
         self._handlers.add(task)
         try:
             await self._serve(reader, writer)
-        except (OSError, asyncio.CancelledError):
-            pass
+        except (OSError, EOFError, ValueError, asyncio.CancelledError):
+            pass  # the client left, sent what cannot be read, or the server stops
         finally:
             self._handlers.discard(task)
-            writer.close()
+            self._hang_up(writer)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         raise NotImplementedError
 
+    def _hang_up(self, writer: asyncio.StreamWriter) -> None:
+        """End a connection once served: what is written is sent first."""
+        writer.close()
 
-class TlsServer(_StreamServer):
+
+class TlsServer(StreamServer):
     """A TLS server on 127.0.0.1 presenting ``certificate``; each session stays open until
     the client leaves.
 
@@ -105,12 +149,13 @@ class TlsServer(_StreamServer):
         client_ca_file: Path | None = None,
         require_client_cert: bool = False,
     ) -> None:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(certificate.certificate, certificate.private_key)
-        if client_ca_file is not None:
-            context.load_verify_locations(client_ca_file)
-            context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
-        super().__init__(context)
+        super().__init__(
+            tls_server_context(
+                certificate,
+                client_ca_file=client_ca_file,
+                require_client_cert=require_client_cert,
+            )
+        )
         self.client_names: list[str | None] = []
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -128,7 +173,7 @@ def _common_name(peercert: dict[str, Any]) -> str | None:
     return None
 
 
-class PlainTcpServer(_StreamServer):
+class PlainTcpServer(StreamServer):
     """A TCP server on 127.0.0.1 that answers every connection with ``reply`` and closes,
     or, with ``reply=None``, accepts and stays silent until the client leaves."""
 

@@ -1,7 +1,8 @@
 """A whole mesh on 127.0.0.1 in one process: a CA and a certificate per site, a fresh SWIM
-key, provider endpoints serving real health and metrics, each site's resource directory,
-and one standalone agent per site (with its egress TLS listener). ``grid demo``, the end
-to end tests and the propagation benchmark all build their meshes with it."""
+key, provider endpoints serving real health and metrics, each site's resource directory
+(all written by :mod:`grid.demo.builder`), and one standalone agent per site (with its
+egress TLS listener). ``grid demo``, the end to end tests and the propagation benchmark all
+build their meshes with it."""
 
 from __future__ import annotations
 
@@ -13,31 +14,30 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from grid.agent import Agent, AgentOptions, PerNetwork
 from grid.agent.outputs import overlay_path
-from grid.demo.endpoints import (
-    KV_METRIC,
-    LATENCY_METRIC,
-    LOOPBACK,
-    PREFIX_METRIC,
-    QUEUE_METRIC,
-    DemoProvider,
+from grid.demo.builder import (
+    GATEWAY_NAME,
+    GATEWAY_NAMESPACE,
+    NETWORK_FILE,
+    PROVIDERS_FILE,
+    SITES_FILE,
+    MeshCredentials,
+    MeshTiming,
+    SiteDirectory,
+    mutual_tls_egress,
+    network_document,
+    provider_document,
+    scraped_observation,
+    site_document,
+    write_documents,
+    write_swim_key,
 )
+from grid.demo.endpoints import LOOPBACK, DemoProvider
 from grid.engine import GatewayOverlay
-from grid.fsutil import PRIVATE_FILE_MODE, write_atomically
-from grid.models.meta import API_VERSION
-from grid.trust import CertificateAuthority
-
-SITE_LABEL = "grid.praxis-proxy.io/site"
-REGION_LABEL = "topology.kubernetes.io/region"
-GATEWAY_NAMESPACE = "grid-system"
-GATEWAY_NAME = "edge-gateway"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,16 +65,10 @@ class SitePlan:
 
 
 @dataclass(frozen=True, slots=True)
-class MeshSettings:
-    """How the mesh runs. Short intervals keep a demo under a minute."""
+class MeshSettings(MeshTiming):
+    """How the mesh runs."""
 
     network: str = "grid-demo"
-    probe_interval: str = "500ms"
-    suspicion_timeout: str = "1500ms"
-    gossip_nodes: int = 3
-    stale_ttl_seconds: int = 30
-    agent_probe_interval_s: float = 1.0
-    observe_interval: str = "1s"
     seeds: int = 2
     """How many sites (the first ones) are seeds."""
     wrong_key_sites: frozenset[str] = frozenset()
@@ -88,7 +82,7 @@ class MeshSettings:
 
 
 @dataclass
-class SiteRuntime:
+class SiteRuntime(SiteDirectory):
     """Everything that belongs to one site of the mesh."""
 
     plan: SitePlan
@@ -98,18 +92,6 @@ class SiteRuntime:
     providers: dict[str, DemoProvider] = field(default_factory=dict)
     agent: Agent | None = None
     key_file: Path | None = None
-
-    @property
-    def resources(self) -> Path:
-        return self.directory / "resources"
-
-    @property
-    def state_dir(self) -> Path:
-        return self.directory / "state"
-
-    @property
-    def tls_dir(self) -> Path:
-        return self.directory / "tls"
 
 
 _LOWEST_PORT = 10_000
@@ -163,11 +145,7 @@ class LocalMesh:
     async def prepare(self) -> None:
         """Mint the PKI and the key, start the provider endpoints, write each site's
         resource directory."""
-        now = datetime.now(UTC)
-        ca = CertificateAuthority.generate("Grid demo CA", now=now)
-        shared_key = self.root / "swim.key"
-        self.root.mkdir(parents=True, exist_ok=True)
-        write_atomically(shared_key, secrets.token_bytes(32), PRIVATE_FILE_MODE)
+        credentials = MeshCredentials(self.root / "swim.key", "Grid demo CA")
         pins: dict[str, str] = {}
         presented: dict[str, str] = {}
         for plan in self._plans:
@@ -177,17 +155,15 @@ class LocalMesh:
                 f"{LOOPBACK}:{free_port(socket.SOCK_DGRAM)}",
                 f"{LOOPBACK}:{free_port(socket.SOCK_STREAM)}",
             )
-            issued = ca.issue(plan.name, now=now, dns_names=("localhost",))
-            issued.write(runtime.tls_dir, "tls")
-            ca.write(runtime.tls_dir, "ca")
-            (runtime.tls_dir / "ca.key").unlink()
-            pins[plan.name] = presented[plan.name] = issued.fingerprint
+            presented[plan.name] = credentials.certify(
+                plan.name, runtime.tls_dir, dns_names=("localhost",)
+            )
+            pins[plan.name] = presented[plan.name]
             if plan.name in self.settings.mispinned_sites:
-                pins[plan.name] = ca.issue(plan.name, now=now).fingerprint
-            runtime.key_file = shared_key
+                pins[plan.name] = credentials.unpresented_fingerprint(plan.name)
+            runtime.key_file = credentials.key_file
             if plan.name in self.settings.wrong_key_sites:
-                runtime.key_file = runtime.directory / "swim.key"
-                write_atomically(runtime.key_file, secrets.token_bytes(32), PRIVATE_FILE_MODE)
+                runtime.key_file = write_swim_key(runtime.directory / "swim.key")
             for provider in plan.providers:
                 endpoint = DemoProvider(
                     queue_depth=provider.queue_depth,
@@ -204,91 +180,40 @@ class LocalMesh:
             self._write_resources(runtime, pins | own)
 
     def _write_resources(self, runtime: SiteRuntime, pins: dict[str, str]) -> None:
-        directory = runtime.resources
-        directory.mkdir(parents=True, exist_ok=True)
-        seeds = [s.swim_address for s in list(self.sites.values())[: self.settings.seeds]]
-        files = {
-            "00-network.yaml": [self._network(seeds)],
-            "10-sites.yaml": [self._site(s, pins[name]) for name, s in self.sites.items()],
-            "20-providers.yaml": [self._provider(runtime, plan) for plan in runtime.plan.providers],
-        }
-        for name, documents in files.items():
-            if documents:
-                text = yaml.safe_dump_all(documents, sort_keys=False)
-                write_atomically(directory / name, text.encode())
-
-    def _network(self, seeds: list[str]) -> dict[str, Any]:
         settings = self.settings
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "GridNetwork",
-            "metadata": {"name": settings.network},
-            "spec": {
-                "seeds": seeds,
-                "gatewayRefs": [{"name": GATEWAY_NAME, "namespace": GATEWAY_NAMESPACE}],
-                "swim": {
-                    "gossipNodes": settings.gossip_nodes,
-                    "probeInterval": settings.probe_interval,
-                    "suspicionTimeout": settings.suspicion_timeout,
-                },
-                "staleCandidateTtlSeconds": settings.stale_ttl_seconds,
-            },
-        }
-
-    def _site(self, runtime: SiteRuntime, pin: str) -> dict[str, Any]:
-        plan = runtime.plan
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "GridSite",
-            "metadata": {
-                "name": plan.name,
-                "labels": {SITE_LABEL: plan.name, REGION_LABEL: plan.region},
-            },
-            "spec": {
-                "gridNetworkRef": self.settings.network,
+        seeds = [s.swim_address for s in list(self.sites.values())[: settings.seeds]]
+        network = network_document(settings.network, seeds, timing=settings)
+        sites = [
+            site_document(
+                name,
+                settings.network,
+                region=site.plan.region,
+                zone=site.plan.zone,
                 # The egress listens on a loopback address; its certificate names the site.
-                "egress": {
-                    "address": runtime.egress_address,
-                    "tlsMode": "mutual_tls",
-                    "serverName": plan.name,
-                },
-                "region": plan.region,
-                "zone": plan.zone,
-                "trust": {"certFingerprint": pin},
-            },
-        }
+                egress=mutual_tls_egress(site.egress_address, name),
+                pin=pins[name],
+            )
+            for name, site in self.sites.items()
+        ]
+        providers = [self._provider(runtime, plan) for plan in runtime.plan.providers]
+        write_documents(runtime.resources / NETWORK_FILE, [network])
+        write_documents(runtime.resources / SITES_FILE, sites)
+        if providers:
+            write_documents(runtime.resources / PROVIDERS_FILE, providers)
 
     def _provider(self, runtime: SiteRuntime, plan: ProviderPlan) -> dict[str, Any]:
         endpoint = runtime.providers[plan.name]
-        interval = self.settings.observe_interval
-        spec: dict[str, Any] = {
-            "gridNetworkRef": self.settings.network,
-            "backendKind": "local",
-            "providerKind": "self_hosted",
-            "models": [{"name": model, "capabilities": ["chat"]} for model in plan.models],
-            "endpoint": endpoint.url,
-            "siteSelector": {"matchLabels": {SITE_LABEL: runtime.plan.name}},
-            "cost": {"inputPerMillion": plan.cost[0], "outputPerMillion": plan.cost[1]},
-            "healthCheck": {
-                "path": "/health",
-                "interval": interval,
-                "timeout": "500ms",
-                "healthyThreshold": 1,
-                "unhealthyThreshold": 2,
-            },
-            "metricsConfig": {
-                "port": endpoint.port,
-                "path": "/metrics",
-                "interval": interval,
-                "timeout": "500ms",
-                "signals": {
-                    "queueDepth": {"metric": QUEUE_METRIC, "aggregation": "sum"},
-                    "kvCacheUtilization": {"metric": KV_METRIC},
-                    "prefixCacheHitRatio": {"metric": PREFIX_METRIC},
-                    "p99LatencyMs": {"metric": LATENCY_METRIC, "scale": 1000},
-                },
-            },
-        }
+        document = provider_document(
+            plan.name,
+            network=self.settings.network,
+            site=runtime.plan.name,
+            models=plan.models,
+            capabilities=("chat",),
+            endpoint=endpoint.url,
+            cost=plan.cost,
+            observation=scraped_observation(endpoint.port, self.settings.observe_interval),
+        )
+        spec = document["spec"]
         if plan.cluster is not None:
             spec["cluster"] = plan.cluster
         if plan.bearer_secret is not None:
@@ -297,12 +222,7 @@ class LocalMesh:
                 "strategy": "BearerToken",
                 "secretRef": {"name": name, "namespace": namespace, "key": key},
             }
-        return {
-            "apiVersion": API_VERSION,
-            "kind": "InferenceProvider",
-            "metadata": {"name": plan.name},
-            "spec": spec,
-        }
+        return document
 
     # -- running ----------------------------------------------------------------------------
 

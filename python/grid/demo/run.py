@@ -18,15 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grid.demo.mesh import (
-    GATEWAY_NAME,
-    GATEWAY_NAMESPACE,
-    LocalMesh,
-    MeshSettings,
-    ProviderPlan,
-    SitePlan,
-    quiet_agents,
-)
+from grid.demo.builder import GATEWAY_NAME, GATEWAY_NAMESPACE
+from grid.demo.mesh import LocalMesh, MeshSettings, ProviderPlan, SitePlan, quiet_agents
 from grid.errors import ConfigError
 from grid.membership import SwimConfig
 from grid.models.fields import parse_duration

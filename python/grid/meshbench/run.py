@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 import shutil
 import socket
 import statistics
@@ -31,25 +30,28 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
 
 import grid
+from grid.demo.builder import (
+    SITE_LABEL,
+    MeshCredentials,
+    network_document,
+    provider_document,
+    site_document,
+    write_documents,
+)
 from grid.demo.mesh import free_port
 from grid.errors import ConfigError
-from grid.fsutil import PRIVATE_FILE_MODE, write_atomically
-from grid.models.meta import API_VERSION
-from grid.trust import CertificateAuthority
 
 BASELINE_COMMIT = "a8f59f0"
 """Today's design: the state plane before coalesced rendering and compact signals."""
 SCHEMA_VERSION = 1
 NETWORK = "bench"
 SITE = "site-000"
-SITE_LABEL = "grid.praxis-proxy.io/site"
-GATEWAY = {"name": "edge-gateway", "namespace": "grid-system"}
+GRID_ID = "bench-grid"
 PROBE_SITE = "probe"
 PROBE_MODEL = "probe-model"
 MODELS = 16
@@ -167,27 +169,19 @@ def _peer_name(index: int, plan: MeshPlan) -> str:
     return f"site-{index + 1:03d}" if plan.sites <= MAX_PEERS_ONE_EACH else f"peer-{index:02d}"
 
 
+# These documents reach the baseline tree's agent and peers as well as the current tree's:
+# both designs must read the same mesh, so they stay as the bench has always written them.
+
+
 def _network(seeds: list[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "GridNetwork",
-        "metadata": {"name": NETWORK},
-        "spec": {"gridId": "bench-grid", "seeds": seeds, "gatewayRefs": [GATEWAY]},
-    }
+    return network_document(NETWORK, seeds, grid_id=GRID_ID)
 
 
 def _site(name: str, sink: str, pin: str) -> dict[str, Any]:
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "GridSite",
-        "metadata": {"name": name, "labels": {SITE_LABEL: name}},
-        "spec": {
-            "gridNetworkRef": NETWORK,
-            "egress": {"address": sink, "tlsMode": "plaintext"},
-            "region": "us-east",
-            "trust": {"certFingerprint": pin},
-        },
-    }
+    egress = {"address": sink, "tlsMode": "plaintext"}
+    return site_document(
+        name, NETWORK, region="us-east", egress=egress, pin=pin, labels={SITE_LABEL: name}
+    )
 
 
 def _metrics_config(plan: MeshPlan, sink_port: int) -> dict[str, Any]:
@@ -218,19 +212,14 @@ class Layout:
 
 def prepare(work: Path, plan: MeshPlan) -> Layout:
     """PKI, SWIM key and configuration of the peers and the measured site."""
-    now = datetime.now(UTC)
-    ca = CertificateAuthority.generate("Grid bench CA", now=now)
-    key_file = work / "swim.key"
-    write_atomically(key_file, secrets.token_bytes(32), PRIVATE_FILE_MODE)
+    credentials = MeshCredentials(work / "swim.key", "Grid bench CA")
+    key_file = credentials.key_file
     sink = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
     sink_port = int(sink.rsplit(":", 1)[1])
 
     def tls(name: str) -> tuple[Path, str]:
         directory = work / "tls" / name
-        issued = ca.issue(name, now=now, dns_names=("localhost",))
-        issued.write(directory, "tls")
-        (directory / "ca.crt").write_text(ca.certificate_pem)
-        return directory, issued.fingerprint
+        return directory, credentials.certify(name, directory, dns_names=("localhost",))
 
     measured_tls, measured_pin = tls(SITE)
     sites = {SITE: _site(SITE, sink, measured_pin)}
@@ -265,7 +254,7 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
         json.dumps(
             {
                 "seed": plan.seed,
-                "grid_id": "bench-grid",
+                "grid_id": GRID_ID,
                 "network": _network([]),
                 "sites": sites,
                 "peers": peers,
@@ -284,21 +273,15 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
         )
     )
     own = [
-        {
-            "apiVersion": API_VERSION,
-            "kind": "InferenceProvider",
-            "metadata": {"name": f"s000-p{j:03d}"},
-            "spec": {
-                "gridNetworkRef": NETWORK,
-                "backendKind": "local",
-                "providerKind": "self_hosted",
-                "models": [{"name": f"model-{j % MODELS}"}],
-                "endpoint": f"http://{sink}/s000-p{j:03d}",
-                "siteSelector": {"matchLabels": {SITE_LABEL: SITE}},
-                "cost": {"inputPerMillion": "0.10", "outputPerMillion": "0.20"},
-                "metricsConfig": metrics,
-            },
-        }
+        provider_document(
+            f"s000-p{j:03d}",
+            network=NETWORK,
+            site=SITE,
+            models=[f"model-{j % MODELS}"],
+            endpoint=f"http://{sink}/s000-p{j:03d}",
+            cost=("0.10", "0.20"),
+            observation={"metricsConfig": metrics},
+        )
         for j in range(plan.providers_per_site)
     ]
     measured_config = work / "measured.json"
@@ -325,11 +308,8 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
 
 
 def write_resources(layout: Layout, seeds: list[str]) -> None:
-    import yaml
-
-    layout.resources.mkdir(parents=True, exist_ok=True)
     documents = [_network(seeds), *layout.sites.values(), *layout.own_providers]
-    (layout.resources / "mesh.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
+    write_documents(layout.resources / "mesh.yaml", documents)
 
 
 class Child:
