@@ -29,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from grid.crdt.pages import PAGE_PREFIX
 from grid.crdt.snapshot import Item
 from grid.demo import LocalMesh, MeshSettings, ProviderPlan, SitePlan
 from grid.demo.mesh import quiet_agents
@@ -102,7 +103,9 @@ async def one_change(
     publish_at = next(
         at
         for at, site, item in recorder.published[published_from:]
-        if site == source and item.key == f"signals/{provider}"
+        # A site publishes its providers' signals in pages: the page after the change
+        # carries it (the demo mesh has one provider per site).
+        if site == source and item.key.startswith(PAGE_PREFIX)
     )
     delays = []
     for site in others:

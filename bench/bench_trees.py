@@ -37,6 +37,8 @@ MESH_FIGURES = (
     "apply_us_mean",
     "render_ms_p50",
     "render_cpu_ms_p50",
+    "delivery_ms_p50",
+    "delivery_ms_p99",
     "latency_ms_p50",
     "latency_ms_p99",
 )

@@ -559,7 +559,7 @@ async def test_two_networks_on_one_site_stay_separate(lab: Lab, provider: DemoPr
 
 
 async def test_a_rotated_site_certificate_is_advertised_and_presented(
-    lab: Lab, tmp_path: Path
+    lab: Lab, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from grid.trust import CertificateAuthority, probe_site
 
@@ -609,7 +609,10 @@ async def test_a_rotated_site_certificate_is_advertised_and_presented(
         signing_node = runtime.node
 
         (tls / "tls.crt").write_text(second.certificate_pem + second.private_key_pem().decode())
-        await asyncio.sleep(0.5)  # several reload intervals: refused, the old one stays
+        await eventually(
+            "the bad files refused",
+            lambda: any("new TLS files not used" in r.getMessage() for r in caplog.records),
+        )
         assert engine.state.cert_pem(SITE) == second.certificate_pem
         assert await presented() == second.fingerprint
         assert runtime.node is signing_node and signing_node.running

@@ -56,3 +56,17 @@ def test_bench_trees_compares_two_builds_figure_by_figure() -> None:
     for figure in engine.values():
         assert figure["before"] > 0 and figure["after"] > 0
         assert figure["ratio"] == pytest.approx(figure["after"] / figure["before"])
+
+
+def test_bench_propagation_measures_a_change_reaching_the_other_sites() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "bench_propagation.py"), "--sites", "3", "--changes", "2"],
+        capture_output=True,
+        text=True,
+        cwd=BENCH.parent,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "metric change -> overlay elsewhere  p50" in done.stdout, done.stdout
+    assert "SWIM-only crash -> removed" in done.stdout, done.stdout
