@@ -13,9 +13,10 @@ import pytest
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
-def run_bench(*args: str) -> dict[str, object]:
+def run_bench(script: str, *args: str) -> str:
+    """What ``bench/<script>`` printed, run with ``args`` under this interpreter."""
     done = subprocess.run(
-        [sys.executable, *args],
+        [sys.executable, str(BENCH / script), *args],
         capture_output=True,
         text=True,
         cwd=BENCH.parent,
@@ -23,9 +24,7 @@ def run_bench(*args: str) -> dict[str, object]:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    parsed = json.loads(done.stdout)
-    assert isinstance(parsed, dict)
-    return parsed
+    return done.stdout
 
 
 @pytest.mark.parametrize(
@@ -37,7 +36,7 @@ def run_bench(*args: str) -> dict[str, object]:
     ],
 )
 def test_a_bench_prints_its_figures(script: str, args: tuple[str, ...], figures: set[str]) -> None:
-    printed = run_bench(str(BENCH / script), *args, "--json")["figures"]
+    printed = json.loads(run_bench(script, *args, "--json"))["figures"]
     assert isinstance(printed, dict)
     assert figures <= set(printed)
     assert all(value > 0 for value in printed.values()), printed
@@ -45,11 +44,8 @@ def test_a_bench_prints_its_figures(script: str, args: tuple[str, ...], figures:
 
 def test_bench_trees_compares_two_builds_figure_by_figure() -> None:
     # The same build on both sides: every figure is compared, with a ratio near 1.
-    report = run_bench(
-        str(BENCH / "bench_trees.py"),
-        "--before", sys.executable, "--after", sys.executable,
-        "--rounds", "1", "--only", "engine", "--json",
-    )  # fmt: skip
+    arguments = ["--before", sys.executable, "--after", sys.executable, "--rounds", "1"]
+    report = json.loads(run_bench("bench_trees.py", *arguments, "--only", "engine", "--json"))
     engine = report["engine"]
     assert isinstance(engine, dict)
     assert {"idle_pass", "render_pass", "statuses"} <= set(engine)
@@ -59,14 +55,6 @@ def test_bench_trees_compares_two_builds_figure_by_figure() -> None:
 
 
 def test_bench_propagation_measures_a_change_reaching_the_other_sites() -> None:
-    done = subprocess.run(
-        [sys.executable, str(BENCH / "bench_propagation.py"), "--sites", "3", "--changes", "2"],
-        capture_output=True,
-        text=True,
-        cwd=BENCH.parent,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "metric change -> overlay elsewhere  p50" in done.stdout, done.stdout
-    assert "SWIM-only crash -> removed" in done.stdout, done.stdout
+    printed = run_bench("bench_propagation.py", "--sites", "3", "--changes", "2")
+    assert "metric change -> overlay elsewhere  p50" in printed, printed
+    assert "SWIM-only crash -> removed" in printed, printed
