@@ -1,0 +1,396 @@
+//! The item store across time: sites forgotten and back, joiners walking large stores part
+//! after part, the store's bound, and repair of versions gossip never brought.
+
+use super::*;
+
+#[test]
+fn a_site_forgotten_while_away_comes_back_with_its_items() {
+    let (mut c, addrs) = five_node_cluster();
+    let paused = addrs[3];
+    let item = [(Lane::State, "provider".to_owned())];
+    assert!(c.publish(paused, Lane::State, "provider", 4, b"gpu"));
+    c.run_for(Duration::from_secs(1));
+    assert_eq!(c.items_at(addrs[0]).len(), 1);
+    // Paused (no input, no timers) until everyone declared it down.
+    c.crashed.insert(paused);
+    c.run_until(config().detection_bound(5), |c| {
+        c.live()
+            .iter()
+            .all(|v| c.state_of(*v, paused).map(|s| s.0) == Some(MemberState::Down))
+    });
+    // Going down forgets nothing: syncs still carry its item...
+    assert_eq!(c.nodes[&addrs[0]].stats().items_stored, 1);
+    // ...until the hosts decide its records are stale.
+    for at in [addrs[0], addrs[1], addrs[2]] {
+        assert_eq!(c.nodes.get_mut(&at).unwrap().forget("site-3", &item), 1);
+    }
+    // A host that has not forgotten it yet cannot bring it back while the site is down.
+    c.run_for(Duration::from_secs(6));
+    assert_eq!(c.items_at(addrs[0]).len(), 1);
+    c.crashed.remove(&paused);
+    // Resumed: its unchanged item, at the same version, is delivered again where forgotten.
+    c.run_until(Duration::from_secs(10), |c| {
+        [addrs[0], addrs[1], addrs[2]]
+            .iter()
+            .all(|at| c.items_at(*at).len() == 2)
+    });
+    for at in [addrs[0], addrs[1], addrs[2]] {
+        let items = c.items_at(at);
+        assert_eq!(items[0], items[1], "{at}");
+    }
+    assert_eq!(
+        c.items_at(addrs[4]).len(),
+        1,
+        "a node that forgot nothing gets nothing twice"
+    );
+    assert!(c.all_see_all());
+}
+
+#[test]
+fn items_the_host_forgets_are_delivered_again_when_they_come_back() {
+    let (mut c, addrs) = five_node_cluster();
+    assert!(c.publish(addrs[1], Lane::Gateway, "egress", 2, b"10.0.0.1"));
+    c.run_for(Duration::from_secs(1));
+    assert_eq!(c.items_at(addrs[0]).len(), 1);
+    let forgotten = c
+        .nodes
+        .get_mut(&addrs[0])
+        .unwrap()
+        .forget("site-1", &[(Lane::Gateway, "egress".to_owned())]);
+    assert_eq!(forgotten, 1);
+    // site-1 is alive: the next sync that carries it (a periodic push/pull) brings it back.
+    c.run_until(Duration::from_secs(20), |c| c.items_at(addrs[0]).len() == 2);
+}
+
+#[test]
+fn a_late_joiner_receives_what_a_crashed_site_published() {
+    let (mut c, addrs) = five_node_cluster();
+    let crashed = addrs[4];
+    assert!(c.publish(crashed, Lane::State, "budget/slot", 3, b"71 units"));
+    c.run_for(Duration::from_secs(1));
+    c.crashed.insert(crashed);
+    c.run_until(config().detection_bound(5), |c| {
+        c.live()
+            .iter()
+            .all(|v| c.state_of(*v, crashed).map(|s| s.0) == Some(MemberState::Down))
+    });
+    let late = c.add(9, 100);
+    c.join(late, addrs[0]);
+    c.run_until(config().probe_interval * 4, |c| {
+        c.items_at(late)
+            .iter()
+            .any(|item| item.0 == "site-4" && item.4 == b"71 units")
+    });
+}
+
+/// Bytes of items one sync answer carries at least: half its chunks (members may fill the
+/// other half), each nearly full.
+fn part_bytes() -> usize {
+    MAX_SYNC_CHUNKS / 2 * (MAX_UNSEALED_LEN - 300)
+}
+
+#[test]
+fn a_joiner_walks_a_store_larger_than_one_sync_part_after_part() {
+    let mut c = Cluster::new();
+    // Push/pull far beyond the bound: only catching up can bring the store in time.
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let addrs: Vec<_> = (0..3).map(|i| c.add(i, 100)).collect();
+    let payload = [7u8; 900];
+    let count = 1_200;
+    c.publish_providers(addrs[0], count, &payload);
+    let stored_bytes = count * (payload.len() + 100);
+    let parts = stored_bytes.div_ceil(part_bytes());
+    assert!(parts >= 3, "the store spans several syncs ({parts})");
+    let bound = CATCH_UP_PAUSE * (parts as u32 + 2);
+    assert!(bound * 4 < c.swim.push_pull_interval);
+
+    let holds_all = |c: &Cluster, at: SocketAddr| c.items_at(at).len() == count;
+    for at in &addrs[1..] {
+        c.join(*at, addrs[0]);
+    }
+    c.run_until(bound, |c| addrs[1..].iter().all(|at| holds_all(c, *at)));
+    // A late joiner asks another member than the origin: the walk is the same.
+    let late = c.add(9, 100);
+    c.join(late, addrs[2]);
+    let took = c.run_until(bound, |c| holds_all(c, late));
+    let stats = c.nodes[&late].stats();
+    // One part per sync, at most a whole sync's worth each.
+    let fewest_parts = count * payload.len() / (MAX_SYNC_CHUNKS * MAX_UNSEALED_LEN);
+    assert!(
+        stats.catch_up_syncs as usize + 1 >= fewest_parts,
+        "{took:?} {stats:?}"
+    );
+    // Once a walk went round, syncs are back to the push/pull pace.
+    c.run_for(CATCH_UP_PAUSE * 10);
+    let after = c.nodes[&late].stats();
+    assert_eq!(after.catch_up_syncs, stats.catch_up_syncs);
+    assert_eq!(after.syncs_started, stats.syncs_started);
+    assert!(c.items_at(late).len() == count, "each item delivered once");
+    c.assert_driver_healthy();
+}
+
+#[test]
+fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
+    let mut c = Cluster::new();
+    // Push/pull far beyond the bound: only catching up can bring the store in time.
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let origin = c.add(0, 100);
+    let payload = [7u8; 900];
+    let count = 400;
+    c.publish_providers(origin, count, &payload);
+    let parts = (count * (payload.len() + 100)).div_ceil(part_bytes());
+    // A first member takes everything in, until no gossip of these items is left: only
+    // syncs can bring them to the joiner.
+    let first = c.add(1, 100);
+    c.join(first, origin);
+    c.run_until(Duration::from_secs(600), |c| {
+        c.items_at(first).len() == count
+            && [origin, first]
+                .iter()
+                .all(|at| c.nodes[at].stats().broadcast_backlog == 0)
+    });
+    // One datagram in 50 to the joiner is lost: most answers miss a chunk.
+    let joiner = c.add(2, 100);
+    c.lossy = Some((joiner, 50));
+    c.join(joiner, origin);
+    let bound = (CATCH_UP_PAUSE + SYNC_ANSWER_WAIT) * (4 * parts as u32 + 4);
+    assert!(bound * 4 < c.swim.push_pull_interval);
+    let took = c.run_until(bound, |c| c.items_at(joiner).len() == count);
+    let stats = c.nodes[&joiner].stats();
+    assert!(stats.syncs_incomplete > 0, "{took:?} {stats:?}");
+    // The walk went round even though no answer came whole: catching up ends.
+    let pause = (CATCH_UP_PAUSE + SYNC_ANSWER_WAIT) * 10;
+    c.run_for(pause);
+    let later = c.nodes[&joiner].stats().syncs_started;
+    c.run_for(pause);
+    assert_eq!(c.nodes[&joiner].stats().syncs_started, later);
+    c.assert_driver_healthy();
+}
+
+#[test]
+fn the_item_store_is_bounded_and_refuses_past_it_keeping_what_it_holds() {
+    let mut c = Cluster::new();
+    let origin = c.add(0, 100);
+    let err = Driver::new(
+        c.nodes[&origin].identity().clone(),
+        config(),
+        1,
+        Interner::default(),
+        c.authority("site-0"),
+        WALL,
+    )
+    .with_item_capacity(MAX_ITEM_CAPACITY + 1)
+    .err()
+    .unwrap();
+    assert!(err.to_string().contains("between 1 and 1048576"), "{err}");
+    let capacity = 40;
+    let node = c.nodes.remove(&origin).unwrap();
+    c.nodes
+        .insert(origin, node.with_item_capacity(capacity).unwrap());
+    let small = c.add(1, 100);
+    let node = c.nodes.remove(&small).unwrap();
+    c.nodes
+        .insert(small, node.with_item_capacity(capacity / 2).unwrap());
+    c.join(small, origin);
+    c.run_until(Duration::from_secs(2), Cluster::all_see_all);
+    for k in 0..capacity {
+        assert!(c.publish(origin, Lane::State, &format!("k{k:02}"), 1, b"v"));
+    }
+    let origin_node = c.nodes.get_mut(&origin).unwrap();
+    assert_eq!(
+        origin_node.publish(Lane::State, "one-more", 1, b"v"),
+        Err(PublishError::StoreFull)
+    );
+    assert_eq!(
+        PublishError::StoreFull.to_string(),
+        "the item store is full"
+    );
+    // A known name still takes newer versions when the store is full.
+    assert_eq!(origin_node.publish(Lane::State, "k00", 2, b"w"), Ok(true));
+    assert_eq!(origin_node.stats().items_stored, capacity);
+    // The smaller store takes what fits, refuses (and counts) the rest, and loses nothing
+    // it took.
+    c.run_for(config().push_pull_interval * 2);
+    let stats = c.nodes[&small].stats();
+    assert_eq!(stats.items_stored, capacity / 2);
+    assert!(stats.item_refusals.store_full > 0, "{stats:?}");
+    let mut held: Vec<_> = c.items_at(small).into_iter().map(|i| i.2).collect();
+    held.sort();
+    held.dedup();
+    assert_eq!(held.len(), capacity / 2);
+}
+
+/// Five nodes syncing too rarely to matter within a test.
+fn five_nodes_without_syncs() -> (Cluster, Vec<SocketAddr>) {
+    let mut c = Cluster::new();
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let addrs: Vec<_> = (0..5).map(|i| c.add(i, 100)).collect();
+    for at in &addrs[1..] {
+        c.join(*at, addrs[0]);
+    }
+    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    // Past the joiners' catch-up syncs.
+    c.run_for(Duration::from_secs(3));
+    (c, addrs)
+}
+
+#[test]
+fn a_version_gossip_never_brought_is_repaired_within_an_interval_of_settling() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    let victim = addrs[3];
+    c.deaf_to = Some((victim, b"missed by gossip".to_vec()));
+    let syncs_before = total(&c, |s| s.syncs_completed);
+    let published = c.now;
+    assert!(c.publish(
+        addrs[1],
+        Lane::State,
+        "signals-page/0",
+        7,
+        b"missed by gossip"
+    ));
+    let took = c.run_until(Duration::from_secs(3), |c| {
+        holds(c, victim, "signals-page/0", 7)
+    });
+    assert!(
+        took <= REPAIR_SETTLE + REPAIR_INTERVAL + TICK * 3,
+        "repaired after {took:?}"
+    );
+    assert!(published + took > published + REPAIR_SETTLE);
+    assert_eq!(total(&c, |s| s.syncs_completed), syncs_before);
+    assert_eq!(c.nodes[&victim].stats().items_repaired, 1);
+    for at in &addrs {
+        if *at != victim && *at != addrs[1] {
+            assert!(holds(&c, *at, "signals-page/0", 7));
+            assert_eq!(c.nodes[at].stats().items_repaired, 0, "gossip reached {at}");
+        }
+    }
+    // Delivered once, and nothing is sent again once everyone holds it.
+    c.run_for(REPAIR_WINDOW);
+    let copies = c.items_at(victim).iter().filter(|i| i.3 == 7).count();
+    assert_eq!(copies, 1);
+    let sent = total(&c, |s| s.repair_items_sent);
+    c.run_for(REPAIR_WINDOW);
+    assert_eq!(total(&c, |s| s.repair_items_sent), sent);
+    assert!(total(&c, |s| s.digests_sent) > 5 * 16);
+}
+
+#[test]
+fn members_in_step_exchange_digests_and_no_items() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    for v in 1..=20 {
+        c.publish(
+            addrs[v % 5],
+            Lane::State,
+            &format!("signals-page/{v}"),
+            v as u64,
+            b"load",
+        );
+        c.run_for(Duration::from_millis(100));
+    }
+    c.run_for(REPAIR_WINDOW);
+    assert!(total(&c, |s| s.digests_sent) >= 5 * 12);
+    assert_eq!(total(&c, |s| s.repair_items_sent), 0);
+    assert_eq!(total(&c, |s| s.bad_messages), 0);
+    // Messages are counted by kind as they leave and as they are accepted; nothing is lost
+    // on this network, so every digest sent was accepted.
+    let digest = MESSAGE_KINDS.iter().position(|k| *k == "digest").unwrap();
+    let sent = total(&c, |s| s.session.sent[digest].messages);
+    assert_eq!(sent, total(&c, |s| s.digests_sent));
+    assert_eq!(total(&c, |s| s.session.accepted[digest].messages), sent);
+    let repair = MESSAGE_KINDS.iter().position(|k| *k == "repair").unwrap();
+    assert_eq!(total(&c, |s| s.session.sent[repair].messages), 0);
+    let bytes = total(&c, |s| s.session.sent[digest].bytes);
+    assert!(
+        bytes > sent * 100 && bytes < sent * 400,
+        "{bytes} bytes in {sent} digests"
+    );
+}
+
+fn digest_from(
+    c: &Cluster,
+    sender: SocketAddr,
+    seq: u64,
+    to: SocketAddr,
+    digest: &Digest,
+) -> Vec<u8> {
+    let site = c.nodes[&sender].identity().site().to_string();
+    let mut body = Vec::new();
+    c.nodes[&sender].identity().encode(&mut body);
+    digest.encode(&mut body);
+    forge(
+        &c.ca.authority_of(&site, c.issued[&site].clone()),
+        KIND_DIGEST,
+        &body,
+        seq,
+        c.wall_ms(),
+        to,
+    )
+}
+
+#[test]
+fn an_empty_digest_gets_a_bounded_answer_at_most_twice_an_interval() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    let target = addrs[0];
+    let big = vec![b'x'; 900];
+    for k in 0..40 {
+        c.publish(addrs[2], Lane::State, &format!("provider/{k:02}"), 3, &big);
+    }
+    c.run_for(REPAIR_SETTLE + TICK);
+    let empty = Digest::new(1, REPAIR_WINDOW, &[]);
+    let before = c.nodes[&target].stats();
+    c.deliver_one(target, &digest_from(&c, addrs[1], 1 << 50, target, &empty));
+    let after = c.nodes[&target].stats();
+    // Four messages' worth of the 40 items the digest does not name, and no more.
+    let sent = after.repair_items_sent - before.repair_items_sent;
+    assert!((4..=4 * 2).contains(&sent), "{sent} items sent");
+    assert_eq!(after.digests_answered, before.digests_answered + 1);
+    c.deliver_one(
+        target,
+        &digest_from(&c, addrs[1], (1 << 50) + 1, target, &empty),
+    );
+    let again = c.nodes[&target].stats();
+    assert_eq!(again.digests_held_back, before.digests_held_back + 1);
+    assert_eq!(again.repair_items_sent, after.repair_items_sent);
+}
+
+#[test]
+fn malformed_digests_and_repairs_are_counted_and_change_nothing() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    let target = addrs[0];
+    let sender = c.nodes[&addrs[1]].identity().clone();
+    let mallory = c.authority("site-1");
+    let mut digest = Vec::new();
+    Digest::new(1, REPAIR_WINDOW, &[1, 2, 3]).encode(&mut digest);
+    let mut no_hashes = digest.clone();
+    no_hashes[10] = 0;
+    let mut item_less = vec![0, 0, 0, 1, 0, 0, 0, 1];
+    item_less.extend_from_slice(&[1, 0, 1, 0]); // a member entry in a repair
+    let bodies: [(u8, &[u8]); 5] = [
+        (KIND_DIGEST, &digest[..12]),
+        (KIND_DIGEST, &no_hashes),
+        (KIND_REPAIR, &[0, 0, 0, 1, 0, 1, 0, 1]),
+        (KIND_REPAIR, &item_less),
+        (KIND_REPAIR, &[0, 0, 0, 1, 0, 0, 0, 1, 2, 0, 9, 1]),
+    ];
+    let stored = c.nodes[&target].stats().items_stored;
+    for (i, (kind, tail)) in bodies.iter().enumerate() {
+        let mut body = Vec::new();
+        sender.encode(&mut body);
+        body.extend_from_slice(tail);
+        let message = forge(
+            &mallory,
+            *kind,
+            &body,
+            (1 << 50) + i as u64,
+            c.wall_ms(),
+            target,
+        );
+        c.deliver_one(target, &message);
+    }
+    let stats = c.nodes[&target].stats();
+    assert_eq!(stats.bad_messages, bodies.len() as u64);
+    assert_eq!(stats.items_stored, stored);
+    assert_eq!(stats.digests_answered, 0);
+    c.run_for(Duration::from_secs(2));
+    assert!(c.all_see_all());
+}

@@ -1,0 +1,103 @@
+//! Protocol versions: each pair speaks its highest shared version, and pairs sharing none
+//! refuse each other.
+
+use super::*;
+
+fn protocol_of(c: &Cluster, viewer: SocketAddr, target: SocketAddr) -> Option<u8> {
+    c.nodes[&viewer]
+        .members()
+        .into_iter()
+        .find(|m| m.id.socket_addr() == target)
+        .and_then(|m| m.protocol)
+}
+
+fn refusals_at(c: &Cluster, at: SocketAddr) -> Vec<(String, ProtocolRange, ProtocolRange)> {
+    c.events[&at]
+        .iter()
+        .filter_map(|e| match e {
+            Event::VersionRefused { peer, theirs, ours } => {
+                Some((peer.site().to_string(), *theirs, *ours))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn each_pair_speaks_its_highest_shared_version_and_pairs_sharing_none_refuse_each_other() {
+    let range = |min, max| ProtocolRange::new(min, max).unwrap();
+    let mut c = Cluster::new();
+    let hub = c.add(0, 1);
+    let old = c.add(1, 1);
+    let next = c.add(2, 1);
+    for (at, speaks) in [(old, range(1, 1)), (next, range(2, 3))] {
+        let driver = c.nodes.remove(&at).unwrap().with_protocols(speaks);
+        c.nodes.insert(at, driver);
+    }
+    c.join(old, hub);
+    c.join(next, hub);
+    c.run_until(Duration::from_secs(5), |c| {
+        protocol_of(c, hub, old) == Some(1) && protocol_of(c, hub, next) == Some(2)
+    });
+    c.run_for(Duration::from_secs(5));
+    // The hub speaks with both, each at the highest version the pair shares.
+    for (viewer, target, spoken) in [(hub, old, 1), (hub, next, 2), (old, hub, 1), (next, hub, 2)] {
+        assert_eq!(
+            c.state_of(viewer, target).map(|s| s.0),
+            Some(MemberState::Alive)
+        );
+        assert_eq!(protocol_of(&c, viewer, target), Some(spoken));
+    }
+    // 1..1 and 2..3 share nothing: neither takes the other in, though the hub gossips
+    // each to the other and both kept asking for introductions.
+    assert_eq!(c.state_of(old, next), None);
+    assert_eq!(c.state_of(next, old), None);
+    for at in [old, next] {
+        assert!(c.nodes[&at].stats().session.dropped_incompatible_version >= 1);
+    }
+    // Each refusal is reported once, naming both ranges.
+    assert_eq!(
+        refusals_at(&c, old),
+        vec![("site-2".to_owned(), range(2, 3), range(1, 1))]
+    );
+    assert_eq!(
+        refusals_at(&c, next),
+        vec![("site-1".to_owned(), range(1, 1), range(2, 3))]
+    );
+    assert!(refusals_at(&c, hub).is_empty());
+    assert_eq!(
+        c.nodes[&hub].stats().session.dropped_incompatible_version,
+        0
+    );
+    // Items still flow both ways through the hub, which both trust.
+    c.publish(old, Lane::State, "provider/old", 1, b"from 1..1");
+    c.publish(next, Lane::State, "provider/next", 1, b"from 2..3");
+    c.run_until(Duration::from_secs(5), |c| {
+        holds(c, hub, "provider/old", 1) && holds(c, hub, "provider/next", 1)
+    });
+}
+
+#[test]
+fn a_hello_without_a_range_is_heard_as_protocol_one() {
+    let mut c = Cluster::new();
+    let a = c.add(0, 1);
+    let b = c.add(1, 1);
+    c.join(b, a);
+    c.run_until(Duration::from_secs(5), |c| {
+        protocol_of(c, a, b) == Some(2) && protocol_of(c, b, a) == Some(2)
+    });
+    // A HELLO whose flags carry no range (as release 0.1.0 sends them), signed by b.
+    let signer = c.authority("site-1");
+    let certificate = c.issued["site-1"].cert.clone();
+    let mut body = Vec::new();
+    c.nodes[&b].identity().encode(&mut body);
+    body.extend_from_slice(&[0x00, 1]);
+    body.extend_from_slice(&(certificate.len() as u16).to_be_bytes());
+    body.extend_from_slice(&certificate);
+    let hello = forge(&signer, KIND_HELLO, &body, 1 << 50, c.wall_ms(), a);
+    let before = c.nodes[&a].stats().session.hellos_received;
+    c.deliver_one(a, &hello);
+    assert_eq!(c.nodes[&a].stats().session.hellos_received, before + 1);
+    assert_eq!(protocol_of(&c, a, b), Some(1));
+    assert!(c.all_see_all());
+}
