@@ -55,6 +55,8 @@ ALLOWED_KEYWORDS = {
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
     "x-kubernetes-preserve-unknown-fields",
+    # Cross-field rules (CEL), refused at apply: tests/test_crd_validation_rules*.py.
+    "x-kubernetes-validations",
 }
 
 

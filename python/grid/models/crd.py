@@ -3,7 +3,9 @@
 The models are the single source of truth: their JSON schema is rewritten into the
 *structural* OpenAPI v3 schema the API server requires (every node typed, no references,
 no type unions, ``nullable`` for optional fields), with the models' patterns, ranges,
-defaults and list semantics carried over.
+defaults and list semantics carried over, and the CEL rules (``x-kubernetes-validations``)
+declared next to their checks (:mod:`grid.models.validation_rules`) on the nodes of their
+models and types.
 """
 
 from __future__ import annotations

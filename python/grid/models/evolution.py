@@ -10,7 +10,8 @@ and lists every change that is not additive: removed versions, properties and
 subresources; renamed group, scope or names; narrowed types and value checks; newly
 required fields; changed list semantics. New ``x-kubernetes-validations`` rules on
 existing fields are listed too, as needing review: whether a rule refuses an object stored
-before depends on the rule, which no comparison of schemas can decide.
+before depends on the rule, which no comparison of schemas can decide. Changes recorded as
+reviewed (:mod:`grid.models.crd_review`, for this repository's CRDs) are left out.
 
 Pure: no I/O. The documents are read, never changed.
 """
@@ -20,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from grid.models.crd_review import REVIEWED, Review
 
 # Keys of the CRD's ``spec.names`` that clients address resources by.
 _RENAMEABLE_NAMES = ("kind", "plural", "singular", "listKind")
@@ -51,7 +54,8 @@ class NonAdditiveChange:
     (``.spec.egress.address``; ``[*]`` an array's items, ``.*`` a map's values) for a
     schema change, into the CRD (``spec.scope``) otherwise. ``rule`` names the kind of
     change in a word or two, for tools; ``detail`` says what changed. ``needs_review``
-    marks a change that may or may not refuse stored objects (a new validation rule)."""
+    marks a change that may or may not refuse stored objects (a new validation rule), and
+    ``validation_rule`` holds the CEL text of a new rule."""
 
     crd: str
     version: str | None
@@ -59,6 +63,13 @@ class NonAdditiveChange:
     rule: str
     detail: str
     needs_review: bool = False
+    validation_rule: str = ""
+
+    def reviewed_in(self, review: Review) -> bool:
+        """Whether ``review`` records this change as reviewed."""
+        if self.validation_rule:
+            return self.validation_rule in review.rules
+        return (self.crd, self.path, self.detail) in review.narrowings
 
     def __str__(self) -> str:
         where = " ".join(part for part in (self.crd, self.version, self.path) if part)
@@ -66,10 +77,12 @@ class NonAdditiveChange:
         return f"{where}: {self.detail}{review}"
 
 
-def non_additive_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[NonAdditiveChange]:
+def non_additive_changes(
+    old: Mapping[str, Any], new: Mapping[str, Any], reviewed: Review = REVIEWED
+) -> list[NonAdditiveChange]:
     """Every change from the CRD ``old`` to the CRD ``new`` that is not additive within the
-    versions ``old`` serves, CRD-wide changes first, then each version's in ``old``'s
-    order."""
+    versions ``old`` serves and that ``reviewed`` does not record, CRD-wide changes first,
+    then each version's in ``old``'s order."""
     name = crd_name(old)
     found: list[NonAdditiveChange] = []
     old_spec, new_spec = _mapping(old.get("spec")), _mapping(new.get("spec"))
@@ -117,21 +130,23 @@ def non_additive_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list
             comparison = _SchemaComparison(name, version_name)
             comparison.compare(old_schema, _schema_of(new_version) or {}, "")
             found.extend(comparison.found)
-    return found
+    return [change for change in found if not change.reviewed_in(reviewed)]
 
 
 def non_additive_changes_of_all(
-    old_crds: Iterable[Mapping[str, Any]], new_crds: Iterable[Mapping[str, Any]]
+    old_crds: Iterable[Mapping[str, Any]],
+    new_crds: Iterable[Mapping[str, Any]],
+    reviewed: Review = REVIEWED,
 ) -> list[NonAdditiveChange]:
-    """Every non-additive change from one set of CRDs to another, matched by name: a CRD
-    of ``old_crds`` that ``new_crds`` lacks is a change too. CRDs new in ``new_crds`` are
-    additions."""
+    """Every non-additive change from one set of CRDs to another that ``reviewed`` does not
+    record, matched by name: a CRD of ``old_crds`` that ``new_crds`` lacks is a change too.
+    CRDs new in ``new_crds`` are additions."""
     new_by_name = {crd_name(crd): crd for crd in new_crds}
     found: list[NonAdditiveChange] = []
     for old in old_crds:
         name = crd_name(old)
         if name in new_by_name:
-            found.extend(non_additive_changes(old, new_by_name[name]))
+            found.extend(non_additive_changes(old, new_by_name[name], reviewed))
         else:
             found.append(NonAdditiveChange(name, None, "", "crd removed", "the CRD was removed"))
     return found
@@ -180,9 +195,19 @@ class _SchemaComparison:
         self.version = version
         self.found: list[NonAdditiveChange] = []
 
-    def report(self, path: str, rule: str, detail: str, *, needs_review: bool = False) -> None:
+    def report(
+        self,
+        path: str,
+        rule: str,
+        detail: str,
+        *,
+        needs_review: bool = False,
+        validation_rule: str = "",
+    ) -> None:
         self.found.append(
-            NonAdditiveChange(self.crd, self.version, path or ".", rule, detail, needs_review)
+            NonAdditiveChange(
+                self.crd, self.version, path or ".", rule, detail, needs_review, validation_rule
+            )
         )
 
     def compare(self, old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> None:
@@ -286,6 +311,7 @@ class _SchemaComparison:
                     "validation rule added",
                     f"new validation rule {text!r} may refuse objects stored before",
                     needs_review=True,
+                    validation_rule=str(text),
                 )
 
     def _children(self, old: Mapping[str, Any], new: Mapping[str, Any], path: str) -> None:

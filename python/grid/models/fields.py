@@ -18,6 +18,8 @@ from pydantic import AfterValidator, Field, GetCoreSchemaHandler, GetJsonSchemaH
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from grid.models.validation_rules import ValidationRule, cel_string, validations
+
 # --- durations ---------------------------------------------------------------------------
 
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
@@ -101,23 +103,49 @@ class Duration:
 
 @dataclass(frozen=True, slots=True)
 class DurationBounds:
-    """Inclusive range a :class:`Duration` field accepts, in seconds."""
+    """Inclusive range a :class:`Duration` field accepts, in seconds: checked by the model
+    and, as a CEL rule of the field, by the API server."""
 
     minimum: float
     maximum: float
 
-    def __call__(self, value: Duration) -> Duration:
+    @property
+    def rule(self) -> ValidationRule:
+        # CEL's duration() reads Go durations, of which the CRD's pattern is a subset.
+        low, high = (cel_string(format_seconds(bound)) for bound in (self.minimum, self.maximum))
+        return ValidationRule(
+            f"duration(self) >= duration({low}) && duration(self) <= duration({high})",
+            f"must be between {format_seconds(self.minimum)} and {format_seconds(self.maximum)}",
+        )
+
+    def check(self, value: Duration) -> Duration:
         if not self.minimum <= value.seconds <= self.maximum:
-            raise ValueError(
-                f"must be between {format_seconds(self.minimum)} and {format_seconds(self.maximum)}"
-            )
+            raise ValueError(self.rule.message)
         return value
 
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(self.check, handler(source))
 
-def within(minimum: float, maximum: float) -> AfterValidator:
-    """Validator limiting a :class:`Duration` field to ``[minimum, maximum]`` seconds:
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {**handler(schema), **validations(self.rule)}
+
+
+def within(minimum: float, maximum: float) -> DurationBounds:
+    """Limits a :class:`Duration` field to ``[minimum, maximum]`` seconds:
     ``Annotated[Duration, within(0.1, 300)]``."""
-    return AfterValidator(DurationBounds(minimum, maximum))
+    return DurationBounds(minimum, maximum)
+
+
+TIMEOUT_WITHIN_INTERVAL = ValidationRule(
+    "duration(self.timeout) < duration(self.interval)",
+    "timeout must be shorter than interval",
+    field_path=".timeout",
+)
+"""The rule of a model with a ``timeout`` and the ``interval`` it must be shorter than."""
 
 
 # --- addresses ---------------------------------------------------------------------------
@@ -126,7 +154,9 @@ PORT_PATTERN = (
     r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 )
 _HOSTNAME = r"[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*"
-HOST_PORT_PATTERN = rf"^({_HOSTNAME}|\[[0-9A-Fa-f:.]+\]):{PORT_PATTERN}$"
+HOST_PATTERN = rf"({_HOSTNAME}|\[[0-9A-Fa-f:.]+\])"
+"""A DNS name, an IPv4 address (which reads as one) or a bracketed IPv6 address."""
+HOST_PORT_PATTERN = rf"^{HOST_PATTERN}:{PORT_PATTERN}$"
 _HOST_PORT_HELP = "host:port, e.g. site.example.com:7946, 10.0.0.5:7946 or [fd00::5]:7946"
 
 
@@ -167,12 +197,52 @@ def _check_host_port(address: str) -> str:
     return address
 
 
+def cel_bracketed_ipv6(address: str) -> str:
+    """CEL: a host in brackets at the start of the text of the expression ``address`` (a
+    ``host:port``, a URL's authority) is an IPv6 address, as far as the API server can
+    tell. Its ``isIP`` refuses IPv4-mapped addresses (``::ffff:10.0.0.5``) that the models
+    accept, so a host that may be one (it holds ``ffff`` or a dotted quad) is left to the
+    models."""
+    host = f"{address}.substring(1, {address}.indexOf(']'))"
+    return (
+        f"!{address}.startsWith('[') || !{address}.contains(']') || ({host}.contains(':') && "
+        f"(isIP({host}) || {host}.contains('.') || {host}.lowerAscii().contains('ffff')))"
+    )
+
+
+HOST_PORT_IPV6 = ValidationRule(
+    cel_bracketed_ipv6("self"), f"is not a valid bracketed IPv6 address ({_HOST_PORT_HELP})"
+)
+HOST_PORT_NAME_LENGTH = ValidationRule(
+    # The pattern checks the name's characters; its length (what precedes the port's
+    # colon) only a rule can.
+    "self.startsWith('[') || self.lastIndexOf(':') <= 253",
+    f"host is not a valid DNS name or IPv4 address ({_HOST_PORT_HELP})",
+)
+
 HostPort = Annotated[
     str,
     AfterValidator(_check_host_port),
-    Field(json_schema_extra={"pattern": HOST_PORT_PATTERN, "maxLength": 261}),
+    Field(
+        json_schema_extra={
+            "pattern": HOST_PORT_PATTERN,
+            "maxLength": 261,
+            **validations(HOST_PORT_IPV6, HOST_PORT_NAME_LENGTH),
+        }
+    ),
 ]
 """A ``host:port`` address (IPv6 in brackets)."""
+
+
+# --- text ----------------------------------------------------------------------------------
+
+# For the patterns that refuse whitespace ([^\s]): RE2, the API server's engine, reads \s as
+# [\t\n\f\r ], where Python's re, the models', also takes \v, \x1c-\x1f, \x85 and the
+# Unicode spaces: exactly this class.
+_PYTHON_WHITESPACE = r"[\t-\r\x1c-\x1f\x{85}\p{Z}]"
+NO_WHITESPACE = ValidationRule(
+    f"!self.matches({cel_string(_PYTHON_WHITESPACE)})", "must not contain whitespace"
+)
 
 
 # --- certificate fingerprints ------------------------------------------------------------
@@ -206,6 +276,11 @@ HEX64_PATTERN = r"^[0-9a-f]{64}$"
 
 DECIMAL_PATTERN = r"^[0-9]+(\.[0-9]+)?$"
 MAX_PRICE = Decimal(1_000_000)
+PRICE_RANGE = ValidationRule(
+    # The schema's minimum and maximum hold for whole numbers only, not for decimal strings.
+    f"type(self) != string || double(self) <= {MAX_PRICE}.0",
+    f"must be between 0 and {MAX_PRICE}",
+)
 
 
 def _coerce_price(value: object) -> Decimal:
@@ -225,7 +300,7 @@ def _coerce_price(value: object) -> Decimal:
     else:
         raise ValueError('must be a non-negative decimal such as 3 or "0.25"')
     if not amount.is_finite() or amount < 0 or amount > MAX_PRICE:
-        raise ValueError(f"must be between 0 and {MAX_PRICE}")
+        raise ValueError(PRICE_RANGE.message)
     return amount
 
 
@@ -257,6 +332,7 @@ class _PriceSchema:
             "pattern": DECIMAL_PATTERN,
             "minimum": 0,
             "maximum": int(MAX_PRICE),
+            **validations(PRICE_RANGE),
         }
 
 

@@ -7,7 +7,7 @@ import uuid
 from enum import StrEnum
 from typing import Annotated, Literal, Protocol, Self
 
-from pydantic import AfterValidator, AwareDatetime, Field, model_validator
+from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_validator
 
 from grid.models.common import GridModel, ScoringConfig
 from grid.models.conditions import Conditions
@@ -15,6 +15,7 @@ from grid.models.fields import (
     DNS_LABEL_PATTERN,
     HEX64_PATTERN,
     LIST_SET,
+    NO_WHITESPACE,
     DnsLabel,
     DnsSubdomain,
     Duration,
@@ -28,6 +29,7 @@ from grid.models.fields import (
     within,
 )
 from grid.models.meta import API_VERSION, ObjectMeta, SecretKeyRef, SecretObjectRef
+from grid.models.validation_rules import ValidationRule, present, validations
 
 DEFAULT_CONFIG_MAP_KEY = "grid-config.json"
 DEFAULT_ROUTE_FILTER = "grid_route"
@@ -49,9 +51,17 @@ class ConsumerMode(StrEnum):
     closed to new requests are left out (the static format has no admission state)."""
 
 
+AFFINITY_NEEDS_A_KEY = ValidationRule(
+    f"!self.enabled || ({present('header')}) || ({present('cookie')})",
+    "session affinity needs a header or a cookie to read the key from",
+)
+
+
 class SessionAffinity(GridModel):
     """The gateway's session affinity: a session keeps the backend it was first routed to
     while that backend admits existing sessions (``existing_only`` included)."""
+
+    model_config = ConfigDict(json_schema_extra=validations(AFFINITY_NEEDS_A_KEY))
 
     enabled: bool = True
     header: str | None = Field(
@@ -73,7 +83,7 @@ class SessionAffinity(GridModel):
     @model_validator(mode="after")
     def _has_a_key(self) -> Self:
         if self.enabled and self.header is None and self.cookie is None:
-            raise ValueError("session affinity needs a header or a cookie to read the key from")
+            raise ValueError(AFFINITY_NEEDS_A_KEY.message)
         return self
 
 
@@ -91,6 +101,7 @@ class ConsumerConfig(GridModel):
         "/etc/grid/overlay",
         pattern=r"^/[^\s]*$",
         max_length=1024,
+        json_schema_extra=validations(NO_WHITESPACE),
         description="Directory where the overlay ConfigMap is mounted in the gateway "
         "(a whole-volume mount: subPath mounts never see updates).",
     )
@@ -129,6 +140,7 @@ class ConsumerConfig(GridModel):
         "/etc/grid/credentials",
         pattern=r"^/[^\s]*$",
         max_length=1024,
+        json_schema_extra=validations(NO_WHITESPACE),
         description="Directory where provider credential Secrets are mounted "
         "(<base>/<secret name>/<key>).",
     )
@@ -136,6 +148,7 @@ class ConsumerConfig(GridModel):
         "/etc/grid/tls",
         pattern=r"^/[^\s]*$",
         max_length=1024,
+        json_schema_extra=validations(NO_WHITESPACE),
         description="Directory holding ca.crt, tls.crt and tls.key for mutual TLS upstreams.",
     )
     config_map_name: DnsSubdomain | None = Field(
@@ -185,8 +198,18 @@ class GatewayRef(GridModel):
         return explicit or f"{self.name}-praxis"
 
 
+SUSPICION_OUTLASTS_PROBE = ValidationRule(
+    "duration(self.suspicionTimeout) >= duration(self.probeInterval)",
+    "suspicionTimeout must be at least probeInterval, or live peers are declared down before "
+    "they can be probed again",
+    field_path=".suspicionTimeout",
+)
+
+
 class SwimSettings(GridModel):
     """SWIM membership tuning."""
+
+    model_config = ConfigDict(json_schema_extra=validations(SUSPICION_OUTLASTS_PROBE))
 
     gossip_nodes: int = Field(
         3, ge=1, le=32, description="Peers each update is gossiped to per round."
@@ -202,10 +225,7 @@ class SwimSettings(GridModel):
     @model_validator(mode="after")
     def _suspicion_outlasts_probe(self) -> Self:
         if self.suspicion_timeout.seconds < self.probe_interval.seconds:
-            raise ValueError(
-                "suspicionTimeout must be at least probeInterval, or live peers are declared "
-                "down before they can be probed again"
-            )
+            raise ValueError(SUSPICION_OUTLASTS_PROBE.message)
         return self
 
 

@@ -1,6 +1,7 @@
 """InferenceProvider: inference capacity offered to the grid, where it sits, what it costs,
 how to check it, how to authenticate to it (by Secret reference only) and how to read its
-load from Prometheus metrics."""
+load from Prometheus metrics. Its models and prices are in :mod:`grid.models.offers`, its
+URLs' type in :mod:`grid.models.urls`."""
 
 from __future__ import annotations
 
@@ -11,32 +12,31 @@ from types import MappingProxyType
 from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import AfterValidator, AwareDatetime, Field, model_validator
+from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_validator
 
 from grid.models.common import AuthStrategy, BackendKind, GridModel, ProviderKind
 from grid.models.conditions import Conditions
 from grid.models.fields import (
     LIST_SET,
+    NO_WHITESPACE,
+    TIMEOUT_WITHIN_INTERVAL,
     DnsSubdomain,
     Duration,
-    Price,
     Token,
     is_ip_address,
     list_map,
-    split_host_port,
     unique_by,
     unique_values,
     within,
 )
 from grid.models.meta import API_VERSION, ObjectMeta, SecretKeyRef
+from grid.models.offers import Cost, ModelOffer
 from grid.models.selectors import LabelSelector
+from grid.models.urls import HttpUrl
+from grid.models.validation_rules import Reason, ValidationRule, cel_string, present, validations
 
-ENDPOINT_PATTERN = r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"
-MODEL_NAME_PATTERN = r"^[^\s]+$"
-CAPABILITY_PATTERN = r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$"
 PROMETHEUS_METRIC_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 _PROMETHEUS_LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
-_MAX_OVERLAY_NAME_BYTES = 256
 
 SECRET_STRATEGIES = frozenset(
     {
@@ -90,64 +90,17 @@ DEFAULT_API_KEY_HEADERS: Mapping[ProviderKind, str | None] = MappingProxyType(
 Bearer <key>``), so the credential is sent as one."""
 
 
-def check_http_url(url: str) -> str:
-    """``url`` if it is an http(s) URL with a host and no credentials, query or fragment."""
-    if not re.fullmatch(ENDPOINT_PATTERN, url):
-        raise ValueError(
-            "must be an http:// or https:// URL with a host and an optional path, without "
-            "user:password@, query string or fragment (credentials belong in auth.secretRef)"
-        )
-    parts = urlsplit(url)
-    default_port = 443 if parts.scheme == "https" else 80
-    netloc = (
-        parts.netloc if re.search(r":[0-9]+$", parts.netloc) else (f"{parts.netloc}:{default_port}")
-    )
-    split_host_port(netloc)
-    return url
-
-
-def _check_model_name(name: str) -> str:
-    if len(name.encode()) > _MAX_OVERLAY_NAME_BYTES:
-        raise ValueError(f"must be at most {_MAX_OVERLAY_NAME_BYTES} bytes in UTF-8")
-    return name
-
-
-HttpUrl = Annotated[
-    str,
-    AfterValidator(check_http_url),
-    Field(json_schema_extra={"pattern": ENDPOINT_PATTERN, "maxLength": 2048}),
-]
-Capability = Annotated[str, Field(pattern=CAPABILITY_PATTERN, min_length=1, max_length=63)]
-
-
-class ModelOffer(GridModel):
-    """One model a provider serves."""
-
-    name: Annotated[str, AfterValidator(_check_model_name)] = Field(
-        pattern=MODEL_NAME_PATTERN,
-        min_length=1,
-        max_length=256,
-        description="Model name requests ask for (the gateway matches it exactly).",
-    )
-    capabilities: Annotated[list[Capability], AfterValidator(unique_values), LIST_SET] = Field(
-        default_factory=list, max_length=64, description="e.g. chat, completion, embeddings."
-    )
-    context_window: int | None = Field(
-        None, ge=1, le=100_000_000, description="Maximum tokens per request (prompt + output)."
-    )
-
-
-class Cost(GridModel):
-    """Price per million tokens, as a whole number or a quoted decimal ("0.25")."""
-
-    input_per_million: Price
-    output_per_million: Price
-
-
 class HealthCheck(GridModel):
     """Active HTTP health check against the provider's endpoint."""
 
-    path: str = Field("/health", pattern=r"^/[^\s?#]*$", max_length=1024)
+    model_config = ConfigDict(json_schema_extra=validations(TIMEOUT_WITHIN_INTERVAL))
+
+    path: str = Field(
+        "/health",
+        pattern=r"^/[^\s?#]*$",
+        max_length=1024,
+        json_schema_extra=validations(NO_WHITESPACE),
+    )
     interval: Annotated[Duration, within(1, 3600)] = Duration.parse("10s")
     timeout: Annotated[Duration, within(0.1, 300)] = Duration.parse("2s")
     healthy_threshold: int = Field(
@@ -161,8 +114,29 @@ class HealthCheck(GridModel):
     @model_validator(mode="after")
     def _timeout_within_interval(self) -> Self:
         if self.timeout.seconds >= self.interval.seconds:
-            raise ValueError("timeout must be shorter than interval")
+            raise ValueError(TIMEOUT_WITHIN_INTERVAL.message)
         return self
+
+
+_GATEWAY_OWNED_HELP = (
+    "the gateway sets it itself (Host, Content-Length, Transfer-Encoding and the hop-by-hop "
+    "headers such as Connection are the gateway's)"
+)
+HEADER_NOT_AUTHORIZATION = ValidationRule(
+    "self.lowerAscii() != 'authorization'",
+    "must not be Authorization: a key sent there is a bearer token, use strategy "
+    "BearerToken (or leave header out)",
+)
+_OWNED_BY_LOWER_CASE = ", ".join(
+    f"{cel_string(lower)}: {cel_string(usual)}" for lower, usual in GATEWAY_OWNED_HEADERS.items()
+)
+HEADER_NOT_THE_GATEWAYS = ValidationRule(
+    f"!(self.lowerAscii() in [{', '.join(cel_string(lower) for lower in GATEWAY_OWNED_HEADERS)}])",
+    "must not be a header the gateway sets itself (Host, Content-Length, Transfer-Encoding "
+    "and the hop-by-hop headers such as Connection are the gateway's)",
+    message_expression=f"'must not be ' + {{{_OWNED_BY_LOWER_CASE}}}[self.lowerAscii()] + "
+    f"{cel_string(': ' + _GATEWAY_OWNED_HELP)}",
+)
 
 
 def check_api_key_header(name: str) -> str:
@@ -178,16 +152,9 @@ def check_api_key_header(name: str) -> str:
         )
     lowered = name.lower()
     if lowered == "authorization":
-        raise ValueError(
-            "must not be Authorization: a key sent there is a bearer token, use strategy "
-            "BearerToken (or leave header out)"
-        )
+        raise ValueError(HEADER_NOT_AUTHORIZATION.message)
     if lowered in GATEWAY_OWNED_HEADERS:
-        raise ValueError(
-            f"must not be {GATEWAY_OWNED_HEADERS[lowered]}: the gateway sets it itself "
-            "(Host, Content-Length, Transfer-Encoding and the hop-by-hop headers such as "
-            "Connection are the gateway's)"
-        )
+        raise ValueError(f"must not be {GATEWAY_OWNED_HEADERS[lowered]}: {_GATEWAY_OWNED_HELP}")
     return name
 
 
@@ -199,6 +166,7 @@ HeaderName = Annotated[
             "pattern": HTTP_HEADER_NAME_PATTERN,
             "minLength": 1,
             "maxLength": MAX_HEADER_NAME_LENGTH,
+            **validations(HEADER_NOT_AUTHORIZATION, HEADER_NOT_THE_GATEWAYS),
         }
     ),
 ]
@@ -222,9 +190,36 @@ def api_key_header(
     return DEFAULT_API_KEY_HEADERS[provider_kind]
 
 
+_SECRET_STRATEGY_NAMES = sorted(SECRET_STRATEGIES)
+_SECRET_HELP = "(name, namespace, key of the Secret holding the credential)"
+_HEADER_HELP = "remove header, or use strategy ApiKey to send the key in that header"
+SECRET_REF_NEEDED = ValidationRule(
+    f"!(self.strategy in [{', '.join(cel_string(s) for s in _SECRET_STRATEGY_NAMES)}]) || "
+    f"({present('secretRef')})",
+    f"strategies {', '.join(_SECRET_STRATEGY_NAMES[:-1])} and {_SECRET_STRATEGY_NAMES[-1]} "
+    f"need secretRef {_SECRET_HELP}",
+    field_path=".secretRef",
+    reason=Reason.REQUIRED,
+    message_expression="'strategy ' + self.strategy + "
+    + cel_string(" needs secretRef " + _SECRET_HELP),
+)
+HEADER_WITH_API_KEY_ONLY = ValidationRule(
+    f"!({present('header')}) || self.strategy == 'ApiKey'",
+    f"header goes with strategy ApiKey only: {_HEADER_HELP}",
+    field_path=".header",
+    reason=Reason.FORBIDDEN,
+    message_expression="'header goes with strategy ApiKey only, not ' + self.strategy + "
+    f"{cel_string(': ' + _HEADER_HELP)}",
+)
+
+
 class ProviderAuth(GridModel):
     """How the gateway authenticates to the provider. Only a Secret *reference* is held;
     the gateway reads the mounted file."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(SECRET_REF_NEEDED, HEADER_WITH_API_KEY_ONLY)
+    )
 
     strategy: AuthStrategy
     secret_ref: SecretKeyRef | None = None
@@ -239,14 +234,10 @@ class ProviderAuth(GridModel):
     @model_validator(mode="after")
     def _secret_when_needed(self) -> Self:
         if self.strategy in SECRET_STRATEGIES and self.secret_ref is None:
-            raise ValueError(
-                f"strategy {self.strategy} needs secretRef (name, namespace, key of the "
-                "Secret holding the credential)"
-            )
+            raise ValueError(f"strategy {self.strategy} needs secretRef {_SECRET_HELP}")
         if self.header is not None and self.strategy is not AuthStrategy.API_KEY:
             raise ValueError(
-                f"header goes with strategy ApiKey only, not {self.strategy}: remove header, "
-                "or use strategy ApiKey to send the key in that header"
+                f"header goes with strategy ApiKey only, not {self.strategy}: {_HEADER_HELP}"
             )
         return self
 
@@ -266,22 +257,39 @@ class Aggregation(StrEnum):
     AVG = "avg"
 
 
+PROMETHEUS_LABEL_NAMES = ValidationRule(
+    f"self.all(name, name.matches({cel_string('^' + _PROMETHEUS_LABEL.pattern + '$')}))",
+    "Prometheus label names are letters, digits and '_', not starting with a digit",
+)
+
+
 def _check_matchers(labels: dict[str, str]) -> dict[str, str]:
     for name in labels:
         if not _PROMETHEUS_LABEL.fullmatch(name):
-            raise ValueError(
-                "Prometheus label names are letters, digits and '_', not starting with a digit"
-            )
+            raise ValueError(PROMETHEUS_LABEL_NAMES.message)
     return labels
+
+
+HISTOGRAMS_SUM = ValidationRule(
+    f"!({present('quantile')} && {present('aggregation')})",
+    "aggregation does not apply to a histogram (quantile): its buckets always sum across "
+    "series; drop aggregation",
+    field_path=".aggregation",
+    reason=Reason.FORBIDDEN,
+)
 
 
 class MetricSelector(GridModel):
     """A Prometheus metric (and label matchers) read as one signal."""
 
+    model_config = ConfigDict(json_schema_extra=validations(HISTOGRAMS_SUM))
+
     metric: str = Field(pattern=PROMETHEUS_METRIC_PATTERN, max_length=256)
-    labels: Annotated[dict[str, str], AfterValidator(_check_matchers)] = Field(
-        default_factory=dict, description="Label values a series must have to count."
-    )
+    labels: Annotated[
+        dict[str, str],
+        AfterValidator(_check_matchers),
+        Field(json_schema_extra=validations(PROMETHEUS_LABEL_NAMES)),
+    ] = Field(default_factory=dict, description="Label values a series must have to count.")
     aggregation: Aggregation | None = Field(
         None,
         description="How several matching series combine into one value. Unset, each signal "
@@ -303,15 +311,21 @@ class MetricSelector(GridModel):
     @model_validator(mode="after")
     def _histograms_sum(self) -> Self:
         if self.quantile is not None and self.aggregation is not None:
-            raise ValueError(
-                "aggregation does not apply to a histogram (quantile): its buckets always "
-                "sum across series; drop aggregation"
-            )
+            raise ValueError(HISTOGRAMS_SUM.message)
         return self
+
+
+_SIGNALS = ("queueDepth", "kvCacheUtilization", "prefixCacheHitRatio", "p99LatencyMs", "health")
+A_SIGNAL_MAPPED = ValidationRule(
+    " || ".join(f"({present(signal)})" for signal in _SIGNALS),
+    f"map at least one of {', '.join(_SIGNALS)}",
+)
 
 
 class SignalMapping(GridModel):
     """Which metric feeds each scraped signal. ``health`` is healthy when non-zero."""
+
+    model_config = ConfigDict(json_schema_extra=validations(A_SIGNAL_MAPPED))
 
     queue_depth: MetricSelector | None = None
     kv_cache_utilization: MetricSelector | None = None
@@ -330,10 +344,7 @@ class SignalMapping(GridModel):
                 self.health,
             )
         ):
-            raise ValueError(
-                "map at least one of queueDepth, kvCacheUtilization, prefixCacheHitRatio, "
-                "p99LatencyMs, health"
-            )
+            raise ValueError(A_SIGNAL_MAPPED.message)
         return self
 
 
@@ -346,12 +357,30 @@ class OnMetricsError(StrEnum):
     """Missing signals score as worst (0)."""
 
 
+URL_OR_PORT = ValidationRule(
+    f"({present('url')}) != ({present('port')})",
+    "set either url, or port (with an optional path), not both",
+)
+PATH_WITH_PORT = ValidationRule(
+    f"!({present('url')} && {present('path')})",
+    "path goes with port; with url put the path in the url",
+    field_path=".path",
+    reason=Reason.FORBIDDEN,
+)
+
+
 class MetricsConfig(GridModel):
     """Prometheus scrape of the provider's load. Either ``url``, or ``port`` (and ``path``,
     default /metrics) on the endpoint's host."""
 
+    model_config = ConfigDict(
+        json_schema_extra=validations(URL_OR_PORT, PATH_WITH_PORT, TIMEOUT_WITHIN_INTERVAL)
+    )
+
     url: HttpUrl | None = None
-    path: str | None = Field(None, pattern=r"^/[^\s?#]*$", max_length=1024)
+    path: str | None = Field(
+        None, pattern=r"^/[^\s?#]*$", max_length=1024, json_schema_extra=validations(NO_WHITESPACE)
+    )
     port: int | None = Field(None, ge=1, le=65535)
     interval: Annotated[Duration, within(1, 3600)] = Duration.parse("15s")
     timeout: Annotated[Duration, within(0.1, 300)] = Duration.parse("5s")
@@ -362,16 +391,30 @@ class MetricsConfig(GridModel):
     @model_validator(mode="after")
     def _one_target(self) -> Self:
         if (self.url is None) == (self.port is None):
-            raise ValueError("set either url, or port (with an optional path), not both")
+            raise ValueError(URL_OR_PORT.message)
         if self.url is not None and self.path is not None:
-            raise ValueError("path goes with port; with url put the path in the url")
+            raise ValueError(PATH_WITH_PORT.message)
         if self.timeout.seconds >= self.interval.seconds:
-            raise ValueError("timeout must be shorter than interval")
+            raise ValueError(TIMEOUT_WITHIN_INTERVAL.message)
         return self
+
+
+# The host of an endpoint the pattern accepts: bracketed (IPv6), or before a port's colon.
+_ENDPOINT_NETLOC = "self.endpoint.split('/')[2]"
+ENDPOINT_IP_NEEDS_SERVER_NAME = ValidationRule(
+    f"!self.endpoint.startsWith('https://') || ({present('serverName')}) || "
+    f"!({_ENDPOINT_NETLOC}.startsWith('[') || isIP({_ENDPOINT_NETLOC}.split(':')[0]))",
+    "endpoint is an https URL with an IP address: set serverName, the DNS name its "
+    "certificate carries (gateways send only DNS names as SNI)",
+    field_path=".serverName",
+    reason=Reason.REQUIRED,
+)
 
 
 class InferenceProviderSpec(GridModel):
     """Desired state of an InferenceProvider."""
+
+    model_config = ConfigDict(json_schema_extra=validations(ENDPOINT_IP_NEEDS_SERVER_NAME))
 
     grid_network_ref: DnsSubdomain = Field(description="Name of the parent GridNetwork.")
     backend_kind: BackendKind
@@ -404,11 +447,7 @@ class InferenceProviderSpec(GridModel):
         parts = urlsplit(self.endpoint)
         https = parts.scheme == "https"
         if https and self.server_name is None and is_ip_address(parts.hostname or ""):
-            raise ValueError(
-                f"endpoint {self.endpoint!r} is an https URL with an IP address: set "
-                "serverName, the DNS name its certificate carries (gateways send only "
-                "DNS names as SNI)"
-            )
+            raise ValueError(ENDPOINT_IP_NEEDS_SERVER_NAME.message)
         return self
 
 

@@ -6,7 +6,9 @@ the engine. It covers the structural-schema keywords the generated CRDs use, wit
 server's strict field validation (unknown fields are errors, as with
 ``kubectl apply --validate=strict``: what a person writes is held to what the server
 checks at write time) and one deliberate difference: an explicit ``null`` for a field that
-is not ``nullable`` is an error here, where the server would drop it.
+is not ``nullable`` is an error here, where the server would drop it. The CRDs' CEL rules
+(``x-kubernetes-validations``) are not evaluated here: each is the twin of a check of the
+models, which run after this one.
 
 The operator does not hold a received object to this release's fields: it first drops the
 fields this release does not know (:mod:`grid.models.pruning`, as the server prunes them),

@@ -7,10 +7,17 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import Annotated, Self, TypeVar
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, model_validator
 
 from grid.models.common import GridModel
-from grid.models.meta import Labels, check_label_key, check_label_value
+from grid.models.meta import (
+    LABEL_KEY_NAME,
+    LABEL_KEY_PREFIX,
+    Labels,
+    LabelValue,
+    check_label_key,
+)
+from grid.models.validation_rules import Reason, ValidationRule, cel_string, validations
 
 
 class SelectorOperator(StrEnum):
@@ -20,24 +27,41 @@ class SelectorOperator(StrEnum):
     DOES_NOT_EXIST = "DoesNotExist"
 
 
-def _check_values(values: list[str]) -> list[str]:
-    for value in values:
-        check_label_value(value)
-    return values
+_WITH_VALUES = (SelectorOperator.IN, SelectorOperator.NOT_IN)
+_HAS_VALUES = "has(self.values) && size(self.values) > 0"
+_OPERATOR_WITH_VALUES = f"self.operator in [{', '.join(cel_string(op) for op in _WITH_VALUES)}]"
+VALUES_NEEDED = ValidationRule(
+    f"!({_OPERATOR_WITH_VALUES}) || ({_HAS_VALUES})",
+    "operator In or NotIn needs at least one value",
+    field_path=".values",
+    reason=Reason.REQUIRED,
+    message_expression="'operator ' + self.operator + ' needs at least one value'",
+)
+VALUES_FORBIDDEN = ValidationRule(
+    f"{_OPERATOR_WITH_VALUES} || !({_HAS_VALUES})",
+    "operator Exists or DoesNotExist takes no values",
+    field_path=".values",
+    reason=Reason.FORBIDDEN,
+    message_expression="'operator ' + self.operator + ' takes no values'",
+)
 
 
 class LabelSelectorRequirement(GridModel):
     """One expression: ``key`` compared with ``values`` by ``operator``."""
 
-    key: Annotated[str, AfterValidator(check_label_key)] = Field(max_length=317, min_length=1)
+    model_config = ConfigDict(json_schema_extra=validations(VALUES_NEEDED, VALUES_FORBIDDEN))
+
+    key: Annotated[
+        str,
+        AfterValidator(check_label_key),
+        Field(json_schema_extra=validations(LABEL_KEY_PREFIX, LABEL_KEY_NAME)),
+    ] = Field(max_length=317, min_length=1)
     operator: SelectorOperator
-    values: Annotated[list[str], AfterValidator(_check_values)] = Field(
-        default_factory=list, max_length=256
-    )
+    values: list[LabelValue] = Field(default_factory=list, max_length=256)
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> Self:
-        needs_values = self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)
+        needs_values = self.operator in _WITH_VALUES
         if needs_values and not self.values:
             raise ValueError(f"operator {self.operator} needs at least one value")
         if not needs_values and self.values:

@@ -7,7 +7,7 @@ import hmac
 from enum import StrEnum
 from typing import Literal, Self
 
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import AwareDatetime, ConfigDict, Field, model_validator
 
 from grid.models.common import GridModel
 from grid.models.conditions import Conditions
@@ -22,6 +22,7 @@ from grid.models.fields import (
     split_host_port,
 )
 from grid.models.meta import API_VERSION, ObjectMeta
+from grid.models.validation_rules import Reason, ValidationRule, present, validations
 
 AUTO_DISCOVER_LABEL = "grid.praxis-proxy.io/auto-discover"
 """Label (value ``"true"``) marking a GridSite that follows SWIM: it is Discovered only once
@@ -41,8 +42,21 @@ class EgressTlsMode(StrEnum):
     announces through SWIM, but its traffic is readable on the wire."""
 
 
+# The host of an address the pattern accepts: bracketed (IPv6), or before the port's colon.
+_IP_HOST = "self.address.startsWith('[') || isIP(self.address.split(':')[0])"
+EGRESS_IP_NEEDS_SERVER_NAME = ValidationRule(
+    f"self.tlsMode == 'plaintext' || ({present('serverName')}) || !({_IP_HOST})",
+    "address is an IP address: TLS needs serverName, the DNS name the egress certificate "
+    "carries (gateways send only DNS names as SNI)",
+    field_path=".serverName",
+    reason=Reason.REQUIRED,
+)
+
+
 class Egress(GridModel):
     """Where other sites send this site's traffic."""
+
+    model_config = ConfigDict(json_schema_extra=validations(EGRESS_IP_NEEDS_SERVER_NAME))
 
     address: HostPort = Field(description="host:port of the site's egress gateway.")
     tls_mode: EgressTlsMode = EgressTlsMode.MUTUAL_TLS
@@ -58,10 +72,7 @@ class Egress(GridModel):
             return self
         host, _ = split_host_port(self.address)
         if is_ip_address(host):
-            raise ValueError(
-                f"address {self.address!r} is an IP address: TLS needs serverName, the DNS name "
-                "the egress certificate carries (gateways send only DNS names as SNI)"
-            )
+            raise ValueError(EGRESS_IP_NEEDS_SERVER_NAME.message)
         return self
 
 
@@ -72,9 +83,30 @@ class TrustPin(StrEnum):
     PREVIOUS = "previous"
 
 
+PREVIOUS_PIN_NEEDS_CURRENT = ValidationRule(
+    f"!({present('previousCertFingerprint')}) || ({present('certFingerprint')})",
+    "previousCertFingerprint needs certFingerprint to be set too",
+    field_path=".certFingerprint",
+    reason=Reason.REQUIRED,
+)
+# Both forms of a fingerprint (plain hex in any case, colon-separated pairs) compared as one.
+_PIN = "self.{}.replace(':', '').lowerAscii()"
+PREVIOUS_PIN_DIFFERS = ValidationRule(
+    f"!({present('previousCertFingerprint')} && {present('certFingerprint')}) || "
+    f"{_PIN.format('previousCertFingerprint')} != {_PIN.format('certFingerprint')}",
+    "previousCertFingerprint equals certFingerprint; remove it or set the old certificate's "
+    "fingerprint",
+    field_path=".previousCertFingerprint",
+)
+
+
 class SiteTrust(GridModel):
     """Pinned SHA-256 fingerprints of the site's certificate. During a rotation both the new
     (``certFingerprint``) and the old (``previousCertFingerprint``) are accepted."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(PREVIOUS_PIN_NEEDS_CURRENT, PREVIOUS_PIN_DIFFERS)
+    )
 
     cert_fingerprint: Fingerprint | None = Field(
         None, description="SHA-256 of the site certificate (hex, or AB:CD:.. pairs)."
@@ -87,12 +119,9 @@ class SiteTrust(GridModel):
     def _previous_needs_current(self) -> Self:
         if self.previous_cert_fingerprint is not None:
             if self.cert_fingerprint is None:
-                raise ValueError("previousCertFingerprint needs certFingerprint to be set too")
+                raise ValueError(PREVIOUS_PIN_NEEDS_CURRENT.message)
             if self.previous_cert_fingerprint == self.cert_fingerprint:
-                raise ValueError(
-                    "previousCertFingerprint equals certFingerprint; remove it or set the "
-                    "old certificate's fingerprint"
-                )
+                raise ValueError(PREVIOUS_PIN_DIFFERS.message)
         return self
 
     @property
