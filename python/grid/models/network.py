@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from enum import StrEnum
-from typing import Annotated, Literal, Protocol, Self
+from typing import Annotated, Any, Literal, Protocol, Self
 
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_validator
 
@@ -206,6 +206,11 @@ SUSPICION_OUTLASTS_PROBE = ValidationRule(
 )
 
 
+def _without_default(schema: dict[str, Any]) -> None:
+    """Leave a field's default out of its JSON schema (and so out of the CRD)."""
+    schema.pop("default", None)
+
+
 class SwimSettings(GridModel):
     """SWIM membership tuning."""
 
@@ -220,7 +225,16 @@ class SwimSettings(GridModel):
     suspicion_timeout: Annotated[Duration, within(0.1, 3600)] = Field(
         Duration.parse("10s"), description="How long a suspected peer has to refute."
     )
-    port: int = Field(DEFAULT_SWIM_PORT, ge=1, le=65535, description="UDP port of SWIM.")
+    port: int = Field(
+        DEFAULT_SWIM_PORT,
+        ge=1,
+        le=65535,
+        description="UDP port of SWIM.",
+        # No default in the CRD: an API server would store it, and the operator would read
+        # a network that names no port as asking for 7946 (grid.operator.ports gives a port
+        # only to networks that set none).
+        json_schema_extra=_without_default,
+    )
 
     @model_validator(mode="after")
     def _suspicion_outlasts_probe(self) -> Self:
