@@ -49,14 +49,24 @@ class Helm:
     binary: Path
     home: Path
 
-    def run(self, *arguments: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        """Runs helm; a non-zero exit raises :class:`HelmError`."""
-        environment = {
-            **os.environ,
+    def environment(self) -> dict[str, str]:
+        """The variables that keep helm's cache, configuration and data under ``home``: for
+        helm run by :meth:`run`, or from a shell (a documented block run as written)."""
+        return {
             "HELM_CACHE_HOME": str(self.home / "cache"),
             "HELM_CONFIG_HOME": str(self.home / "config"),
             "HELM_DATA_HOME": str(self.home / "data"),
         }
+
+    def run(
+        self, *arguments: str, stdin: str | None = None, kubeconfig: Path | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Runs helm, against the cluster ``kubeconfig`` names if given (else whatever the
+        environment's ``KUBECONFIG`` says: ``template`` needs no cluster); a non-zero exit
+        raises :class:`HelmError`."""
+        environment = {**os.environ, **self.environment()}
+        if kubeconfig is not None:
+            environment["KUBECONFIG"] = str(kubeconfig)
         done = subprocess.run(
             [str(self.binary), *arguments],
             input=stdin,
