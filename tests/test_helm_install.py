@@ -39,28 +39,28 @@ from k8s.operator_process import (
     NETWORK,
     OPERATOR_NAMESPACE,
     PLURALS,
+    SITE,
     VERSION,
     WAIT_S,
     JsonObject,
-    OperatorProcess,
     assert_clean_log,
     doc_block,
     gone,
     grid_object,
     run_shell,
+    start_installed_operator,
 )
 from support.helm import Helm, helm_binary
 from test_operator_install import (
     CA_NAMESPACE,
     PROVIDERS,
-    SITE,
     SITES,
     assert_refused,
     check_configmaps,
     check_installed,
     check_statuses,
 )
-from test_operator_support import condition, free_udp_port
+from test_operator_support import condition
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -153,23 +153,10 @@ def test_the_helm_install_runs_the_operator_with_only_the_charts_rbac(
     control_plane.kubectl("create", "namespace", GATEWAYS)
     bait = k8s.V1Secret(metadata=k8s.V1ObjectMeta(name="bait"), string_data={"key": "bait"})
     k8s.CoreV1Api(admin).create_namespaced_secret(GATEWAYS, bait)
-    # examples/mesh asks for UDP 7946, which a pod has to itself; this machine may not.
-    swim_port = free_udp_port()
-    control_plane.kubectl(
-        "patch", "gridnetwork", NETWORK, "--type", "merge",
-        "-p", json.dumps({"spec": {"swim": {"port": swim_port}}}),
-    )  # fmt: skip
-    token = control_plane.service_account_token(OPERATOR_NAMESPACE, ACCOUNT)
-    kubeconfig = control_plane.write_kubeconfig(tmp_path / "operator.kubeconfig", token, ACCOUNT)
-    with OperatorProcess(
-        kubeconfig,
-        tmp_path / "operator.log",
-        site=SITE,
-        namespace=OPERATOR_NAMESPACE,
-        swim_port=swim_port,
-    ) as operator:
+    operator, token = start_installed_operator(control_plane, tmp_path)
+    with operator:
         operator.until("the operator answers /healthz", operator.healthy)
-        network = check_statuses(operator, admin, swim_port)
+        network = check_statuses(operator, admin)
         check_configmaps(operator, admin, network["metadata"]["uid"])
         with control_plane.api_client(token) as as_operator:
             assert grid_object(as_operator, "gridsites", SITE)["metadata"]["name"] == SITE

@@ -20,7 +20,6 @@ tests/k8s/operator_process.py.
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ from k8s.operator_process import (
     NETWORK,
     OPERATOR_NAMESPACE,
     PLURALS,
+    SITE,
     VERSION,
     JsonObject,
     OperatorProcess,
@@ -53,16 +53,16 @@ from k8s.operator_process import (
     reconciled,
     run_install,
     site_certificate_fingerprint,
+    start_installed_operator,
     status_managers,
 )
-from test_operator_support import condition, free_udp_port
+from test_operator_support import condition
 
 pytestmark = pytest.mark.timeout(600)
 
 FINALIZER = "grid.praxis-proxy.io/finalizer"
 CA_NAMESPACE = "grid-ca"
 UNBOUND_NAMESPACE = "elsewhere"  # no RoleBinding for the operator
-SITE = "east-edge"
 SITES = ("east-edge", "east-core", "west-edge")
 PROVIDERS = ("llama-east-edge", "qwen-east-core", "llama-west-edge", "bedrock-claude", "openai")
 NEXT_OVERLAY, NEXT_CONSUMER = "praxis-next-grid-config", "praxis-next-praxis"
@@ -84,23 +84,10 @@ def test_the_readme_install_runs_the_operator_with_only_the_shipped_rbac(
     admin = control_plane.admin
     check_installed(admin)
 
-    # examples/mesh asks for UDP 7946, which a pod has to itself; this machine may not.
-    swim_port = free_udp_port()
-    control_plane.kubectl(
-        "patch", "gridnetwork", NETWORK, "--type", "merge",
-        "-p", json.dumps({"spec": {"swim": {"port": swim_port}}}),
-    )  # fmt: skip
-    token = control_plane.service_account_token(OPERATOR_NAMESPACE, ACCOUNT)
-    kubeconfig = control_plane.write_kubeconfig(tmp_path / "operator.kubeconfig", token, ACCOUNT)
-    with OperatorProcess(
-        kubeconfig,
-        tmp_path / "operator.log",
-        site=SITE,
-        namespace=OPERATOR_NAMESPACE,
-        swim_port=swim_port,
-    ) as operator:
+    operator, token = start_installed_operator(control_plane, tmp_path)
+    with operator:
         operator.until("the operator answers /healthz", operator.healthy)
-        network = check_statuses(operator, admin, swim_port)
+        network = check_statuses(operator, admin)
         check_configmaps(operator, admin, network["metadata"]["uid"])
         check_listings(control_plane, operator, admin)
 
@@ -153,7 +140,7 @@ def check_pod_admitted(admin: k8s.ApiClient) -> None:
     assert refused.value.status == 403 and "PodSecurity" in str(refused.value.body)
 
 
-def check_statuses(operator: OperatorProcess, admin: k8s.ApiClient, swim_port: int) -> JsonObject:
+def check_statuses(operator: OperatorProcess, admin: k8s.ApiClient) -> JsonObject:
     """Every resource's status, written through the status subresource by the operator for
     the generation the resource is at; the network as it then is."""
     network = operator.until(
@@ -165,7 +152,9 @@ def check_statuses(operator: OperatorProcess, admin: k8s.ApiClient, swim_port: i
     valid = condition(network["status"], "ConfigValid")
     assert valid["status"] == "True", valid
     membership = condition(network["status"], "MembershipReady")
-    assert membership["status"] == "True" and str(swim_port) in membership["message"], membership
+    assert membership["status"] == "True" and str(operator.swim_port) in membership["message"], (
+        membership
+    )
     assert FINALIZER in network["metadata"]["finalizers"]
     for name in SITES:
         site = operator.until(

@@ -12,6 +12,7 @@ client: Grid's objects, their statuses and who wrote them, the site's certificat
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import signal
@@ -29,7 +30,7 @@ from cryptography.hazmat.primitives import hashes
 from kubernetes import client as k8s
 
 from k8s.control_plane import REPO, ControlPlane, free_tcp_port
-from test_operator_support import condition
+from test_operator_support import condition, free_udp_port
 
 GROUP, VERSION = "grid.praxis-proxy.io", "v1alpha1"
 PLURALS = ("gridnetworks", "gridsites", "inferenceproviders")
@@ -37,6 +38,7 @@ OPERATOR_NAMESPACE = "grid-example"  # deploy/overlays/example
 ACCOUNT = "grid-operator"
 MESH_NAMESPACE = "grid-system"  # where examples/mesh keeps its Secrets and gateways
 NETWORK = "glb-demo"
+SITE = "east-edge"  # README's site, the one the installed operator serves
 EDGE_OVERLAY = "glb-demo-edge-gateway-grid-config"
 
 WAIT_S = 90.0
@@ -202,6 +204,30 @@ def assert_clean_log(operator: OperatorProcess) -> None:
     log = operator.log_text()
     for refusal in ("Forbidden", " 403", "Failed to post an event"):
         assert refusal not in log, f"{refusal!r} in the log:\n{log[-LOG_TAIL_CHARACTERS:]}"
+
+
+def start_installed_operator(
+    control_plane: ControlPlane, folder: Path
+) -> tuple[OperatorProcess, str]:
+    """The installed operator of README's site, started as a process with a kubeconfig that
+    holds only a TokenRequest token of its ServiceAccount; returns it and the token. Its
+    network moves to a free SWIM port first: examples/mesh asks for UDP 7946, which a pod
+    has to itself and this machine may not."""
+    swim_port = free_udp_port()
+    control_plane.kubectl(
+        "patch", "gridnetwork", NETWORK, "--type", "merge",
+        "-p", json.dumps({"spec": {"swim": {"port": swim_port}}}),
+    )  # fmt: skip
+    token = control_plane.service_account_token(OPERATOR_NAMESPACE, ACCOUNT)
+    kubeconfig = control_plane.write_kubeconfig(folder / "operator.kubeconfig", token, ACCOUNT)
+    operator = OperatorProcess(
+        kubeconfig,
+        folder / "operator.log",
+        site=SITE,
+        namespace=OPERATOR_NAMESPACE,
+        swim_port=swim_port,
+    )
+    return operator, token
 
 
 # -- reading the cluster -----------------------------------------------------------------------
