@@ -21,6 +21,7 @@ import yaml
 
 from grid.models.crd import all_crds
 from grid.models.crd_review import REVIEWED, Review
+from grid.models.egress_source import SERVICE_OR_GATEWAY, SERVICE_PORT_OR_NAME
 from grid.models.evolution import non_additive_changes_of_all
 from grid.models.fields import (
     HOST_PORT_IPV6,
@@ -47,6 +48,7 @@ from grid.models.provider import (
 )
 from grid.models.selectors import VALUES_FORBIDDEN, VALUES_NEEDED
 from grid.models.site import (
+    ADDRESS_OR_FROM,
     EGRESS_IP_NEEDS_SERVER_NAME,
     PREVIOUS_PIN_DIFFERS,
     PREVIOUS_PIN_NEEDS_CURRENT,
@@ -85,7 +87,9 @@ INVENTORY: dict[tuple[str, str], tuple[ValidationRule, ...]] = {
     ("GridNetwork", ".spec.renderInterval"): (within(0, 10).rule,),
     ("GridNetwork", ".spec.signalPublishing.maxInterval"): (within(1, 3600).rule,),
     ("GridNetwork", ".spec.budgets[*].window"): (within(60, 366 * 86400).rule,),
-    ("GridSite", ".spec.egress"): (EGRESS_IP_NEEDS_SERVER_NAME,),
+    ("GridSite", ".spec.egress"): (ADDRESS_OR_FROM, EGRESS_IP_NEEDS_SERVER_NAME),
+    ("GridSite", ".spec.egress.from"): (SERVICE_OR_GATEWAY,),
+    ("GridSite", ".spec.egress.from.service"): (SERVICE_PORT_OR_NAME,),
     ("GridSite", ".spec.egress.address"): HOST_PORT,
     ("GridSite", ".spec.trust"): (PREVIOUS_PIN_NEEDS_CURRENT, PREVIOUS_PIN_DIFFERS),
     ("GridSite", ".status.egressAddress"): HOST_PORT,

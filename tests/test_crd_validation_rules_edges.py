@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from grid.models.egress_source import SERVICE_OR_GATEWAY, SERVICE_PORT_OR_NAME
 from grid.models.fields import (
     HOST_PORT_IPV6,
     HOST_PORT_NAME_LENGTH,
@@ -35,6 +36,7 @@ from grid.models.provider import (
 )
 from grid.models.selectors import VALUES_FORBIDDEN, VALUES_NEEDED
 from grid.models.site import (
+    ADDRESS_OR_FROM,
     EGRESS_IP_NEEDS_SERVER_NAME,
     PREVIOUS_PIN_DIFFERS,
     PREVIOUS_PIN_NEEDS_CURRENT,
@@ -168,6 +170,41 @@ def rule_cases() -> Iterator[Case]:
         EGRESS_IP_NEEDS_SERVER_NAME,
         site(egress={"address": "010.0.0.5:8443"}),
     )
+    service = {"namespace": "edge", "name": "gateway"}
+    yield passes(
+        "egress from a Service", ADDRESS_OR_FROM, site(egress={"from": {"service": service}})
+    )
+    yield refused(
+        "egress with an address and from",
+        ADDRESS_OR_FROM,
+        site(egress={"address": "gw.example:443", "from": {"service": service}}),
+    )
+    yield refused("egress with neither address nor from", ADDRESS_OR_FROM, site(egress={}))
+    yield passes(
+        "egress from a Service, no serverName",
+        EGRESS_IP_NEEDS_SERVER_NAME,
+        site(egress={"from": {"service": service}, "serverName": None}),
+    )
+    yield passes(
+        "egress from a Service port by name",
+        SERVICE_PORT_OR_NAME,
+        site(egress={"from": {"service": {**service, "portName": "tls"}}}),
+    )
+    yield refused(
+        "egress from a Service port by name and number",
+        SERVICE_PORT_OR_NAME,
+        site(egress={"from": {"service": {**service, "port": 443, "portName": "tls"}}}),
+    )
+    gateway = {"namespace": "edge", "name": "gateway", "listener": "grid"}
+    yield passes(
+        "egress from a Gateway", SERVICE_OR_GATEWAY, site(egress={"from": {"gateway": gateway}})
+    )
+    yield refused(
+        "egress from a Service and a Gateway",
+        SERVICE_OR_GATEWAY,
+        site(egress={"from": {"service": service, "gateway": gateway}}),
+    )
+    yield refused("egress from nothing", SERVICE_OR_GATEWAY, site(egress={"from": {}}))
     pins = {"certFingerprint": FINGERPRINT}
     yield passes("a current pin only", PREVIOUS_PIN_NEEDS_CURRENT, site(trust=pins))
     yield refused(

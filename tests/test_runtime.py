@@ -19,12 +19,14 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from grid.engine import ItemOutcome, ProbeTarget, SiteEngine
+from grid.agent.network import no_kubernetes
+from grid.engine import ItemOutcome, ProbeTarget, SiteEngine, SourceRead
 from grid.errors import ConfigError, KeyFileError, SecretMaterialError
 from grid.membership import NameConflict, SwimConfig
 from grid.models import InferenceProvider
+from grid.models.egress_source import EgressSource
 from grid.models.phases import MemberState
-from grid.models.site import EgressTlsMode
+from grid.models.site import Egress, EgressTlsMode, GridSite
 from grid.runtime.credentials import swim_credentials
 from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.keyring import KEY_BYTES, Keyring, parse_keyring
@@ -171,6 +173,7 @@ async def test_observations_follow_the_engines_targets_and_reach_it() -> None:
             wake=lambda: woken.append(1),
             logger=logging.getLogger("grid.test"),
             prefix="site-a/mesh",
+            egress_reader=no_kubernetes,
         )
         try:
             observers.follow(engine)
@@ -202,6 +205,68 @@ async def test_observations_follow_the_engines_targets_and_reach_it() -> None:
                 assert len(served.requests) == seen, "the loops of a removed provider stopped"
         finally:
             await observers.stop()
+
+
+async def test_the_egress_source_is_read_until_the_gridsite_names_another() -> None:
+    """The object site-a's egress is read from is read every probe interval and reaches
+    the engine; a GridSite that names another object stops the first one's readings."""
+    readings: list[EgressSource] = []
+
+    async def reader(source: EgressSource) -> SourceRead:
+        readings.append(source)
+        assert source.service is not None
+        found = {
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 443}]},
+            "status": {"loadBalancer": {"ingress": [{"hostname": f"{source.service.name}.lb"}]}},
+        }
+        return SourceRead(source, found)
+
+    def reading_from(name: str) -> list[GridSite]:
+        local = SITES[0].model_copy(deep=True)
+        local.spec.egress = Egress.model_validate(
+            {"from": {"service": {"namespace": "edge", "name": name}}}
+        )
+        return [local, *SITES[1:]]
+
+    async with aiohttp.ClientSession() as session:
+        engine = SiteEngine(network(), "site-a", sites=reading_from("first"), probe_interval_s=0.05)
+        observers = Observers(
+            session=session,
+            prober=SiteProber.from_pem(),
+            engine_of=lambda: engine,
+            wake=lambda: None,
+            logger=logging.getLogger("grid.test"),
+            prefix="site-a/mesh",
+            egress_reader=reader,
+        )
+
+        def announced() -> str | None:
+            engine.refresh(datetime.now(UTC))
+            gateway = engine.state.gateway("site-a")
+            return None if gateway is None else gateway.address
+
+        try:
+            observers.follow(engine)
+            await eventually("the first object read", lambda: announced() == "first.lb:443")
+            await eventually("read again", lambda: len(readings) >= 3)
+            engine.set_resources(network(), reading_from("second"), [])
+            observers.follow(engine)
+            await eventually("the second object read", lambda: announced() == "second.lb:443")
+            second = [source.service.name for source in readings if source.service]
+            at_switch = second.index("second")
+            await eventually("read again", lambda: len(readings) >= at_switch + 4)
+            assert "first" not in [
+                source.service.name for source in readings[at_switch:] if source.service
+            ]
+        finally:
+            await observers.stop()
+
+
+async def test_the_agent_says_it_reads_no_kubernetes_object() -> None:
+    source = EgressSource.model_validate({"gateway": {"namespace": "edge", "name": "gw"}})
+    read = await no_kubernetes(source)
+    assert read.found is None and read.error is not None
+    assert "Gateway edge/gw" in read.error and "spec.egress.address" in read.error
 
 
 # --- SWIM ------------------------------------------------------------------------------------

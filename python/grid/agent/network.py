@@ -18,9 +18,10 @@ import aiohttp
 from grid.agent.keys import KeyFile, merge_keys, read_key_file
 from grid.agent.outputs import OutputWriter
 from grid.crdt.snapshot import Item
-from grid.engine import GatewayOverlay, SiteEngine
+from grid.engine import GatewayOverlay, SiteEngine, SourceRead
 from grid.errors import GridError, KeyFileError
 from grid.membership import NameConflict, SwimCredentials, SwimNode
+from grid.models.egress_source import EgressSource
 from grid.models.network import GridNetwork
 from grid.models.phases import CredentialState, EventType
 from grid.models.provider import InferenceProvider
@@ -111,6 +112,7 @@ class NetworkRuntime:
             wake=self.wake,
             logger=_log,
             prefix=self.where,
+            egress_reader=no_kubernetes,
         )
         self.overlay_writes: Counter[tuple[str, str]] = Counter()
         self.overlay_paths: dict[tuple[str, str], Path] = {}
@@ -404,3 +406,13 @@ def credential_state(base: Path, namespace: str, name: str, key: str) -> Credent
     except OSError:
         return CredentialState.KEY_NOT_FOUND
     return CredentialState.VALID if size > 0 else CredentialState.EMPTY
+
+
+async def no_kubernetes(source: EgressSource) -> SourceRead:
+    """The agent's reading of a ``spec.egress.from``: it has no Kubernetes API to read the
+    object from, and says so on the GridSite (``EgressResolved=False``)."""
+    return SourceRead(
+        source,
+        error=f"grid agent reads no Kubernetes objects ({source.described}): "
+        "spec.egress.from needs grid operator; give the agent spec.egress.address",
+    )

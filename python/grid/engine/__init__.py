@@ -6,6 +6,7 @@ standalone agent and the operator are the shells that feed it.
 """
 
 from grid.engine.candidates import LocalView, RemoteSite
+from grid.engine.egress import EgressResolution, SourceRead
 from grid.engine.engine import (
     DEFAULT_PROBE_INTERVAL_S,
     ItemOutcome,
@@ -16,10 +17,18 @@ from grid.engine.engine import (
 from grid.engine.events import ResourceEvent
 from grid.engine.members import MemberInfo
 from grid.engine.rendering import GatewayOverlay
-from grid.engine.targets import HealthTarget, MetricsTarget, ObservationTarget, ProbeTarget
+from grid.engine.targets import (
+    EgressSourceTarget,
+    HealthTarget,
+    MetricsTarget,
+    ObservationTarget,
+    ProbeTarget,
+)
 
 __all__ = [
     "DEFAULT_PROBE_INTERVAL_S",
+    "EgressResolution",
+    "EgressSourceTarget",
     "GatewayOverlay",
     "HealthTarget",
     "ItemOutcome",
@@ -33,4 +42,5 @@ __all__ = [
     "ResourceEvent",
     "ResourceStatus",
     "SiteEngine",
+    "SourceRead",
 ]

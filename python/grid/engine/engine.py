@@ -29,6 +29,7 @@ from enum import StrEnum
 from grid.crdt.snapshot import GATEWAY_LANE, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
+from grid.engine.egress import SourceRead
 from grid.engine.events import (
     NETWORK_KIND,
     PROVIDER_KIND,
@@ -45,7 +46,7 @@ from grid.engine.providers import ProviderPhases
 from grid.engine.publishing import Publisher, adopted_grid_id, sites_to_forget
 from grid.engine.rendering import GatewayOverlay, Renderer, remote_sites
 from grid.engine.sites import SiteTrust, site_egress
-from grid.engine.targets import ObservationTarget, ProbeTarget
+from grid.engine.targets import EgressSourceTarget, ObservationTarget, ProbeTarget
 from grid.errors import (
     ConfigError,
     CrdtDecodeError,
@@ -278,6 +279,14 @@ class SiteEngine:
         mode = egress.tls_mode if egress is not None else EgressTlsMode.MUTUAL_TLS
         self._probes.observe(site, result, now, mode)
 
+    def observe_egress_source(self, site: str, read: SourceRead, now: datetime) -> None:
+        """A reading of the object this site's ``spec.egress.from`` names (``site`` is this
+        site's name: the shell hands every observation over with what it is about). A new
+        address is announced with the next :meth:`refresh` and probed at once."""
+        del now  # the reading is as of now; its condition takes its time at refresh
+        if site == self._site and self._inputs.observe_egress_source(read):
+            self._probes.soon((site,))
+
     # -- outputs: what to observe ---------------------------------------------------------
 
     def observation_targets(self) -> tuple[ObservationTarget, ...]:
@@ -288,6 +297,14 @@ class SiteEngine:
     def credential_refs(self) -> dict[str, tuple[str, str, str]]:
         """(namespace, Secret name, key) per observed provider that names a Secret."""
         return self._inputs.credential_refs()
+
+    def egress_source_target(self) -> EgressSourceTarget | None:
+        """The object to read this site's egress address from, and how often (once per
+        probe interval); None when its GridSite reads it from nothing."""
+        source = self._inputs.egress_source
+        if source is None:
+            return None
+        return EgressSourceTarget(source, self._probes.interval_s)
 
     def take_due_probes(self, now: datetime) -> tuple[ProbeTarget, ...]:
         """The sites whose egress should be probed now: never probed, probed more than the

@@ -15,9 +15,11 @@ from types import MappingProxyType
 
 from pydantic import ValidationError
 
+from grid.engine.egress import EgressResolution, SourceRead, pending, resolve
 from grid.engine.events import clip
 from grid.engine.targets import ObservationTarget, observation_target, on_error, signal_mapping
 from grid.errors import ConfigError
+from grid.models.egress_source import EgressSource
 from grid.models.network import GridNetwork
 from grid.models.phases import CredentialState
 from grid.models.provider import HealthCheckStatus, InferenceProvider, ScrapeStatus
@@ -63,11 +65,42 @@ class SiteInputs:
         self.config_error: str | None = None
         self.membership_running = False
         self.cert_pem: str | None = None
+        self._egress: EgressResolution | None = None
+        """The last reading of this site's ``spec.egress.from``."""
 
     @property
     def local_site(self) -> GridSite | None:
         """This site's own GridSite, if the configuration has one."""
         return self.sites.get(self.site)
+
+    @property
+    def egress_source(self) -> EgressSource | None:
+        """The object this site's egress address is read from, if its GridSite says one."""
+        local = self.local_site
+        egress = local.spec.egress if local is not None else None
+        return egress.from_ if egress is not None else None
+
+    @property
+    def egress_resolution(self) -> EgressResolution | None:
+        """What the current ``spec.egress.from`` gave (pending until its first reading;
+        None when the GridSite reads its address from nothing)."""
+        source = self.egress_source
+        if source is None:
+            return None
+        if self._egress is None or self._egress.source != source:
+            return pending(source)
+        return self._egress
+
+    def observe_egress_source(self, read: SourceRead) -> bool:
+        """A reading of the object ``spec.egress.from`` names; returns whether the address
+        changed. A reading of a source the GridSite no longer names is dropped."""
+        local = self.local_site
+        egress = local.spec.egress if local is not None else None
+        if egress is None or egress.from_ != read.source:
+            return False
+        before = self.egress_resolution
+        self._egress = resolve(egress, read, before)
+        return before is None or before.address != self._egress.address
 
     def observations(self) -> Iterator[tuple[InferenceProvider, Observed]]:
         """Each provider this site observes (in name order) with what was observed of it."""

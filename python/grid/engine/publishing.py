@@ -95,7 +95,8 @@ class Publisher:
         local = inputs.local_site
         try:
             state.set_metadata(site_metadata(local, grid_id), moment)
-            gateway = gateway_record(local)
+            resolution = inputs.egress_resolution
+            gateway = gateway_record(local, resolution.address if resolution else None)
             if gateway is not None:
                 state.set_gateway(gateway, moment)
             if inputs.cert_pem is not None:

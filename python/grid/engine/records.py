@@ -140,9 +140,13 @@ def site_metadata(site: GridSite | None, grid_id: str | None) -> SiteMetadata:
     )
 
 
-def gateway_record(site: GridSite | None) -> GatewayRecord | None:
-    """This site's egress as peers should reach it, if its GridSite names one."""
+def gateway_record(site: GridSite | None, resolved: str | None) -> GatewayRecord | None:
+    """This site's egress as peers should reach it, if its GridSite names one: its address,
+    or ``resolved``, the one read through ``spec.egress.from`` (None while there is none)."""
     if site is None or site.spec.egress is None:
         return None
     egress = site.spec.egress
-    return GatewayRecord(egress.address, egress.tls_mode.value, egress.server_name)
+    address = egress.address if egress.address is not None else resolved
+    if address is None:
+        return None
+    return GatewayRecord(address, egress.tls_mode.value, egress.server_name)

@@ -9,22 +9,35 @@ from datetime import datetime
 
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts, advertised_condition
-from grid.engine.events import SITE_KIND, EventLog
+from grid.engine.egress import EGRESS_RESOLVED, EgressResolution
+from grid.engine.events import SITE_KIND, EventLog, with_condition
 from grid.engine.inputs import SiteInputs, same_inputs
 from grid.engine.members import Members
 from grid.engine.probes import Probes
+from grid.models.conditions import Condition
 from grid.models.phases import MemberState, SiteObservation, evaluate_site
-from grid.models.site import EgressTlsMode, GridSitePhase, GridSiteStatus
+from grid.models.site import EgressTlsMode, GridSite, GridSitePhase, GridSiteStatus
 from grid.render.consumer import ClusterEndpoint
 
 
 def site_egress(inputs: SiteInputs, state: GridState, site: str) -> ClusterEndpoint | None:
-    """Where ``site`` is reached: its GridSite's egress, else the gateway it advertises (not
-    for this site, whose own advertisement says nothing new)."""
+    """Where ``site`` is reached: its GridSite's egress address (for this site also the one
+    read through ``spec.egress.from``), else the gateway it advertises (not for this site,
+    whose own advertisement says nothing new)."""
     resource = inputs.sites.get(site)
-    if resource is not None and resource.spec.egress is not None:
-        egress = resource.spec.egress
+    egress = resource.spec.egress if resource is not None else None
+    if egress is not None and egress.address is not None:
         return ClusterEndpoint(egress.address, egress.tls_mode, egress.server_name)
+    if egress is not None and site == inputs.site:
+        resolution = inputs.egress_resolution
+        address = resolution.address if resolution is not None else None
+        return (
+            None
+            if address is None
+            else ClusterEndpoint(address, egress.tls_mode, egress.server_name)
+        )
+    # A GridSite of another site that reads its egress from an object of that site's
+    # cluster: its address arrives as the gateway that site announces.
     learned = state.gateway(site) if site != inputs.site else None
     if learned is None:
         return None
@@ -90,7 +103,8 @@ class SiteTrust:
                 egress_address=None if egress is None else egress.address,
                 probe=None if probe is None else probe.observation(presented),
             )
-            made_from = (site, observation, verdict, probe, egress)
+            resolution = inputs.egress_resolution if name == self._site else None
+            made_from = (site, observation, verdict, probe, egress, resolution)
             alive = members.is_alive(name)
             if status is not None and same_inputs(self._settled.get(name), made_from):
                 if alive and status.last_seen_alive != now:
@@ -108,6 +122,7 @@ class SiteTrust:
             conditions = outcome.conditions
             if name != self._site:
                 conditions = advertised_condition(conditions, site, verdict, now)
+            conditions = egress_condition(conditions, site, resolution, now)
             alive_since = status.last_seen_alive if status is not None else None
             if alive:
                 alive_since = now
@@ -133,3 +148,24 @@ class SiteTrust:
             return False
         self.trusted = frozenset(trusted)
         return True
+
+
+def egress_condition(
+    conditions: list[Condition],
+    site: GridSite,
+    resolution: EgressResolution | None,
+    now: datetime,
+) -> list[Condition]:
+    """``conditions`` with ``EgressResolved`` set from ``resolution`` (this site's reading
+    of ``spec.egress.from``), or without it where the GridSite reads from nothing."""
+    if resolution is None:
+        return [c for c in conditions if c.type != EGRESS_RESOLVED]
+    return with_condition(
+        conditions,
+        EGRESS_RESOLVED,
+        resolution.resolved,
+        resolution.reason,
+        resolution.message,
+        site.metadata.generation,
+        now,
+    )

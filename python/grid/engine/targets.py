@@ -1,11 +1,13 @@
-"""What the shell must observe: the health and metrics endpoints of this site's providers
-and the egress of every site, derived from the resources. Pure."""
+"""What the shell must observe: the health and metrics endpoints of this site's providers,
+the object its egress address is read from, and the egress of every site, derived from the
+resources. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from grid.models.egress_source import EgressSource
 from grid.models.provider import Aggregation, InferenceProvider, MetricsConfig
 from grid.models.provider import MetricSelector as ResourceSelector
 from grid.models.provider import SignalMapping as ResourceMapping
@@ -51,6 +53,15 @@ class ObservationTarget:
     provider: str
     health: HealthTarget | None
     metrics: MetricsTarget | None
+
+
+@dataclass(frozen=True, slots=True)
+class EgressSourceTarget:
+    """The object this site's egress address is read from (``spec.egress.from``), to read
+    every ``interval_s``: a change of the cloud's address reaches the mesh within it."""
+
+    source: EgressSource
+    interval_s: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ from grid.models.provider import (
 )
 from grid.models.selectors import VALUES_FORBIDDEN, VALUES_NEEDED
 from grid.models.site import (
+    ADDRESS_OR_FROM,
     EGRESS_IP_NEEDS_SERVER_NAME,
     PREVIOUS_PIN_DIFFERS,
     PREVIOUS_PIN_NEEDS_CURRENT,
@@ -93,7 +94,10 @@ REVIEWED: Review = Review(
             within(60, 366 * 86400).rule,
             within(0, 10).rule,
             within(1, 3600).rule,
-            # GridSite
+            # GridSite (ADDRESS_OR_FROM refuses an egress without an address: 0.2.0's CRD
+            # required one, and dropped the unknown field from, so every stored egress has
+            # an address and no from)
+            ADDRESS_OR_FROM,
             EGRESS_IP_NEEDS_SERVER_NAME,
             PREVIOUS_PIN_NEEDS_CURRENT,
             PREVIOUS_PIN_DIFFERS,

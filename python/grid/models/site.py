@@ -11,6 +11,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, model_validator
 
 from grid.models.common import GridModel
 from grid.models.conditions import Conditions
+from grid.models.egress_source import EgressSource
 from grid.models.fields import (
     HEX64_PATTERN,
     DnsSubdomain,
@@ -45,35 +46,60 @@ class EgressTlsMode(StrEnum):
 # The host of an address the pattern accepts: bracketed (IPv6), or before the port's colon.
 _IP_HOST = "self.address.startsWith('[') || isIP(self.address.split(':')[0])"
 EGRESS_IP_NEEDS_SERVER_NAME = ValidationRule(
-    f"self.tlsMode == 'plaintext' || ({present('serverName')}) || !({_IP_HOST})",
+    f"self.tlsMode == 'plaintext' || ({present('serverName')}) || !({present('address')}) || "
+    f"!({_IP_HOST})",
     "address is an IP address: TLS needs serverName, the DNS name the egress certificate "
     "carries (gateways send only DNS names as SNI)",
     field_path=".serverName",
     reason=Reason.REQUIRED,
 )
+ADDRESS_OR_FROM = ValidationRule(
+    f"({present('address')}) != ({present('from')})",
+    "egress needs exactly one of address, or from (to read the address from a Service or a "
+    "Gateway)",
+)
 
 
 class Egress(GridModel):
-    """Where other sites send this site's traffic."""
+    """Where other sites send this site's traffic: an address typed here, or read from a
+    Service or a Gateway of the site's cluster (``from``)."""
 
-    model_config = ConfigDict(json_schema_extra=validations(EGRESS_IP_NEEDS_SERVER_NAME))
+    model_config = ConfigDict(
+        json_schema_extra=validations(ADDRESS_OR_FROM, EGRESS_IP_NEEDS_SERVER_NAME)
+    )
 
-    address: HostPort = Field(description="host:port of the site's egress gateway.")
+    address: HostPort | None = Field(None, description="host:port of the site's egress gateway.")
+    from_: EgressSource | None = Field(
+        None,
+        alias="from",
+        description="Read the address from a LoadBalancer Service or a Gateway of this "
+        "site's cluster instead (resolved by this site's operator into status.egressAddress "
+        "and announced to the other sites).",
+    )
     tls_mode: EgressTlsMode = EgressTlsMode.MUTUAL_TLS
     server_name: DnsSubdomain | None = Field(
         None,
         description="TLS server name (SNI) and Host; default the host of address. Required "
-        "when address is an IP address and tlsMode is not plaintext.",
+        "when the address is an IP address and tlsMode is not plaintext (for an address "
+        "read through from, a missing one is reported on the EgressResolved condition).",
     )
 
     @model_validator(mode="after")
-    def _server_name_for_ip_tls(self) -> Self:
-        if self.tls_mode is EgressTlsMode.PLAINTEXT or self.server_name is not None:
+    def _address_and_server_name(self) -> Self:
+        if (self.address is None) == (self.from_ is None):
+            raise ValueError(ADDRESS_OR_FROM.message)
+        if self.address is None or not needs_server_name(self, self.address):
             return self
-        host, _ = split_host_port(self.address)
-        if is_ip_address(host):
-            raise ValueError(EGRESS_IP_NEEDS_SERVER_NAME.message)
-        return self
+        raise ValueError(EGRESS_IP_NEEDS_SERVER_NAME.message)
+
+
+def needs_server_name(egress: Egress, address: str) -> bool:
+    """Whether ``address`` (typed, or read through ``from``) cannot serve as ``egress``'s
+    endpoint for want of a serverName: an IP address, with TLS, and no serverName set."""
+    if egress.tls_mode is EgressTlsMode.PLAINTEXT or egress.server_name is not None:
+        return False
+    host, _ = split_host_port(address)
+    return is_ip_address(host)
 
 
 class TrustPin(StrEnum):
@@ -196,7 +222,9 @@ class GridSiteStatus(GridModel):
     )
     matched_pin: TrustPin | None = None
     egress_address: HostPort | None = Field(
-        None, description="Egress address in use (from spec or learned through SWIM)."
+        None,
+        description="Egress address in use (from spec, read through spec.egress.from, or "
+        "learned through SWIM).",
     )
     last_seen_alive: AwareDatetime | None = None
 

@@ -1,6 +1,7 @@
 """The few Kubernetes API calls the operator makes itself (kopf makes the others: watches,
-finalizers, Events): read Secrets, write and delete ConfigMaps, patch the status of Grid's
-resources and create auto-discovered GridSites.
+finalizers, Events): read Secrets, write and delete ConfigMaps, read the Service or Gateway
+a site's egress address comes from, patch the status of Grid's resources and create
+auto-discovered GridSites.
 
 The client is ``kubernetes_asyncio``, the maintained asyncio port of the official client
 (same generated API, models and authentication): the operator lives on kopf's event loop,
@@ -40,6 +41,7 @@ import aiohttp
 
 from grid.errors import KubernetesApiError
 from grid.models.meta import GROUP, VERSION
+from grid.operator.retries import Reachability, RetryPolicy
 
 _log = logging.getLogger("grid.operator")
 
@@ -53,6 +55,7 @@ GRID_PLURALS: Final = {
     "GridSite": "gridsites",
     "InferenceProvider": "inferenceproviders",
 }
+GATEWAY_API: Final = ("gateway.networking.k8s.io", "v1")
 _RETRIED_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 
 
@@ -68,68 +71,6 @@ def _silence_bodies() -> None:
     rest = logging.getLogger("kubernetes_asyncio.client.rest")
     if not any(isinstance(existing, _NoBodies) for existing in rest.filters):
         rest.addFilter(_NoBodies())
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How one API call is bounded and retried.
-
-    Attempt ``n`` (from 1) that failed for a retryable reason is followed, after a wait, by
-    attempt ``n + 1``, at most ``attempts`` in all. The wait is drawn from
-    ``[c/2, c]`` where ``c = min(cap_s, base_s * 2**(n-1))`` (exponential, with jitter so
-    that many clients do not retry in step), and is at least the answer's ``Retry-After``.
-    A ``Retry-After`` longer than ``retry_after_cap_s``, or a wait that would end past
-    ``budget_s`` after the call began, ends the call at once with the error."""
-
-    attempts: int = 5
-    base_s: float = 0.2
-    cap_s: float = 5.0
-    timeout_s: float = 10.0
-    """One attempt's limit, from connecting to the last byte of the answer."""
-    budget_s: float = 30.0
-    """The whole call's limit: attempts and waits."""
-    retry_after_cap_s: float = 10.0
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError("attempts must be at least 1")
-        for name in ("base_s", "cap_s", "timeout_s", "budget_s", "retry_after_cap_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive")
-
-    def backoff(self, failed_attempt: int, rng: random.Random) -> float:
-        """The wait after attempt ``failed_attempt`` (from 1), before any Retry-After."""
-        ceiling = min(self.cap_s, self.base_s * 2 ** (failed_attempt - 1))
-        return rng.uniform(ceiling / 2, ceiling)
-
-
-@dataclass(slots=True)
-class Reachability:
-    """Whether the API server answers: when it last did, and since when it has not.
-
-    Any HTTP answer below 500 counts (a 404 or a 429 is the server answering); a refused
-    or dropped connection, a timeout or a 5xx does not."""
-
-    last_answer: float | None = None
-    """``time.monotonic()`` of the last answer."""
-    failing_since: float | None = None
-    """The first failure since the last answer (None while the last attempt was answered)."""
-    problem: str | None = None
-    """What the last failure was."""
-
-    def answered(self, moment: float) -> None:
-        self.last_answer = moment
-        self.failing_since = None
-        self.problem = None
-
-    def failed(self, moment: float, problem: str) -> None:
-        if self.failing_since is None:
-            self.failing_since = moment
-        self.problem = problem
-
-    def unreachable_for(self, moment: float) -> float | None:
-        """How long the API server has not answered (None when it last did)."""
-        return None if self.failing_since is None else max(0.0, moment - self.failing_since)
 
 
 @dataclass(slots=True)
@@ -282,6 +223,40 @@ class KubeApi:
         )
         items = (found or {}).get("items") or []
         return [item for item in items if isinstance(item, dict)]
+
+    # -- what an egress address is read from (read-only) ----------------------------------
+
+    async def read_service(self, namespace: str, name: str) -> JsonObject | None:
+        """A Service as served, or None when it does not exist."""
+        core = self._core()
+        return await self._call(
+            "read",
+            f"services {namespace}/{name}",
+            lambda timeout: core.read_namespaced_service(name, namespace, _request_timeout=timeout),
+        )
+
+    async def read_gateway(self, namespace: str, name: str) -> JsonObject | None:
+        """A Gateway API Gateway as served, or None when there is none (or no Gateway API:
+        :meth:`serves` tells the two apart)."""
+        custom = self._custom()
+        return await self._call(
+            "read",
+            f"gateways.{GATEWAY_API[0]} {namespace}/{name}",
+            lambda timeout: custom.get_namespaced_custom_object(
+                *GATEWAY_API, namespace, "gateways", name, _request_timeout=timeout
+            ),
+        )
+
+    async def serves(self, group: str, version: str) -> bool:
+        """Whether the API server serves ``group/version`` (discovery, open to every
+        authenticated client)."""
+        custom = self._custom()
+        found = await self._call(
+            "discover",
+            f"{group}/{version}",
+            lambda timeout: custom.get_api_resources(group, version, _request_timeout=timeout),
+        )
+        return found is not None
 
     # -- Grid's resources -----------------------------------------------------------------
 

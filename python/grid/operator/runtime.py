@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import aiohttp
@@ -41,6 +42,7 @@ from grid.models.site import GridSitePhase
 from grid.operator.cache import NETWORK, Entry, ResourceCache, valid_network
 from grid.operator.configmaps import Target
 from grid.operator.credentials import CredentialChecks
+from grid.operator.egress import read_egress_source
 from grid.operator.kube import KubeApi
 from grid.operator.metrics import OperatorMetrics
 from grid.operator.options import OperatorOptions
@@ -119,6 +121,7 @@ class NetworkRuntime:
             wake=self.wake,
             logger=_log,
             prefix=f"network {name}",
+            egress_reader=partial(read_egress_source, shared.kube),
         )
         self._credentials = CredentialChecks(
             shared.kube, metrics, self._notices, options.secret_refresh_s

@@ -280,12 +280,15 @@ def endpoint_of(provider: InferenceProvider) -> ClusterEndpoint:
 
 def _egress_of(site: GridSite) -> ClusterEndpoint | None:
     egress = site.spec.egress
-    if egress is not None:
+    if egress is not None and egress.address is not None:
         return ClusterEndpoint(egress.address, egress.tls_mode, egress.server_name)
+    # Learned through SWIM, or read through spec.egress.from by the site's operator.
     learned = site.status.egress_address if site.status is not None else None
-    if learned is not None:
-        return ClusterEndpoint(learned, EgressTlsMode.MUTUAL_TLS)
-    return None
+    if learned is None:
+        return None
+    if egress is not None:
+        return ClusterEndpoint(learned, egress.tls_mode, egress.server_name)
+    return ClusterEndpoint(learned, EgressTlsMode.MUTUAL_TLS)
 
 
 def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str | None]:

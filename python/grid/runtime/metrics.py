@@ -345,6 +345,15 @@ FAMILIES: dict[str, Family] = {
             ("network", "mode", "outcome"),
             REQUEST_BUCKETS,
         ),
+        Family(
+            "grid_site_egress_read_duration_seconds",
+            Kind.HISTOGRAM,
+            "Readings of the object this site's egress address comes from "
+            "(spec.egress.from), by kind (service, gateway) and outcome (ok: read; failed: "
+            "missing or unreadable).",
+            ("network", "kind", "outcome"),
+            REQUEST_BUCKETS,
+        ),
     )
 }
 
@@ -504,7 +513,8 @@ def _le(bound: float) -> str:
 
 @dataclass
 class ObservationDurations:
-    """How long a network's health checks, scrapes and site probes took."""
+    """How long a network's health checks, scrapes, site probes and readings of its egress
+    source took."""
 
     health: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
     """By (provider, outcome)."""
@@ -512,6 +522,8 @@ class ObservationDurations:
     """By (provider, outcome)."""
     probe: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
     """By (egress mode, outcome)."""
+    egress_read: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
+    """By (kind of object, outcome)."""
 
 
 class ScrapedSwimDriver(Protocol):
@@ -644,6 +656,9 @@ def add_network(out: Exposition, view: NetworkView) -> None:
         )
         out.add_durations("grid_provider_scrape_duration_seconds", (name,), view.durations.scrape)
         out.add_durations("grid_site_probe_duration_seconds", (name,), view.durations.probe)
+        out.add_durations(
+            "grid_site_egress_read_duration_seconds", (name,), view.durations.egress_read
+        )
     engine = view.engine
     if engine is None:
         return

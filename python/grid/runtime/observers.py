@@ -1,7 +1,9 @@
 """What a network observes for its engine: health checks and metrics scrapes of the
-providers the engine names (:meth:`~grid.engine.SiteEngine.observation_targets`), and
-probes of every site whose egress is due. Each result goes to the engine at once, and the
-network is woken to act on it."""
+providers the engine names (:meth:`~grid.engine.SiteEngine.observation_targets`), the
+object this site's egress address is read from
+(:meth:`~grid.engine.SiteEngine.egress_source_target`), and probes of every site whose
+egress is due. Each result goes to the engine at once, and the network is woken to act on
+it."""
 
 from __future__ import annotations
 
@@ -14,7 +16,14 @@ from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
-from grid.engine import ObservationTarget, ProbeTarget, SiteEngine
+from grid.engine import (
+    EgressSourceTarget,
+    ObservationTarget,
+    ProbeTarget,
+    SiteEngine,
+    SourceRead,
+)
+from grid.models.egress_source import EgressSource
 from grid.observe.health import check_health
 from grid.observe.scrape import scrape
 from grid.runtime.metrics import Durations, ObservationDurations
@@ -24,6 +33,10 @@ from grid.runtime.tasks import Tasks
 
 Observe = Callable[[SiteEngine, str, Any, datetime], None]
 """An engine method taking one result: (engine, provider or site, result, now)."""
+
+EgressReader = Callable[[EgressSource], Awaitable[SourceRead]]
+"""Reads the object a ``spec.egress.from`` names (never raises: a failure is the reading's
+``error``). The operator reads through the Kubernetes API; the agent has none."""
 
 
 class _Timed(Protocol):
@@ -46,8 +59,11 @@ class Observers:
         wake: Callable[[], None],
         logger: logging.Logger,
         prefix: str,
+        egress_reader: EgressReader,
     ) -> None:
         self._session = session
+        self._egress_reader = egress_reader
+        self._egress: tuple[EgressSourceTarget, asyncio.Task[None]] | None = None
         self.prober = prober
         """Replaced when this site's TLS material changes; the next probe uses it."""
         self._engine_of = engine_of
@@ -63,6 +79,7 @@ class Observers:
         await self._tasks.cancel_all()
         self._providers.clear()
         self._probing.clear()
+        self._egress = None
 
     def _deliver(self, observe: Observe, name: str, result: object) -> None:
         engine = self._engine_of()
@@ -73,7 +90,9 @@ class Observers:
     # -- providers ------------------------------------------------------------------------
 
     def follow(self, engine: SiteEngine) -> None:
-        """Run the health checks and scrapes the engine asks for, and only those."""
+        """Run the health checks, scrapes and readings of the egress source the engine asks
+        for, and only those."""
+        self._follow_egress_source(engine)
         wanted = {target.provider: target for target in engine.observation_targets()}
         for name in list(self._providers):
             target, tasks = self._providers[name]
@@ -134,14 +153,43 @@ class Observers:
         provider: str,
         durations: Durations,
         ok: Callable[[_T], bool],
+        *,
+        label: str | None = None,
     ) -> None:
         """Every ``interval_s``: ``fetch`` a result (never raises), time it in
-        ``durations`` and hand it over."""
+        ``durations`` (under ``label``, by default the provider's name) and hand it over
+        about ``provider``."""
         while True:
             result = await fetch()
-            durations.observe((provider, _outcome(ok(result))), result.latency_s)
+            durations.observe((label or provider, _outcome(ok(result))), result.latency_s)
             self._deliver(observe, provider, result)
             await asyncio.sleep(interval_s)
+
+    # -- this site's egress source --------------------------------------------------------
+
+    def _follow_egress_source(self, engine: SiteEngine) -> None:
+        """Read the object the engine names for this site's egress address, and only that."""
+        target = engine.egress_source_target()
+        if self._egress is not None and self._egress[0] != target:
+            self._egress[1].cancel()
+            self._egress = None
+        if self._egress is not None:
+            return
+        source = target.source if target is not None else None
+        kind = None if source is None else "service" if source.service is not None else "gateway"
+        self.durations.egress_read.forget(lambda labels: labels[0] == kind)
+        if target is None or source is None:
+            return
+        loop = self._repeat(
+            target.interval_s,
+            partial(self._egress_reader, source),
+            SiteEngine.observe_egress_source,
+            engine.site,
+            self.durations.egress_read,
+            lambda read: read.error is None and read.found is not None,
+            label=kind,
+        )
+        self._egress = (target, self._tasks.spawn(loop, f"reading of {source.described}"))
 
     # -- sites ----------------------------------------------------------------------------
 
