@@ -106,6 +106,22 @@ def programs_folder() -> Path:
     return Path(done.stdout.strip().splitlines()[-1]) / "bin"
 
 
+def gateway_api_crds() -> list[Path]:
+    """The Gateway API's GatewayClass and Gateway CRDs ``scripts/control-plane`` put beside
+    the programs (for the egress discovery tests)."""
+    text = SCRIPT.read_text(encoding="utf-8")
+    found = re.search(r"^GATEWAY_API=(\S+)$", text, re.MULTILINE)
+    if found is None:
+        raise ControlPlaneUnavailable(f"{SCRIPT} pins no GATEWAY_API version")
+    programs_folder()
+    folder = build_folder() / "crds" / f"gateway-api-{found.group(1)}"
+    crds = [folder / "gatewayclasses.yaml", folder / "gateways.yaml"]
+    missing = [str(crd) for crd in crds if not crd.is_file()]
+    if missing:
+        raise ControlPlaneUnavailable(f"{', '.join(missing)} missing: run scripts/control-plane")
+    return crds
+
+
 def free_tcp_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
