@@ -45,7 +45,10 @@ def test_a_valid_certificate_gets_its_fingerprint_and_no_problem() -> None:
     verdict = AdvertisedCerts(RECHECK).verdict(
         "site-b", advertising(cert.certificate_pem).state, T0
     )
-    assert verdict == AdvertisedCert(cert.certificate_pem, cert.fingerprint, None, T0, T0 + RECHECK)
+    leaf = check_public_cert_pem(cert.certificate_pem, T0)
+    assert verdict == AdvertisedCert(
+        cert.certificate_pem, cert.fingerprint, None, T0, T0 + RECHECK, leaf, ca_signed=False
+    )
 
 
 def test_an_unparsable_certificate_is_discarded_with_the_reason() -> None:

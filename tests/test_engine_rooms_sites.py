@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from grid.crdt.records import GatewayRecord
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
+from grid.engine.certificates import KnownCertificates
 from grid.engine.events import EventLog
 from grid.engine.inputs import SiteInputs
 from grid.engine.members import Members
@@ -48,6 +49,7 @@ class Trust:
         self.members = Members("site-a")
         self.probes = Probes(10.0)
         self.advertised = AdvertisedCerts(timedelta(seconds=10))
+        self.certificates = KnownCertificates("site-a")
         self.events = EventLog()
         self.trust = SiteTrust("site-a")
 
@@ -61,6 +63,7 @@ class Trust:
         self.probes.observe(name, ProbeResult(True, fingerprint, error, 0.001), T0, mode)
 
     def evaluate(self, now: datetime = T0) -> bool:
+        self.certificates.refresh(self.inputs, self.state, self.advertised, now)
         return self.trust.evaluate(
             self.inputs,
             self.state,
@@ -69,6 +72,7 @@ class Trust:
             self.advertised,
             self.events,
             now,
+            certificates=self.certificates.view,
         )
 
     def status(self, name: str) -> GridSiteStatus:

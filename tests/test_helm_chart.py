@@ -322,6 +322,29 @@ def test_the_monitoring_toggles(helm: Helm, service_monitor: bool, prometheus_ru
         assert obj["spec"] == source["spec"], f"{kind} differs from deploy/monitoring's"
 
 
+def test_the_certificate_expiry_days_set_the_warning_alerts_threshold(helm: Helm) -> None:
+    """metrics.prometheusRule.certificateExpiryDays changes GridSiteCertificateExpiresSoon's
+    threshold (14 days in deploy/monitoring) and nothing else."""
+    values = {"metrics": {"prometheusRule": {"enabled": True, "certificateExpiryDays": 30}}}
+    rendered = one(helm.template(values), "PrometheusRule")["spec"]
+    source = one(
+        yaml.safe_load_all((MONITORING / "prometheusrule.yaml").read_text()), "PrometheusRule"
+    )["spec"]
+    changed = [
+        (rule["alert"], rule["expr"], wanted["expr"])
+        for group, wanted_group in zip(rendered["groups"], source["groups"], strict=True)
+        for rule, wanted in zip(group["rules"], wanted_group["rules"], strict=True)
+        if rule != wanted
+    ]
+    assert changed == [
+        (
+            "GridSiteCertificateExpiresSoon",
+            "grid_site_certificate_expiry_timestamp_seconds - time() < 30 * 86400 >= 2 * 86400",
+            "grid_site_certificate_expiry_timestamp_seconds - time() < 14 * 86400 >= 2 * 86400",
+        )
+    ]
+
+
 def test_the_service_monitor_selects_the_service(helm: Helm) -> None:
     rendered = helm.template(MONITORING_ON)
     monitor = one(rendered, "ServiceMonitor")
@@ -343,6 +366,9 @@ def test_the_service_monitor_selects_the_service(helm: Helm) -> None:
         ({"image": {"repository": "", "pullPolicy": "IfNotPresent"}}, "repository"),
         ({"image": {"repository": "grid", "pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "enabled"),
+        # At 2 days or fewer the critical GridSiteCertificateExpiryImminent has taken over.
+        ({"metrics": {"prometheusRule": {"enabled": True, "certificateExpiryDays": 2}}}, "Days"),
+        ({"metrics": {"prometheusRule": {"enabled": True, "certificateExpiryDays": "14"}}}, "Days"),
     ],
 )
 def test_the_values_schema_refuses_what_the_chart_cannot_use(

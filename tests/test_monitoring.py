@@ -121,6 +121,14 @@ def _series(name: str, values: str, **labels: str) -> dict[str, str]:
     return {"series": f"{name}{{{selector}}}", "values": values}
 
 
+def _certificate(site: str, severity: str) -> dict[str, str]:
+    return {"severity": severity, "job": "grid", "instance": "a", "network": "mesh", "site": site}
+
+
+EXPIRY = "grid_site_certificate_expiry_timestamp_seconds"
+DAY_S = 86_400
+
+
 def _alert(alertname: str, at: str, *expected: dict[str, str]) -> dict[str, Any]:
     return {
         "eval_time": at,
@@ -290,6 +298,38 @@ UNIT_TESTS: list[dict[str, Any]] = [
             ),
         ],
     },
+    {
+        # Unix time 0 is the test's start, so each value is the time left then: site-a's
+        # certificate has 15 days (14 a day later), site-b's 10, site-c's 1, site-d's had
+        # expired, site-e's has a year.
+        "interval": "1m",
+        "input_series": [
+            _series(EXPIRY, f"{days * DAY_S}x2200", instance="a", network="mesh", site=site)
+            for site, days in (
+                ("site-a", 15),
+                ("site-b", 10),
+                ("site-c", 1),
+                ("site-d", 0),
+                ("site-e", 365),
+            )
+        ],
+        "alert_rule_test": [
+            _alert("GridSiteCertificateExpiresSoon", "10m"),
+            _alert("GridSiteCertificateExpiresSoon", "12h", _certificate("site-b", "warning")),
+            _alert(
+                "GridSiteCertificateExpiresSoon",
+                "36h",
+                _certificate("site-a", "warning"),
+                _certificate("site-b", "warning"),
+            ),
+            _alert(
+                "GridSiteCertificateExpiryImminent",
+                "12h",
+                _certificate("site-c", "critical"),
+                _certificate("site-d", "critical"),
+            ),
+        ],
+    },
 ]
 
 
@@ -370,6 +410,8 @@ def test_every_alert_has_a_severity_and_runbook_annotations() -> None:
         "GridOverlayRenderRefused",
         "GridSiteExcludedAtSomePeers",
         "GridSiteTrustLost",
+        "GridSiteCertificateExpiresSoon",
+        "GridSiteCertificateExpiryImminent",
         "GridStaleMessagesRefused",
         "GridSwimKeyRotationFailed",
         "GridItemsRefused",

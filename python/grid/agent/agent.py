@@ -50,6 +50,7 @@ from grid.models.limits import LOAD_TIME_LIMIT_S, MAX_DIRECTORY_FILES
 from grid.models.network import GridNetwork, generate_grid_id
 from grid.models.resources import YAML_SUFFIXES, LoadedResources, load_resources_from_dir
 from grid.runtime.credentials import swim_credentials
+from grid.trust.chain import NetworkCa
 from grid.trust.pem import check_public_cert_pem
 
 _log = logging.getLogger("grid.agent")
@@ -120,6 +121,7 @@ class Agent:
         tls = SiteTls.from_dir(options.tls_dir)
         certificate_pem = read_site_certificate(tls)
         credentials = site_swim_credentials(tls, options.tls_dir)
+        network_ca = NetworkCa(credentials.trust_anchors)
         self._tls_signature = _files_signature(options.tls_dir)
         try:
             options.state_dir.mkdir(parents=True, exist_ok=True)
@@ -138,6 +140,7 @@ class Agent:
             push_pull_factor=options.push_pull_factor,
             certificate_pem=certificate_pem,
             swim_credentials=credentials,
+            network_ca=network_ca,
             overlay_listeners=self.overlay_listeners,
             publish_listeners=self.publish_listeners,
             on_name_conflict=self._name_conflict,
@@ -361,6 +364,7 @@ class Agent:
             tls = SiteTls.from_dir(self.options.tls_dir)
             certificate_pem = read_site_certificate(tls)
             credentials = site_swim_credentials(tls, self.options.tls_dir)
+            network_ca = NetworkCa(credentials.trust_anchors)
             prober = tls.prober()
             if self._egress is not None:
                 if tls.certificate is None or tls.private_key is None:
@@ -370,10 +374,11 @@ class Agent:
             _log.error("%s: new TLS files not used, the old ones stay: %s", self.site, error)
             return
         shared.prober, shared.certificate_pem = prober, certificate_pem
-        shared.swim_credentials = credentials
+        shared.swim_credentials, shared.network_ca = credentials, network_ca
         now = datetime.now(UTC)
         for runtime in self.networks.values():
             runtime.engine.set_certificate(certificate_pem, now)
+            runtime.engine.set_network_ca(network_ca)
             runtime.use_prober(prober)
             runtime.wake()
         _log.info("%s: TLS files reloaded", self.site)

@@ -1,8 +1,8 @@
 """The agent's HTTP endpoints: ``/healthz`` (200 while every network's SWIM node runs),
-``/status`` (JSON: membership, trust, overlays, phases, recent events), ``/metrics``
-(Prometheus, from the agent's own registry; docs/observability.md lists the families) and
-the live view, ``/`` and ``/view.json`` (:mod:`grid.view`), with the Grid Booklet at
-``/booklet/``.
+``/status`` (JSON: membership, trust, certificates, overlays, phases, recent events),
+``/metrics`` (Prometheus, from the agent's own registry; docs/observability.md lists the
+families) and the live view, ``/`` and ``/view.json`` (:mod:`grid.view`), with the Grid
+Booklet at ``/booklet/``.
 Label values and documents carry names, addresses, revisions and public key ids only:
 never a key, a token or a private key."""
 
@@ -25,6 +25,7 @@ from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, NetworkView
 from grid.trust.probe import parse_address
 from grid.view import LiveView, NetworkSource, NodeInfo
+from grid.view.model import certificates_part
 
 
 class ServedAgent(Protocol):
@@ -132,6 +133,7 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
         },
         "trustedSites": sorted(engine.trusted_sites),
         "discoveredSites": list(engine.discovered_sites),
+        "certificates": certificates_part(engine),
         "overlays": overlays,
         "notOffered": [
             {"provider": provider, "reason": reason} for provider, reason in engine.not_offered

@@ -32,6 +32,7 @@ from grid.runtime.observers import Observers
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import SwimDriver, SwimPlan
 from grid.runtime.tasks import Tasks
+from grid.trust.chain import NetworkCa
 
 _log = logging.getLogger("grid.agent")
 
@@ -60,6 +61,8 @@ class Shared:
     certificate_pem: str | None
     swim_credentials: SwimCredentials
     """The site certificate and key every SWIM message is signed with, and the CA."""
+    network_ca: NetworkCa
+    """The same CA, to report which certificates it vouches for."""
     overlay_listeners: list[OverlayListener] = field(default_factory=list)
     publish_listeners: list[PublishListener] = field(default_factory=list)
     on_name_conflict: ConflictListener | None = None
@@ -150,6 +153,7 @@ class NetworkRuntime:
                 self.engine.set_certificate(self._shared.certificate_pem, now)
             except GridError as error:
                 _log.error("%s: the site certificate is not advertised: %s", self.where, error)
+        self.engine.set_network_ca(self._shared.network_ca)
         await self._ensure_node()
         self.observers.follow(self.engine)
         self._tasks.spawn(self._refresh_loop())

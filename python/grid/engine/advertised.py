@@ -1,5 +1,5 @@
-"""The certificates sites advertise on the cert lane: the verdict on each, checked again
-only when the certificate changes or time alone may change it, and the
+"""The certificates sites advertise on the cert lane (and this site's own): the verdict on
+each, checked again only when the certificate changes or time alone may change it, and the
 ``CertificateAdvertised`` condition it gives the site. Pure: time comes in as ``now``."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from datetime import datetime, timedelta
 
 from grid.crdt.state import GridState
 from grid.engine.events import with_condition
-from grid.errors import CertificateRejected, TrustConfigError
+from grid.errors import CertificateRejected
 from grid.models.conditions import Condition
 from grid.models.site import GridSite
-from grid.trust.pem import check_public_cert_pem
+from grid.trust.chain import NetworkCa
+from grid.trust.pem import CertificateInfo, check_validity, read_public_cert_pem
 
 CONDITION = "CertificateAdvertised"
 
@@ -29,6 +30,11 @@ class AdvertisedCert:
     """When the verdict may change with time alone: the leaf's expiry, or a probe interval
     after the check (a certificate of the chain expiring, one not yet valid becoming
     valid)."""
+    leaf: CertificateInfo | None = None
+    """The leaf as it describes itself, also when it is discarded for its dates (so that
+    an expired certificate still says when it expired); None when it cannot be read."""
+    ca_signed: bool = False
+    """Whether the network CA vouches for it at ``checked_at`` (:class:`NetworkCa`)."""
 
 
 class AdvertisedCerts:
@@ -37,6 +43,18 @@ class AdvertisedCerts:
     def __init__(self, recheck_after: timedelta) -> None:
         self._recheck_after = recheck_after
         self._verdicts: dict[str, AdvertisedCert] = {}
+        self._ca = NetworkCa()
+
+    @property
+    def ca(self) -> NetworkCa:
+        return self._ca
+
+    @ca.setter
+    def ca(self, ca: NetworkCa) -> None:
+        """A new network CA: every verdict is made again, the CA's among them."""
+        if ca.anchors != self._ca.anchors:
+            self._ca = ca
+            self._verdicts.clear()
 
     def forget(self, site: str) -> None:
         self._verdicts.pop(site, None)
@@ -48,25 +66,41 @@ class AdvertisedCerts:
         """The verdict on ``site``'s advertised certificate: checked again only when the
         certificate changes or when time alone may change the verdict, not on every pass
         (a busy peer's items arrive all the time; its certificate seldom changes)."""
-        pem = state.cert_pem(site)
+        return self.check(site, state.cert_pem(site), now)
+
+    def check(self, site: str, pem: str | None, now: datetime) -> AdvertisedCert | None:
+        """The verdict on ``pem`` as ``site``'s certificate (None: it has none), held as
+        :meth:`verdict` holds it."""
         if pem is None:
             self._verdicts.pop(site, None)
             return None
         known = self._verdicts.get(site)
         if known is not None and known.pem == pem and known.checked_at <= now < known.recheck_at:
             return known
+        known = self._verdicts[site] = self._judge(site, pem, now)
+        return known
+
+    def _judge(self, site: str, pem: str, now: datetime) -> AdvertisedCert:
         recheck_at = now + self._recheck_after
         try:
-            info = check_public_cert_pem(pem, now)
-        except (CertificateRejected, TrustConfigError) as error:
-            problem = f"the advertised certificate was discarded: {error}"
-            known = AdvertisedCert(pem, None, problem, now, recheck_at)
-        else:
-            # Valid up to and including notAfter: the first moment it is not is just after.
-            expired_at = info.not_after + timedelta(microseconds=1)
-            known = AdvertisedCert(pem, info.fingerprint, None, now, min(recheck_at, expired_at))
-        self._verdicts[site] = known
-        return known
+            chain = read_public_cert_pem(pem)
+        except CertificateRejected as error:
+            return AdvertisedCert(pem, None, _discarded(error), now, recheck_at)
+        leaf = chain[0]
+        try:
+            check_validity(chain, now)
+        except CertificateRejected as error:
+            return AdvertisedCert(pem, None, _discarded(error), now, recheck_at, leaf)
+        # Valid up to and including notAfter: the first moment it is not is just after.
+        expired_at = leaf.not_after + timedelta(microseconds=1)
+        signed = self._ca.vouches_for(pem, site, now)
+        return AdvertisedCert(
+            pem, leaf.fingerprint, None, now, min(recheck_at, expired_at), leaf, signed
+        )
+
+
+def _discarded(error: CertificateRejected) -> str:
+    return f"the advertised certificate was discarded: {error}"
 
 
 def advertised_condition(

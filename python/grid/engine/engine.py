@@ -29,6 +29,7 @@ from enum import StrEnum
 from grid.crdt.snapshot import GATEWAY_LANE, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
+from grid.engine.certificates import KnownCertificates, SiteCertificate
 from grid.engine.egress import SourceRead
 from grid.engine.events import (
     NETWORK_KIND,
@@ -62,6 +63,7 @@ from grid.observe.scrape import ScrapeResult
 from grid.observe.tracker import HealthObservation
 from grid.render.consumer import ClusterEndpoint
 from grid.scoring.ranking import Ranking
+from grid.trust.chain import NetworkCa
 from grid.trust.pem import check_public_cert_pem
 from grid.trust.site import ProbeResult
 
@@ -128,6 +130,7 @@ class SiteEngine:
         self._members = Members(site)
         self._probes = Probes(probe_interval_s)
         self._advertised = AdvertisedCerts(timedelta(seconds=probe_interval_s))
+        self._certificates = KnownCertificates(site)
         self._trust = SiteTrust(site)
         self._phases = ProviderPhases(site)
         self._publisher = Publisher()
@@ -198,6 +201,11 @@ class SiteEngine:
             check_public_cert_pem(pem, now)
         self._inputs.cert_pem = pem
 
+    def set_network_ca(self, ca: NetworkCa) -> None:
+        """The network CA, to tell which certificates it vouches for (none is known until
+        this is called: the certificates then rest on their pins alone)."""
+        self._advertised.ca = ca
+
     # -- inputs: membership and items -----------------------------------------------------
 
     def member_up(self, site: str, address: str, generation: int, now: datetime) -> None:
@@ -230,6 +238,7 @@ class SiteEngine:
         if items:
             self._forgotten.append((site, items))
         self._advertised.forget(site)
+        self._certificates.forget(site)
         self._pacing.pending = True
 
     def receive_item(  # noqa: PLR0917 - the transport's delivery tuple, then the time
@@ -338,6 +347,12 @@ class SiteEngine:
         }
 
     @property
+    def certificates(self) -> Mapping[str, SiteCertificate]:
+        """This site's certificate and each peer's advertised one, by site, as of the last
+        :meth:`refresh` (a forgotten peer's is gone at once)."""
+        return self._certificates.view
+
+    @property
     def discovered_sites(self) -> tuple[str, ...]:
         """Alive peers that no GridSite describes: seen, never trusted."""
         return self._members.alive_unknown(self._inputs.sites)
@@ -392,6 +407,7 @@ class SiteEngine:
             self._state, self._inputs, self._phases, self._grid_id, self._events, now
         ):
             self._pacing.pending = True
+        self._certificates.refresh(self._inputs, self._state, self._advertised, now)
         if self._trust.evaluate(
             self._inputs,
             self._state,
@@ -400,6 +416,7 @@ class SiteEngine:
             self._advertised,
             self._events,
             now,
+            certificates=self._certificates.view,
         ):
             self._pacing.pending = True
         stale_at = self._renderer.stale_at

@@ -4,11 +4,12 @@ Active: their certificate matched a pin). Pure: time comes in as ``now``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts, advertised_condition
+from grid.engine.certificates import SiteCertificate
 from grid.engine.egress import EGRESS_RESOLVED, EgressResolution
 from grid.engine.events import SITE_KIND, EventLog, with_condition
 from grid.engine.inputs import SiteInputs, same_inputs
@@ -82,8 +83,11 @@ class SiteTrust:
         advertised: AdvertisedCerts,
         events: EventLog,
         now: datetime,
+        *,
+        certificates: Mapping[str, SiteCertificate],
     ) -> bool:
-        """Advance every site's phase; returns whether the trusted sites changed."""
+        """Advance every site's phase; returns whether the trusted sites changed.
+        ``certificates``: the known ones, whose expiry each GridSite's status reports."""
         trusted: set[str] = set()
         for name in set(self._status) - set(inputs.sites):
             del self._status[name]
@@ -104,7 +108,8 @@ class SiteTrust:
                 probe=None if probe is None else probe.observation(presented),
             )
             resolution = inputs.egress_resolution if name == self._site else None
-            made_from = (site, observation, verdict, probe, egress, resolution)
+            certificate = certificates.get(name)
+            made_from = (site, observation, verdict, probe, egress, resolution, certificate)
             alive = members.is_alive(name)
             if status is not None and same_inputs(self._settled.get(name), made_from):
                 if alive and status.last_seen_alive != now:
@@ -141,6 +146,7 @@ class SiteTrust:
                 matched_pin=site.spec.trust.match(observed_fingerprint),
                 egress_address=None if egress is None else egress.address,
                 last_seen_alive=alive_since,
+                certificate_not_after=None if certificate is None else certificate.not_after,
             )
             if name != self._site and outcome.phase is GridSitePhase.ACTIVE:
                 trusted.add(name)

@@ -227,6 +227,11 @@ class GridSiteStatus(GridModel):
         "learned through SWIM).",
     )
     last_seen_alive: AwareDatetime | None = None
+    certificate_not_after: AwareDatetime | None = Field(
+        None,
+        description="When the site's certificate expires (its notAfter): the one this site "
+        "holds for its own GridSite, the one the site advertises for the others.",
+    )
 
 
 class GridSite(GridModel):

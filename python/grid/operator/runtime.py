@@ -67,6 +67,7 @@ from grid.runtime.notices import Notices
 from grid.runtime.observers import Observers
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import SwimDriver, SwimPlan
+from grid.trust.chain import NetworkCa
 
 _log = logging.getLogger("grid.operator")
 
@@ -135,6 +136,9 @@ class NetworkRuntime:
         )
         self._statuses = StatusWriter(shared.kube, shared.metrics, options.status_interval_s)
         self._material: TrustMaterial | None = None
+        self._network_ca = NetworkCa()
+        """The CA of the material in use, for the engine to tell which certificates it
+        vouches for."""
         self._material_error: str | None = None
         self._material_read_at: float | None = None
         self._material_generation: int | None = None
@@ -389,6 +393,7 @@ class NetworkRuntime:
         if prober is None:
             return
         self._material, self._observers.prober = material, prober
+        self._network_ca = NetworkCa(material.credentials.trust_anchors)
         self._notices.say(
             "material",
             f"trust material loaded: {len(material.keyring.keys)} SWIM key(s), CA "
@@ -397,7 +402,11 @@ class NetworkRuntime:
         )
 
     def _advertise_certificate(self, engine: SiteEngine, now: datetime) -> None:
-        pem = self._material.certificate_pem if self._material is not None else None
+        # Set on every pass (an assignment): a new engine (this cluster is another site now)
+        # and new material (a rotated CA) both have it at once.
+        engine.set_network_ca(self._network_ca)
+        material = self._material
+        pem = material.certificate_pem if material is not None else None
         if pem == self._advertised_pem and self._certificate_error is None:
             return
         try:

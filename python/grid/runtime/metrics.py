@@ -295,6 +295,12 @@ FAMILIES: dict[str, Family] = {
             "its providers are routable), else 0.",
             "site",
         ),
+        _gauge(
+            "grid_site_certificate_expiry_timestamp_seconds",
+            "When a site's leaf certificate expires (its notAfter, Unix time): this site's own "
+            "and each peer's advertised one; a peer's goes when the peer is forgotten.",
+            "site",
+        ),
         Family(
             "grid_overlay_candidates",
             Kind.GAUGE,
@@ -676,6 +682,12 @@ def add_network(out: Exposition, view: NetworkView) -> None:
         out.add("grid_resource_phase", (name, kind, resource, str(status.phase)), 1)
         if kind == "GridSite" and resource != engine.site:
             out.add("grid_site_trusted", (name, resource), 1 if resource in trusted else 0)
+    for site, certificate in sorted(engine.certificates.items()):
+        out.add(
+            "grid_site_certificate_expiry_timestamp_seconds",
+            (name, site),
+            certificate.not_after.timestamp(),
+        )
     for (namespace, gateway), current in sorted(engine.overlays.items()):
         labels = (name, namespace, gateway)
         overlay = current.overlay

@@ -66,14 +66,29 @@ def check_public_cert_pem(
     """
     if now.tzinfo is None:
         raise TrustConfigError("now must be a timezone-aware datetime")
+    chain = read_public_cert_pem(pem, max_bytes=max_bytes, max_blocks=max_blocks)
+    check_validity(chain, now)
+    return chain[0]
+
+
+def read_public_cert_pem(
+    pem: str | bytes, *, max_bytes: int = MAX_PEM_BYTES, max_blocks: int = MAX_PEM_BLOCKS
+) -> tuple[CertificateInfo, ...]:
+    """The chain (leaf first) of a bundle that passes every check of
+    :func:`check_public_cert_pem` but validity: what a certificate says about itself, for
+    reporting when one expires (or expired) even while it is refused."""
     text = _bounded_ascii(pem, max_bytes)
     ders = list(_certificate_blocks(text, max_blocks))
-    chain: list[CertificateInfo] = []
-    for index, der in enumerate(ders):
-        position = _position(index, len(ders))
-        chain.append(_describe(der, position, len(ders)))
-        _check_validity(chain[-1], now, position)
-    return chain[0]
+    return tuple(
+        _describe(der, _position(index, len(ders)), len(ders)) for index, der in enumerate(ders)
+    )
+
+
+def check_validity(chain: tuple[CertificateInfo, ...], now: datetime) -> None:
+    """Raise :class:`~grid.errors.CertificateRejected` (``expired``, ``not_yet_valid``) for
+    the first certificate of ``chain`` outside its validity at ``now``."""
+    for index, info in enumerate(chain):
+        _check_validity(info, now, _position(index, len(chain)))
 
 
 def certificate_ders(text: str) -> list[bytes]:

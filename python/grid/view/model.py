@@ -13,6 +13,9 @@ Parts of a network's document:
   transitions (:mod:`grid.view.history`);
 - ``trust``: per GridSite its phase, whether it is trusted, its pins, the fingerprint last
   observed, which pin matched and the conditions that say why;
+- ``certificates``: this site's certificate and each peer's advertised one, with its
+  fingerprint, expiry and what vouches for it (:func:`certificates_part`, also in
+  ``/status``);
 - ``gateways``: per gateway its overlay's revision, when it was rendered, why it was held
   back, and its candidates in order with each signal's weighted contribution, admission
   and tier, exactly as ``grid explain --json`` reports them (:func:`ranking_part`);
@@ -219,6 +222,24 @@ def trust_part(engine: SiteEngine) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: (not row["self"], row["site"]))
 
 
+def certificates_part(engine: SiteEngine) -> list[dict[str, Any]]:
+    """This site's certificate first, then each peer's advertised one: its fingerprint,
+    when it expires, what vouches for it (``ca``: the network CA, ``pin``: only a pin,
+    null: nothing now) and why peers discard it, if they do."""
+    rows = [
+        {
+            "site": name,
+            "self": name == engine.site,
+            "fingerprint": certificate.fingerprint,
+            "notAfter": _time(certificate.not_after),
+            "anchor": None if certificate.anchor is None else str(certificate.anchor),
+            "problem": certificate.problem,
+        }
+        for name, certificate in engine.certificates.items()
+    ]
+    return sorted(rows, key=lambda row: (not row["self"], row["site"]))
+
+
 def gateway_part(
     overlay: GatewayOverlay, ranking: Ranking | None, not_offered: Sequence[tuple[str, str]]
 ) -> dict[str, Any]:
@@ -399,6 +420,7 @@ def network_document(
             "members": [],
             "history": history_part(history),
             "trust": [],
+            "certificates": [],
             "trustedSites": [],
             "discoveredSites": [],
             "gateways": [],
@@ -419,6 +441,7 @@ def network_document(
         "members": members_part(engine, source.node),
         "history": history_part(history),
         "trust": trust_part(engine),
+        "certificates": certificates_part(engine),
         "trustedSites": sorted(engine.trusted_sites),
         "discoveredSites": list(engine.discovered_sites),
         **ranked,

@@ -8,6 +8,8 @@
   const SIGNALS = ["locality", "queue_depth", "kv_cache", "prefix_cache", "latency", "cost"];
   const SIGNAL_LABELS = ["locality", "queue", "kv cache", "prefix", "latency", "cost"];
   const STATES = ["alive", "suspect", "down", "left"];
+  const CERTIFICATE_WARNING_DAYS = 14; // the default of the GridSiteCertificateExpiresSoon alert
+  const ANCHORS = { ca: "network CA", pin: "pin only" };
   const sections = new Map(); // "network/part" -> serialized data last drawn
   let offsetMs = 0; // server clock minus this browser's clock
   let rendered = false;
@@ -52,6 +54,12 @@
   const number = (value) => (typeof value === "number" ? value.toFixed(4) : "–");
   const yesNo = (flag) => el("span", { class: flag ? "yes" : "no", text: flag ? "yes" : "no" });
   const badge = (state) => el("span", { class: `badge state-${state}`, text: state });
+  function expiresIn(iso) {
+    const seconds = (Date.parse(iso) - serverNow()) / 1000;
+    const hours = Math.abs(seconds) / 3600;
+    const span = hours < 48 ? `${hours.toFixed(1)} h` : `${(hours / 24).toFixed(0)} d`;
+    return seconds < 0 ? `expired ${span} ago` : `in ${span}`;
+  }
 
   // -- one section at a time, redrawn only when its data changed -------------------------
   function section(container, key, data, draw) {
@@ -165,6 +173,23 @@
       table(["site", "phase", "trusted", "pins", "observed", "matched pin", "why", "last probe"], rows)];
   }
 
+  function drawCertificates(certificates) {
+    const rows = certificates.map((cert) => {
+      const days = (Date.parse(cert.notAfter) - serverNow()) / 86400000;
+      const expiry = days < 0 ? "expired" : days < CERTIFICATE_WARNING_DAYS ? "soon" : "ok";
+      return el("tr", { class: "certificate", "data-site": cert.site, "data-expiry": expiry },
+        el("td", {}, cert.site, cert.self ? el("span", { class: "muted", text: " (this site)" }) : null),
+        el("td", { class: "mono", title: cert.fingerprint, text: short(cert.fingerprint, 12) }),
+        el("td", { text: ANCHORS[cert.anchor] || "nothing now" }),
+        el("td", { class: "mono", text: cert.notAfter }),
+        el("td", { class: `expiry-${expiry}`, "data-not-after": cert.notAfter, text: expiresIn(cert.notAfter) }),
+        el("td", { class: "problem", text: cert.problem || "" }));
+    });
+    return [el("h3", { text: "Certificates" }), rows.length
+      ? table(["site", "fingerprint", "vouched for by", "not after", "expires", "discarded because"], rows)
+      : el("p", { class: "muted", text: "no certificate known yet" })];
+  }
+
   function breakdownBar(breakdown) {
     const total = SIGNALS.reduce((sum, name) => sum + Math.max(breakdown[name] || 0, 0), 0) || 1;
     const bar = el("span", { class: "bar", title: SIGNALS.map((n) => `${n} ${number(breakdown[n])}`).join("\n") });
@@ -265,6 +290,7 @@
     drawTimelines(left, network);
     section(right, "history", network.history, drawHistory);
     section(container, "trust", network.trust, drawTrust);
+    section(container, "certificates", network.certificates, drawCertificates);
     const gateways = container.querySelector(":scope > .gateways") || container.appendChild(el("div", { class: "gateways", "data-network": network.name }));
     const seen = new Set();
     for (const gateway of network.gateways) {
@@ -308,6 +334,7 @@
     }
     if (!view.networks.length) main.replaceChildren(el("p", { class: "muted", text: "no network is served here yet" }));
     for (const node of document.querySelectorAll(".age[data-since]")) node.textContent = age(node.dataset.since);
+    for (const node of document.querySelectorAll("[data-not-after]")) node.textContent = expiresIn(node.dataset.notAfter);
     document.getElementById("meta").textContent = `Server time ${view.now}.`;
     if (!rendered) {
       rendered = true;
