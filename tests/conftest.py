@@ -1,7 +1,7 @@
 """Shared pytest configuration.
 
-The Kubernetes harness (an emulated API server, clients and kopf runners) lives in the
-``tests/k8s`` package; its fixtures are registered here for every test module.
+The Kubernetes harness (an emulated API server, real ones, clients and kopf runners) lives
+in the ``tests/k8s`` package; its fixtures are registered here for every test module.
 """
 
 import os

@@ -8,7 +8,7 @@ openssl for the pin), less waiting for the rollout: there is no kubelet, so no p
 runs. The operator runs as a process instead (tests/k8s/operator_process.py), with a
 kubeconfig holding only a TokenRequest token of the chart's ServiceAccount: every call it
 makes is checked by the API server's RBAC, as the chart's templates made it. The checks of
-what the operator wrote are tests/test_operator_install.py's, which installs with kustomize.
+what the operator wrote are those of the kustomize install (tests/k8s/install_checks.py).
 
 A cluster of its own: the chart makes cluster-scoped objects with fixed names (the
 ClusterRoles, the ClusterRoleBinding) and installs the CRDs, which the session's API server
@@ -30,6 +30,15 @@ from kubernetes import client as k8s
 
 from k8s.control_plane import REPO, ControlPlane
 from k8s.fixtures import ControlPlaneFactory
+from k8s.install_checks import (
+    CA_NAMESPACE,
+    PROVIDERS,
+    SITES,
+    assert_refused,
+    check_configmaps,
+    check_installed,
+    check_statuses,
+)
 from k8s.operator_process import (
     ACCOUNT,
     EDGE_OVERLAY,
@@ -50,17 +59,8 @@ from k8s.operator_process import (
     run_shell,
     start_installed_operator,
 )
+from k8s.operator_support import condition
 from support.helm import Helm, helm_binary
-from test_operator_install import (
-    CA_NAMESPACE,
-    PROVIDERS,
-    SITES,
-    assert_refused,
-    check_configmaps,
-    check_installed,
-    check_statuses,
-)
-from test_operator_support import condition
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -212,7 +212,7 @@ def test_a_registry_cannot_be_bound_to_two_clusters() -> None:
     from k8s.kopf_runner import _bind_login
 
     registry = kopf.OperatorRegistry()
-    _bind_login(registry, "http://127.0.0.1:1")
-    _bind_login(registry, "http://127.0.0.1:1")  # the same server again is fine
+    _bind_login(registry, kopf.ConnectionInfo(server="http://127.0.0.1:1"))
+    _bind_login(registry, kopf.ConnectionInfo(server="http://127.0.0.1:1"))  # the same again
     with pytest.raises(ValueError, match="one registry per operator"):
-        _bind_login(registry, "http://127.0.0.1:2")
+        _bind_login(registry, kopf.ConnectionInfo(server="http://127.0.0.1:2"))

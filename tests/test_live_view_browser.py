@@ -29,11 +29,7 @@ from grid.membership import SwimConfig
 from grid.models import GridNetwork, load_resource
 from k8s.cluster import Cluster
 from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
-from k8s.waiting import eventually
-from support.agents import THREE_SITES, AgentMesh, AgentMeshes, AgentProcess
-from support.browser import browser, console_errors, save_screenshot, wait_for
-from support.servers import ProviderEndpoint
-from test_operator_support import (
+from k8s.operator_support import (
     network_body,
     operator_for,
     prepare_namespaces,
@@ -41,6 +37,10 @@ from test_operator_support import (
     put_trust,
     site_body,
 )
+from k8s.waiting import eventually
+from support.agents import THREE_SITES, AgentMesh, AgentMeshes, AgentProcess
+from support.browser import browser, console_errors, save_screenshot, wait_for
+from support.servers import ProviderEndpoint
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -216,7 +216,7 @@ async def test_the_live_view_shows_the_mesh_and_a_killed_site_going_down(agents:
 
 async def test_the_operator_serves_the_view_beside_its_metrics(cluster: Cluster) -> None:
     async with ProviderEndpoint() as endpoint:
-        prepare_namespaces(cluster)
+        await prepare_namespaces(cluster)
         await put_trust(cluster, "site-a")
         async with operator_for(cluster, "site-a") as running:
             await cluster.create(GRID_NETWORKS, network_body("mesh", port=running.swim_port))

@@ -1,10 +1,11 @@
 """The operator's own Kubernetes client under faults, over TLS, and what the operator makes
 of an API server that stops answering; and SWIM ports of networks that do not set one.
 
-The client talks to the emulated API server through a fault-injecting proxy
+Under faults, the client talks to kmock through a fault-injecting proxy
 (:mod:`support.faulty_api`): 429s with ``Retry-After``, 500s, stalls, dropped connections,
-a server that is down. Each test checks that the call succeeds after the faults, how many
-attempts it took and that the waits between them stayed within the policy's bounds.
+a server that is down, none of which a real API server can be made to produce on cue. Each
+test checks that the call succeeds after the faults, how many attempts it took and that the
+waits between them stayed within the policy's bounds. The rest runs on a real API server too.
 """
 
 from __future__ import annotations
@@ -29,13 +30,9 @@ from grid.operator.kube import KubeApi, Reachability, RetryPolicy, _retry_after
 from grid.operator.ports import ASSIGNED, FROM_DEFAULT, FROM_SPEC, Claim, SwimPorts, recorded_port
 from k8s.cluster import Cluster
 from k8s.emulator import CONFIGMAPS, GRID_NETWORKS
+from k8s.grid_install import ACCOUNT
 from k8s.kopf_runner import fast_settings, run_operator
-from k8s.rbac import served_requests
-from k8s.waiting import eventually
-from support.faulty_api import Answer, Drop, FaultyApi, Stall, matching
-from support.pki import Pki, make_pki
-from support.servers import tls_server_context
-from test_operator_support import (
+from k8s.operator_support import (
     NAMESPACE,
     WATCHED,
     OperatorUnderTest,
@@ -52,8 +49,14 @@ from test_operator_support import (
     test_options,
     wait_condition,
 )
+from k8s.rbac import ServedRequest, served_requests
+from k8s.waiting import eventually
+from support.faulty_api import Answer, Drop, FaultyApi, Stall, matching
+from support.pki import Pki, make_pki
+from support.servers import tls_server_context
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+INJECTED_FAULTS = pytest.mark.kmock_only(reason="faults injected by a proxy; reads kmock's log")
 
 SITE = "site-a"
 # Quick enough for tests, with the shape of the default policy.
@@ -65,14 +68,17 @@ CONFIGMAP_BODY = {"metadata": {"name": "cm"}, "data": {"k": "v"}}
 
 @pytest.fixture
 async def proxy(cluster: Cluster) -> AsyncIterator[FaultyApi]:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     async with FaultyApi(cluster.url) as running:
         yield running
 
 
 @contextlib.asynccontextmanager
-async def client(url: str, policy: RetryPolicy = FAST, **settings: Any) -> AsyncIterator[KubeApi]:
-    configuration = k8s.Configuration(host=url)
+async def client(
+    server: str | k8s.Configuration, policy: RetryPolicy = FAST, **settings: Any
+) -> AsyncIterator[KubeApi]:
+    """Grid's client for ``server`` (a URL, or the whole configuration) and ``settings``."""
+    configuration = k8s.Configuration(host=server) if isinstance(server, str) else server
     for name, value in settings.items():
         setattr(configuration, name, value)
     kube = KubeApi(configuration, retry=policy, rng=random.Random(19))
@@ -101,6 +107,7 @@ def within_backoff(policy: RetryPolicy, waits: list[float]) -> bool:
 # --- retries -----------------------------------------------------------------------------------
 
 
+@INJECTED_FAULTS
 async def test_a_429_is_retried_after_its_retry_after(cluster: Cluster, proxy: FaultyApi) -> None:
     await put_secret(cluster, "token", {"token": b"value"})
     proxy.inject(
@@ -120,6 +127,7 @@ async def test_a_429_is_retried_after_its_retry_after(cluster: Cluster, proxy: F
     assert 2.0 <= elapsed < 3.0
 
 
+@INJECTED_FAULTS
 async def test_5xx_answers_are_retried_with_a_bounded_exponential_backoff(
     cluster: Cluster, proxy: FaultyApi
 ) -> None:
@@ -140,6 +148,7 @@ async def test_5xx_answers_are_retried_with_a_bounded_exponential_backoff(
     assert (await status_of(cluster, GRID_NETWORKS, "mesh")) == {"phase": "Active"}
 
 
+@INJECTED_FAULTS
 async def test_a_timed_out_attempt_is_retried(cluster: Cluster, proxy: FaultyApi) -> None:
     cluster.emulator.create_object(CONFIGMAPS, {**CONFIGMAP_BODY}, NAMESPACE)
     proxy.inject(Stall(), match=matching("GET", "/configmaps/cm"))
@@ -154,6 +163,7 @@ async def test_a_timed_out_attempt_is_retried(cluster: Cluster, proxy: FaultyApi
     assert FAST.timeout_s <= elapsed < FAST.timeout_s + FAST.base_s + 0.5
 
 
+@INJECTED_FAULTS
 async def test_dropped_connections_are_retried_and_a_lost_create_is_read_back(
     cluster: Cluster, proxy: FaultyApi
 ) -> None:
@@ -181,6 +191,7 @@ async def test_dropped_connections_are_retried_and_a_lost_create_is_read_back(
     assert len([r for r in posts if r.resource == CONFIGMAPS]) == 2
 
 
+@INJECTED_FAULTS
 async def test_retries_are_bounded_and_other_4xx_are_final(
     cluster: Cluster, proxy: FaultyApi
 ) -> None:
@@ -230,36 +241,46 @@ async def test_retries_are_bounded_and_other_4xx_are_final(
 
 
 async def test_the_official_token_refresh_hook_runs_before_each_request(cluster: Cluster) -> None:
-    prepare_namespaces(cluster)
-    configuration = k8s.Configuration(host=cluster.url)
-    # As the in-cluster loader leaves it: a token, and a hook that reads the rotated one.
+    await prepare_namespaces(cluster)
+    configuration = cluster.configuration()
+    # As the in-cluster loader leaves it: a token with its scheme, and a hook that reads the
+    # rotated one (here the operator's, then one that is not valid).
     configuration.api_key = {"BearerToken": "Bearer loaded"}
-    tokens = iter(["first", "second"])
+    configuration.api_key_prefix = {}
+    operator_token = await cluster.service_account_token(NAMESPACE, ACCOUNT)
+    tokens = iter([operator_token, "revoked"])
 
     def refresh(official: Any) -> None:
         official.api_key = {"BearerToken": f"Bearer {next(tokens)}"}
 
     configuration.refresh_api_key_hook = refresh
-    kube = KubeApi(configuration, retry=FAST)
-    await kube.start()
-    try:
+    async with client(configuration) as kube:
+        # Read with the operator's token: a 404 (the loaded token would be refused, 401).
         assert await kube.read_secret(NAMESPACE, "one") is None
+        if cluster.backend == "real":
+            # The real server tells the tokens apart: the next one is refused.
+            with pytest.raises(KubernetesApiError) as raised:
+                await kube.read_secret(NAMESPACE, "two")
+            assert raised.value.status == 401
+            return
         assert await kube.read_secret(NAMESPACE, "two") is None
-    finally:
-        await kube.close()
+    # kmock takes any token, and its log shows which one each request carried.
     seen = {
         r.name: r.headers.get("Authorization")
         for r in served_requests(cluster.emulator)
         if r.name in ("one", "two")
     }
-    assert seen == {"one": "Bearer first", "two": "Bearer second"}
+    assert seen == {
+        "one": f"Bearer {operator_token}",
+        "two": "Bearer revoked",
+    }
 
 
 async def test_no_log_level_shows_a_secret_s_body(cluster: Cluster) -> None:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_secret(cluster, "token", {"token": b"grid-canary-value"})
     with captured_logs() as logs:
-        async with client(cluster.url) as kube:
+        async with client(cluster.configuration()) as kube:
             assert await kube.read_secret(NAMESPACE, "token") == {"token": b64("grid-canary-value")}
     # The generated client logs every response body at DEBUG; the operator drops those.
     assert not [line for line in logs.lines if b64("grid-canary-value") in line]
@@ -300,32 +321,61 @@ def server_context(pki: Pki) -> ssl.SSLContext:
     return tls_server_context(files, client_ca_file=pki.ca_file, require_client_cert=True)
 
 
+@contextlib.asynccontextmanager
+async def tls_api_server(
+    cluster: Cluster, tmp_path: Path, token: str | None = None
+) -> AsyncIterator[k8s.Configuration]:
+    """The cluster's API over TLS, and a configuration that trusts it (logging in with
+    ``token``, None: the admin). The real server is TLS itself (its own CA; it asks for no
+    client certificate); kmock is put behind a TLS proxy with a CA the test makes, which
+    asks for the client's certificate."""
+    if cluster.backend == "real":
+        yield cluster.configuration(token)
+        return
+    pki = make_pki(tmp_path, ("kube-apiserver", "grid-operator"))
+    client_files = pki["grid-operator"].files
+    async with FaultyApi(cluster.url, tls=server_context(pki)) as proxy:
+        configuration = cluster.configuration(token)
+        configuration.host = proxy.url
+        configuration.ssl_ca_cert = str(pki.ca_file)
+        configuration.cert_file = str(client_files.certificate)
+        configuration.key_file = str(client_files.private_key)
+        yield configuration
+
+
+def grid_client_requests(cluster: Cluster, resource: str, name: str) -> list[ServedRequest]:
+    """The requests for ``resource`` ``name`` that Grid's client (not the test's) made."""
+    return [
+        request
+        for request in cluster.requests()
+        if request.user_agent.startswith("grid-operator")
+        and request.access is not None
+        and (request.access.resource, request.access.name) == (resource, name)
+    ]
+
+
 async def test_the_client_verifies_the_api_server_and_presents_its_certificate(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_secret(cluster, "token", {"token": b"value"})
-    pki = make_pki(tmp_path, ("kube-apiserver", "grid-operator"))
-    client_files = pki["grid-operator"].files
-    tls = server_context(pki)
-    async with FaultyApi(cluster.url, tls=tls) as proxy:
-        assert proxy.url.startswith("https://")
-        mutual = {
-            "ssl_ca_cert": str(pki.ca_file),
-            "cert_file": str(client_files.certificate),
-            "key_file": str(client_files.private_key),
-        }
-        async with client(proxy.url, **mutual) as kube:
+    async with tls_api_server(cluster, tmp_path) as trusting:
+        assert trusting.host.startswith("https://")
+        async with client(trusting) as kube:
             assert await kube.read_secret(NAMESPACE, "token") == {"token": b64("value")}
 
         # A server whose certificate the configuration does not trust: refused at once, and
         # not retried (another attempt would not change the certificate).
-        async with client(proxy.url) as kube:
+        async with client(trusting.host) as kube:
             with pytest.raises(KubernetesApiError) as raised:
                 await kube.read_secret(NAMESPACE, "token")
             assert kube.retries == {}
         assert "TLS handshake failed" in str(raised.value)
-        assert len(proxy.seen_for("/secrets/token")) == 1  # only the trusted client's
+    # Only the trusting client's request reached the API server.
+    reads = await eventually(
+        lambda: grid_client_requests(cluster, "secrets", "token"), what="the trusted read"
+    )
+    assert [request.access.verb for request in reads if request.access] == ["get"]
 
 
 @contextlib.asynccontextmanager
@@ -333,7 +383,7 @@ async def operator_through(
     cluster: Cluster, configuration: Any, **overrides: Any
 ) -> AsyncIterator[OperatorUnderTest]:
     """The operator with its own client configured by ``configuration`` (kopf talks to the
-    emulator directly)."""
+    cluster directly), both as the operator's ServiceAccount."""
     port = free_udp_port()
     operator = Operator(test_options(SITE, port, **overrides), configuration, post_event)
     async with run_operator(
@@ -342,6 +392,7 @@ async def operator_through(
         watching=WATCHED,
         settings=fast_settings(),
         namespace=NAMESPACE,
+        token=await cluster.service_account_token(NAMESPACE, ACCOUNT),
         name=f"grid-operator@{cluster.name}",
     ) as running:
         yield OperatorUnderTest(operator, running, port)
@@ -359,28 +410,26 @@ async def healthz(address: str | None) -> tuple[int, str]:
 async def test_the_operator_writes_through_a_tls_api_server(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_trust(cluster, SITE)
-    pki = make_pki(tmp_path, ("kube-apiserver", "grid-operator"))
-    client_files = pki["grid-operator"].files
-    async with FaultyApi(cluster.url, tls=server_context(pki)) as proxy:
-        configuration = k8s.Configuration(host=proxy.url)
-        configuration.ssl_ca_cert = str(pki.ca_file)
-        configuration.cert_file = str(client_files.certificate)
-        configuration.key_file = str(client_files.private_key)
-        async with operator_through(cluster, configuration) as running:
-            await cluster.create(GRID_NETWORKS, network_body("mesh", port=running.swim_port))
-            await wait_condition(cluster, GRID_NETWORKS, "mesh", "MembershipReady", "True")
-            assert (await healthz(running.operator.health_address))[0] == 200
-    # Secrets were read and the status written over TLS, with the operator's certificate.
-    paths = {(seen.method, seen.path) for seen in proxy.seen}
-    assert ("GET", f"/api/v1/namespaces/{NAMESPACE}/secrets/swim-key") in paths
-    assert ("PATCH", "/apis/grid.praxis-proxy.io/v1alpha1/gridnetworks/mesh/status") in paths
+    token = await cluster.service_account_token(NAMESPACE, ACCOUNT)
+    async with (
+        tls_api_server(cluster, tmp_path, token) as configuration,
+        operator_through(cluster, configuration) as running,
+    ):
+        await cluster.create(GRID_NETWORKS, network_body("mesh", port=running.swim_port))
+        await wait_condition(cluster, GRID_NETWORKS, "mesh", "MembershipReady", "True")
+        assert (await healthz(running.operator.health_address))[0] == 200
+    # Secrets were read and the status written over TLS (with the operator's certificate
+    # where the server asks for one).
+    assert grid_client_requests(cluster, "secrets", "swim-key")
+    assert grid_client_requests(cluster, "gridnetworks/status", "mesh")
 
 
 # --- health ------------------------------------------------------------------------------------
 
 
+@pytest.mark.kmock_only(reason="a server that stops answering: the proxy goes down")
 async def test_healthz_is_503_while_the_api_server_does_not_answer(
     cluster: Cluster, proxy: FaultyApi
 ) -> None:
@@ -429,7 +478,7 @@ def _without_port(name: str) -> dict[str, Any]:
 
 
 async def test_networks_without_a_swim_port_each_get_their_own(cluster: Cluster) -> None:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_trust(cluster, SITE)
     async with operator_for(cluster, SITE) as running:
         default = running.swim_port
@@ -458,7 +507,7 @@ async def test_networks_without_a_swim_port_each_get_their_own(cluster: Cluster)
 
 
 async def test_two_networks_asking_for_one_port_the_newer_is_refused(cluster: Cluster) -> None:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_trust(cluster, SITE)
     async with operator_for(cluster, SITE) as running:
         port = free_udp_port()

@@ -1,7 +1,8 @@
 """Secret canaries: a provider token, the SWIM keys and the site's private key are planted in
 Secrets, and none of them may appear in anything the operator wrote (ConfigMaps, statuses,
 Events), logged, or serves (``/metrics``, ``/healthz``); a Secret it cannot use is reported
-without quoting it. The operator's own endpoints are checked on the way."""
+without quoting it. The operator's own endpoints are checked on the way. On kmock and on a
+real API server, everything read back through the API."""
 
 from __future__ import annotations
 
@@ -15,12 +16,8 @@ import pytest
 import yaml
 
 from k8s.cluster import Cluster
-from k8s.emulator import CONFIGMAPS, EVENTS, GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
-from k8s.waiting import eventually
-from support.canary import Canaries, pem_body
-from support.pki import make_pki
-from support.servers import ProviderEndpoint, TlsServer
-from test_operator_support import (
+from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from k8s.operator_support import (
     CA_SECRET,
     GATEWAY_NAMESPACE,
     KEY_ENTRY,
@@ -41,8 +38,12 @@ from test_operator_support import (
     wait_condition,
     wait_phase,
 )
+from k8s.waiting import eventually
+from support.canary import Canaries, pem_body
+from support.pki import make_pki
+from support.servers import ProviderEndpoint, TlsServer
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
 
 NETWORK = "mesh"
 SITE = "site-a"
@@ -72,7 +73,7 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
         public=[pki.ca_pem, pki[SITE].certificate_pem],
     )
 
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_secret(cluster, KEY_SECRET, {KEY_ENTRY: keyring_text(swim_key, next_key)})
     await put_secret(cluster, CA_SECRET, {"ca.crt": pki.ca_pem.encode()})
     await put_site_tls(cluster, pki[SITE].issued)
@@ -147,24 +148,20 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
     )
     assert 'grid_operator_secret_reads_total{outcome="Valid",purpose="credential"}' in exposition
 
-    emulator = cluster.emulator
     written = [
-        json.dumps(emulator.get_object(CONFIGMAPS, name, GATEWAY_NAMESPACE))
+        json.dumps(cluster.api.sanitize_for_serialization(await read_configmap(cluster, name)))
         for name in ("edge-grid-config", "edge-praxis")
     ]
     statuses = [
-        json.dumps((emulator.get_object(resource, name) or {}).get("status"))
+        json.dumps((await cluster.get(resource, name)).get("status"))
         for resource, name in (
             (GRID_NETWORKS, NETWORK),
             (GRID_SITES, SITE),
             (INFERENCE_PROVIDERS, "openai-a"),
         )
     ]
-    events = [
-        json.dumps(stored.raw)
-        for (resource, _, _), stored in emulator.objects.items()
-        if resource == EVENTS and not stored.deleted
-    ]
+    every_event = await cluster.call(cluster.core.list_event_for_all_namespaces)
+    events = [json.dumps(cluster.api.sanitize_for_serialization(e)) for e in every_event.items]
     assert events, "the operator posted Events"
     assert len(logs.lines) > 20, "the operator logged"
     everything = {

@@ -14,14 +14,14 @@ them (a ConfigMap is gone only if the operator deleted it), and RBAC enforced. W
 session's API server: what the CRD stores for a network whose SWIM block sets no port.
 
 The two-cluster mesh is in tests/test_operator_install_mesh.py, the helpers both use in
-tests/k8s/operator_process.py.
+tests/k8s/operator_process.py, the checks of what the operator did (the Helm install's too)
+in tests/k8s/install_checks.py.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -30,11 +30,17 @@ from kubernetes import client as k8s
 
 from grid.models.network import GridNetwork
 from grid.operator.validation import check_manifest
-from grid.render.validate import ExpectedScope, validate_overlay
 from k8s.control_plane import ControlPlane
 from k8s.fixtures import ControlPlaneFactory
+from k8s.install_checks import (
+    NEXT_CONSUMER,
+    NEXT_OVERLAY,
+    assert_refused,
+    check_configmaps,
+    check_installed,
+    check_statuses,
+)
 from k8s.operator_process import (
-    ACCOUNT,
     EDGE_OVERLAY,
     GROUP,
     LOG_TAIL_CHARACTERS,
@@ -50,22 +56,13 @@ from k8s.operator_process import (
     gone,
     grid_events,
     grid_object,
-    reconciled,
     run_install,
-    site_certificate_fingerprint,
     start_installed_operator,
-    status_managers,
 )
-from test_operator_support import condition
 
 pytestmark = pytest.mark.timeout(600)
 
-FINALIZER = "grid.praxis-proxy.io/finalizer"
-CA_NAMESPACE = "grid-ca"
 UNBOUND_NAMESPACE = "elsewhere"  # no RoleBinding for the operator
-SITES = ("east-edge", "east-core", "west-edge")
-PROVIDERS = ("llama-east-edge", "qwen-east-core", "llama-west-edge", "bedrock-claude", "openai")
-NEXT_OVERLAY, NEXT_CONSUMER = "praxis-next-grid-config", "praxis-next-praxis"
 
 
 # -- the tests ---------------------------------------------------------------------------------
@@ -103,100 +100,6 @@ def test_the_readme_install_runs_the_operator_with_only_the_shipped_rbac(
         check_deletion(operator, admin)
         assert operator.stop() == 0, operator.log_text()[-LOG_TAIL_CHARACTERS:]
     assert_clean_log(operator)
-
-
-def check_installed(admin: k8s.ApiClient) -> None:
-    """The CRDs are Established, the Deployment's pod would be admitted, and the site's pin,
-    read with openssl from the Secret as README does, is the certificate's."""
-    extensions = k8s.ApiextensionsV1Api(admin)
-    for plural in PLURALS:
-        crd = extensions.read_custom_resource_definition(f"{plural}.{GROUP}").to_dict()
-        assert condition(crd["status"], "Established")["status"] == "True", plural
-    check_pod_admitted(admin)
-    site = grid_object(admin, "gridsites", SITE)
-    # openssl's colon form, stored as given: the schema accepts it, the operator reads it.
-    pin = site["spec"]["trust"]["certFingerprint"]
-    assert pin.replace(":", "").lower() == site_certificate_fingerprint(admin)
-    assert site["metadata"]["generation"] == 2, "the pin is the spec's second generation"
-
-
-def check_pod_admitted(admin: k8s.ApiClient) -> None:
-    """The Deployment's pod, as the ReplicaSet controller would create it (none runs here),
-    passes admission: its ServiceAccount exists and the namespace enforces the `restricted`
-    Pod Security level, which only checks pods (a Deployment's template is not warned
-    about unless the namespace also sets a `warn` level)."""
-    template = k8s.AppsV1Api(admin).read_namespaced_deployment(ACCOUNT, OPERATOR_NAMESPACE)
-    assert template.spec is not None
-    pod = k8s.V1Pod(
-        metadata=k8s.V1ObjectMeta(generate_name=f"{ACCOUNT}-"), spec=template.spec.template.spec
-    )
-    core = k8s.CoreV1Api(admin)
-    core.create_namespaced_pod(OPERATOR_NAMESPACE, pod, dry_run="All")
-    # The level is enforced: the same pod allowed to escalate privileges is refused.
-    assert pod.spec is not None and pod.spec.containers[0].security_context is not None
-    pod.spec.containers[0].security_context.allow_privilege_escalation = True
-    with pytest.raises(k8s.ApiException) as refused:
-        core.create_namespaced_pod(OPERATOR_NAMESPACE, pod, dry_run="All")
-    assert refused.value.status == 403 and "PodSecurity" in str(refused.value.body)
-
-
-def check_statuses(operator: OperatorProcess, admin: k8s.ApiClient) -> JsonObject:
-    """Every resource's status, written through the status subresource by the operator for
-    the generation the resource is at; the network as it then is."""
-    network = operator.until(
-        "glb-demo reconciled",
-        functools.partial(
-            reconciled, admin, "gridnetworks", NETWORK, "ConfigValid", "MembershipReady"
-        ),
-    )
-    valid = condition(network["status"], "ConfigValid")
-    assert valid["status"] == "True", valid
-    membership = condition(network["status"], "MembershipReady")
-    assert membership["status"] == "True" and str(operator.swim_port) in membership["message"], (
-        membership
-    )
-    assert FINALIZER in network["metadata"]["finalizers"]
-    for name in SITES:
-        site = operator.until(
-            f"{name} reconciled", functools.partial(reconciled, admin, "gridsites", name)
-        )
-        assert status_managers(site) == {"grid-operator"}, name
-    for name in PROVIDERS:
-        provider = operator.until(
-            f"{name} reconciled",
-            functools.partial(reconciled, admin, "inferenceproviders", name, "SpecValid"),
-        )
-        assert condition(provider["status"], "SpecValid")["status"] == "True", name
-        assert status_managers(provider) == {"grid-operator"}, name
-    # openai's key Secret (examples/secrets) was not created: the operator read it and
-    # found it missing, which RBAC allows in grid-system (a 404, not a 403).
-    openai = grid_object(admin, "inferenceproviders", "openai")["status"]
-    credentials = condition(openai, "CredentialsValid")
-    assert credentials["status"] == "False" and "does not exist" in credentials["message"]
-    assert status_managers(grid_object(admin, "gridnetworks", NETWORK)) == {"grid-operator"}
-    return network
-
-
-def check_configmaps(operator: OperatorProcess, admin: k8s.ApiClient, network_uid: str) -> None:
-    """Both gateways' overlays and praxis-next's gateway configuration, owned by the network."""
-    core = k8s.CoreV1Api(admin)
-    edge = operator.until(
-        "the edge gateway's overlay",
-        functools.partial(core.read_namespaced_config_map, EDGE_OVERLAY, MESH_NAMESPACE),
-    ).to_dict()
-    verdict = validate_overlay(
-        edge["data"]["grid-config.json"], ExpectedScope(network=NETWORK, local_site=SITE)
-    )
-    assert verdict.accepted, verdict.detail
-    (owner,) = edge["metadata"]["owner_references"]
-    assert (owner["kind"], owner["name"], owner["uid"]) == ("GridNetwork", NETWORK, network_uid)
-    assert edge["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "grid"
-    for name, key in ((NEXT_OVERLAY, "routing-overlay.json"), (NEXT_CONSUMER, "praxis.yaml")):
-        written = operator.until(
-            f"ConfigMap {name}",
-            functools.partial(core.read_namespaced_config_map, name, MESH_NAMESPACE),
-        ).to_dict()
-        assert key in written["data"], name
 
 
 def check_listings(
@@ -243,38 +146,6 @@ def check_deletion(operator: OperatorProcess, admin: k8s.ApiClient) -> None:
     )
     for name in (EDGE_OVERLAY, NEXT_OVERLAY, NEXT_CONSUMER):
         assert gone(functools.partial(core.read_namespaced_config_map, name, MESH_NAMESPACE)), name
-
-
-def assert_refused(api: k8s.ApiClient, unbound_namespace: str) -> None:
-    """Each call is answered 403 Forbidden (an answer is never shown: it could be a Secret)."""
-    core, custom = k8s.CoreV1Api(api), k8s.CustomObjectsApi(api)
-    planted = k8s.V1ObjectMeta(name="planted")
-    calls: dict[str, Callable[[], object]] = {
-        "read a Secret where it is not bound": lambda: core.read_namespaced_secret(
-            "bait", unbound_namespace
-        ),
-        "read the CA key": lambda: core.read_namespaced_secret("glb-demo-ca-signing", CA_NAMESPACE),
-        "list Secrets cluster-wide": core.list_secret_for_all_namespaces,
-        "write a Secret where it reads them": lambda: core.create_namespaced_secret(
-            MESH_NAMESPACE, k8s.V1Secret(metadata=planted)
-        ),
-        "write a ConfigMap where it is not bound": lambda: core.create_namespaced_config_map(
-            unbound_namespace, k8s.V1ConfigMap(metadata=planted)
-        ),
-        "delete a GridSite": lambda: custom.delete_cluster_custom_object(
-            GROUP, VERSION, "gridsites", SITE
-        ),
-        "read the CRDs": lambda: k8s.ApiextensionsV1Api(api).list_custom_resource_definition(),
-    }
-    answers = {}
-    for what, call in calls.items():
-        try:
-            call()
-        except k8s.ApiException as error:
-            answers[what] = error.status
-        else:
-            answers[what] = 200
-    assert answers == dict.fromkeys(calls, 403)
 
 
 def test_a_network_without_a_swim_port_is_stored_without_one(

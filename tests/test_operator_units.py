@@ -66,9 +66,7 @@ from grid.scoring.inputs import CandidateInput, ConsumingSite
 from grid.scoring.ranking import rank_candidates
 from k8s.cluster import Cluster
 from k8s.emulator import GRID_API_VERSION, GRID_NETWORKS
-from k8s.rbac import served_requests
-from support.pki import make_pki
-from test_operator_support import (
+from k8s.operator_support import (
     NAMESPACE,
     b64,
     keyring_text,
@@ -77,6 +75,8 @@ from test_operator_support import (
     put_secret,
     site_body,
 )
+from k8s.rbac import served_requests
+from support.pki import make_pki
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -165,7 +165,7 @@ async def test_trust_material_is_read_whole_or_refused(
     cluster: Cluster, kube: KubeApi, tmp_path: Path
 ) -> None:
     now = datetime.now(UTC)
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     pki = make_pki(tmp_path, ("site-a", "site-b"))
     key = secrets.token_bytes(KEY_BYTES)
     await put_secret(cluster, "swim-key", {"swim.key": key})
@@ -221,7 +221,7 @@ async def test_trust_material_is_read_whole_or_refused(
 async def test_the_client_reads_writes_and_names_failures_without_bodies(
     cluster: Cluster, kube: KubeApi
 ) -> None:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_secret(cluster, "token", {"token": b"grid-canary-client"})
     assert await kube.read_secret(NAMESPACE, "missing") is None
     data = await kube.read_secret(NAMESPACE, "token")
@@ -627,7 +627,7 @@ async def test_outside_a_pod_the_kubeconfig_authenticates_kopf_and_the_client(
     assert info is not None
     assert (info.server, info.token, info.default_namespace) == (cluster.url, token, "grid-example")
 
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     api = KubeApi(configuration_from_environment())
     await api.start()
     try:

@@ -1,16 +1,21 @@
 """Fields only a newer release knows: the operator drops them, as the API server prunes fields
 its schema does not name, reconciles the rest and says which it ignored (docs/upgrading.md:
 an operator of release N-1 reconciles resources written for release N). The pruning itself,
-the check of a received manifest, the Events owed, and one operator end to end. The
+the check of a received manifest, the Events owed, and one operator end to end (on kmock,
+which keeps any field, and on a real API server given a newer release's CRDs). The
 standalone agent's loader, reading what a person typed, still refuses such a field."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
-import json
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import pytest
+import yaml
+from kubernetes import client as k8s
 
 from grid import __version__
 from grid.errors import InvalidResourceError
@@ -22,23 +27,30 @@ from grid.operator.operator import _targets
 from grid.operator.spec_events import FIELDS_IGNORED, SPEC_REJECTED, SpecEvents
 from grid.operator.validation import check_manifest
 from k8s.cluster import Cluster
-from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
-from k8s.waiting import eventually
-from support.servers import ProviderEndpoint
-from test_operator_support import (
+from k8s.emulator import (
+    GRID_GROUP,
+    GRID_NETWORKS,
+    GRID_SITES,
+    GRID_VERSION,
+    INFERENCE_PROVIDERS,
+)
+from k8s.operator_support import (
     NAMESPACE,
     condition,
     network_body,
     operator_for,
+    overlay_names,
     prepare_namespaces,
     provider_body,
     put_trust,
-    read_configmap,
     site_body,
     status_of,
     wait_condition,
     wait_phase,
 )
+from k8s.real_cluster import RealCluster
+from k8s.waiting import eventually
+from support.servers import ProviderEndpoint
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -175,9 +187,15 @@ def test_everything_but_unknown_fields_stays_strict() -> None:
     bad_enum["spec"]["egress"]["tlsMode"] = "quantum"
     assert check_manifest(bad_enum).problems[0].startswith("spec.egress.tlsMode: must be one of")
     missing = newer_site()
-    del missing["spec"]["egress"]["address"]
+    del missing["spec"]["gridNetworkRef"]
     assert check_manifest(missing).problems == (
-        "spec.egress.address: required field is missing (CRD schema)",
+        "spec.gridNetworkRef: required field is missing (CRD schema)",
+    )
+    neither = newer_site()
+    del neither["spec"]["egress"]["address"]
+    assert check_manifest(neither).problems == (
+        "spec.egress: egress needs exactly one of address, or from (to read the address from "
+        "a Service or a Gateway)",
     )
     # The status is Grid's own output, not checked (nor pruned) as before.
     with_status = {**newer_site(), "status": {"phase": "Whatever", "newStatus": 1}}
@@ -242,10 +260,86 @@ async def endpoint() -> Any:
         yield server
 
 
-async def overlay_names(cluster: Cluster) -> list[str]:
-    configmap = await read_configmap(cluster, "edge-grid-config")
-    document = json.loads(configmap.data["grid-config.json"])
-    return [candidate["name"] for candidate in document["overlay"]["candidates"]]
+# Fields a newer release adds to this release's schemas (by path; "[]" is a list's items).
+NEWER_FIELDS: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {
+    "GridSite": {
+        ("spec", "placement"): {"type": "string"},
+        ("spec", "trust", "rotationPolicy"): {
+            "type": "object",
+            "properties": {"days": {"type": "integer"}},
+        },
+    },
+    "InferenceProvider": {
+        ("spec", "priorityClass"): {"type": "string"},
+        ("spec", "models", "[]", "quantization"): {"type": "string"},
+    },
+}
+
+
+def newer_release_crd(kind: str) -> dict[str, Any]:
+    """This release's CRD for ``kind`` with :data:`NEWER_FIELDS` in its schema."""
+    crd = copy.deepcopy(crd_for_kind(kind))
+    for version in crd["spec"]["versions"]:
+        for path, schema in NEWER_FIELDS[kind].items():
+            node = version["schema"]["openAPIV3Schema"]
+            for step in path[:-1]:
+                node = node["items"] if step == "[]" else node["properties"][step]
+            node["properties"][path[-1]] = schema
+    return crd
+
+
+async def keeps_placement(cluster: RealCluster) -> bool:
+    """Whether the server stores a GridSite's spec.placement (a dry run)."""
+    body = site_body("schema-probe", "mesh")
+    body["spec"]["placement"] = "rack-1"
+    stored = await cluster.call(
+        cluster.custom.create_cluster_custom_object,
+        GRID_GROUP,
+        GRID_VERSION,
+        "gridsites",
+        body,
+        dry_run="All",
+    )
+    return "placement" in stored["spec"]
+
+
+@contextlib.asynccontextmanager
+async def newer_release_schemas(cluster: Cluster) -> AsyncIterator[None]:
+    """A cluster that keeps the fields of :data:`NEWER_FIELDS`: kmock keeps any field (it
+    has no schemas); a real API server is given a newer release's CRDs until the block ends,
+    then this release's again (it would prune the fields otherwise)."""
+    if not isinstance(cluster, RealCluster):
+        yield
+        return
+    extensions = k8s.ApiextensionsV1Api(cluster.api)
+    installed = []
+    for kind in NEWER_FIELDS:
+        name = crd_for_kind(kind)["metadata"]["name"]
+        found = await cluster.call(extensions.read_custom_resource_definition, name)
+        spec = cluster.api.sanitize_for_serialization(found.spec)
+        installed.append({**crd_for_kind(kind), "metadata": {"name": name}, "spec": spec})
+    await apply(cluster, [newer_release_crd(kind) for kind in NEWER_FIELDS])
+    await eventually(lambda: keeps_placement(cluster), what="the newer schemas served")
+    try:
+        yield
+    finally:
+        await apply(cluster, installed)
+        await eventually(
+            lambda: _not(keeps_placement(cluster)), what="this release's schemas served again"
+        )
+
+
+async def apply(cluster: RealCluster, manifests: list[dict[str, Any]]) -> None:
+    """``kubectl apply`` as the admin (server-side, taking over whatever fields it sets)."""
+    await asyncio.to_thread(
+        cluster.control_plane.kubectl,
+        *("apply", "--server-side", "--force-conflicts", "-f", "-"),
+        stdin=yaml.safe_dump_all(manifests),
+    )
+
+
+async def _not(check: Awaitable[bool]) -> bool:
+    return not await check
 
 
 async def _ignored_messages(cluster: Cluster, name: str) -> list[str]:
@@ -253,15 +347,16 @@ async def _ignored_messages(cluster: Cluster, name: str) -> list[str]:
     return [event.message for event in events if event.reason == FIELDS_IGNORED]
 
 
+@pytest.mark.both_backends
 @pytest.mark.timeout(60)
 async def test_an_operator_reconciles_resources_with_a_newer_release_s_fields(
     cluster: Cluster, endpoint: ProviderEndpoint
 ) -> None:
-    prepare_namespaces(cluster)
+    await prepare_namespaces(cluster)
     await put_trust(cluster, "site-a")
-    async with operator_for(cluster, "site-a") as running:
+    async with newer_release_schemas(cluster), operator_for(cluster, "site-a") as running:
         await cluster.create(GRID_NETWORKS, network_body("mesh", port=running.swim_port))
-        # The emulator stores what a real server with a newer release's CRDs would keep.
+        # Stored as a cluster with a newer release's CRDs keeps them.
         site = site_body("site-a", "mesh")
         site["spec"]["placement"] = "rack-1"
         site["spec"]["trust"] = {"rotationPolicy": {"days": 30}}

@@ -184,6 +184,11 @@ class ControlPlane:
         self._running: list[_Program] = []
         self._admin: k8s.ApiClient | None = None
 
+    def api_server_arguments(self) -> list[str]:
+        """kube-apiserver's flags beyond those every test cluster has (none here; a subclass
+        adds its own, with any file they name written in ``work_dir``)."""
+        return []
+
     @property
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
@@ -304,6 +309,7 @@ class ControlPlane:
                 f"--service-account-key-file={public_key}",
                 f"--service-account-signing-key-file={signing_key}",
                 f"--token-auth-file={tokens}",
+                *self.api_server_arguments(),
             ],
         )
         last_answer = ["no answer yet"]

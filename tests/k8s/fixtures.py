@@ -3,8 +3,12 @@
 * ``kmock_options`` makes kmock's own ``kmock`` fixture serve a
   :class:`~k8s.emulator.GridKubernetesEmulator` (unless a test's ``@pytest.mark.kmock(cls=...)``
   asks for another class);
-* ``cluster``: that API server with built-ins and Grid's CRs served, and an official client;
-* ``cluster_factory``: more independent clusters in the same test, each on its own port;
+* ``cluster``: the test's API server with built-ins and Grid's CRs served, and an official
+  client as its admin: kmock's emulator, and in modules marked ``both_backends`` also a
+  real API server (test ids ``[kmock]`` and ``[real]``, see :func:`pytest_generate_tests`);
+* ``cluster_factory``: more independent clusters in the same test, of the same backend;
+* ``real_servers``: the real API servers behind ``[real]`` clusters (:mod:`k8s.real_cluster`),
+  started when first needed, one per session;
 * ``control_plane``: a real etcd and kube-apiserver (see :mod:`k8s.control_plane`), one per
   test session; skipped where they are not built, a failure under ``CI=true``;
 * ``control_plane_factory``: more of them in one test, each a clean cluster of its own;
@@ -25,9 +29,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from .cluster import Cluster, client_for, prepare_cluster, serve_cluster
+from .cluster import Cluster, EmulatedCluster, client_for, prepare_cluster, serve_cluster
 from .control_plane import ControlPlane, ControlPlaneUnavailable, programs_folder
 from .emulator import GridKubernetesEmulator
+from .real_cluster import RealServers
 
 ClusterFactory = Callable[[str], Awaitable[Cluster]]
 ControlPlaneFactory = Callable[[str], ControlPlane]
@@ -35,6 +40,39 @@ ControlPlaneFactory = Callable[[str], ControlPlane]
 _log = logging.getLogger(__name__)
 # Namespaces cannot be deleted without a controller manager: each test gets a new name.
 _namespace_numbers = itertools.count(1)
+BACKENDS = ("kmock", "real")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "both_backends: the module's tests that use `cluster` run against kmock and a real "
+        "API server",
+    )
+    config.addinivalue_line(
+        "markers",
+        "kmock_only(reason): this test needs kmock (its internals or injected faults), even "
+        "in a both_backends module",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test using ``cluster`` in a ``both_backends`` module runs once per backend, unless
+    marked ``kmock_only`` (whose reason is required: say what only kmock can do)."""
+    if "cluster" not in metafunc.fixturenames:
+        return
+    if metafunc.definition.get_closest_marker("both_backends") is None:
+        return
+    only = metafunc.definition.get_closest_marker("kmock_only")
+    if only is not None and not (only.args or only.kwargs.get("reason")):
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: kmock_only needs a reason")
+    metafunc.parametrize("backend", BACKENDS[:1] if only else BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The test's backend: ``kmock`` unless :func:`pytest_generate_tests` chose."""
+    return str(getattr(request, "param", "kmock"))
 
 
 @pytest.fixture
@@ -45,9 +83,20 @@ def kmock_options(kmock_options: dict[str, Any], request: pytest.FixtureRequest)
     return kmock_options
 
 
+@pytest.fixture
+def cluster(backend: str, request: pytest.FixtureRequest) -> Cluster:
+    """The test's Kubernetes API with an official client: kmock's emulator, or the first of
+    the session's real API servers, emptied."""
+    if backend == "real":
+        servers: RealServers = request.getfixturevalue("real_servers")
+        return servers.cluster(0, "cluster-a")
+    emulated: EmulatedCluster = request.getfixturevalue("emulated_cluster")
+    return emulated
+
+
 @pytest_asyncio.fixture
-async def cluster(kmock: Any) -> AsyncIterator[Cluster]:
-    """The test's Kubernetes API (kmock's ``kmock`` fixture) with an official client."""
+async def emulated_cluster(kmock: Any) -> AsyncIterator[EmulatedCluster]:
+    """kmock's ``kmock`` fixture with Grid's resources served, and an official client."""
     if not isinstance(kmock, GridKubernetesEmulator):
         raise TypeError(f"the cluster fixture needs a GridKubernetesEmulator, got {type(kmock)}")
     prepare_cluster(kmock)
@@ -56,15 +105,35 @@ async def cluster(kmock: Any) -> AsyncIterator[Cluster]:
 
 
 @pytest_asyncio.fixture
-async def cluster_factory() -> AsyncIterator[ClusterFactory]:
-    """Start more clusters: ``other = await cluster_factory("cluster-b")``. All of them stop
-    when the test ends, the last started first."""
+async def cluster_factory(
+    backend: str, request: pytest.FixtureRequest
+) -> AsyncIterator[ClusterFactory]:
+    """More clusters of the test's backend: ``other = await cluster_factory("cluster-b")``.
+    kmock starts new emulators (stopped when the test ends, the last started first); the
+    real backend hands out the session's next real API servers, emptied."""
+    servers: RealServers | None = None
+    if backend == "real":
+        servers = request.getfixturevalue("real_servers")
     async with contextlib.AsyncExitStack() as stack:
+        handed_out = itertools.count(1)  # the test's `cluster` is server 0
 
         async def start(name: str) -> Cluster:
+            if servers is not None:
+                return servers.cluster(next(handed_out), name)
             return await stack.enter_async_context(serve_cluster(name))
 
         yield start
+
+
+@pytest.fixture(scope="session")
+def real_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealServers]:
+    """Real API servers for the ``[real]`` clusters: their own, not ``control_plane``, since
+    each test empties them."""
+    servers = RealServers(_control_plane_programs(), tmp_path_factory.mktemp("real-servers"))
+    try:
+        yield servers
+    finally:
+        servers.close()
 
 
 def _control_plane_programs() -> Path:

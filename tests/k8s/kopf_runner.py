@@ -1,4 +1,5 @@
-"""Run a kopf operator against an emulated cluster, in a thread of its own.
+"""Run a kopf operator against a test's cluster (kmock or a real API server), in a thread of
+its own.
 
 kopf gets its own thread and event loop: the emulator serves from the test's loop, and an
 operator sharing that loop stops slowly and can hang the test's teardown. Stopping goes
@@ -69,7 +70,8 @@ def fast_settings() -> kopf.OperatorSettings:
     return settings
 
 
-def _bind_login(registry: kopf.OperatorRegistry, server: str, namespace: str = "default") -> None:
+def _bind_login(registry: kopf.OperatorRegistry, login: kopf.ConnectionInfo) -> None:
+    server, namespace = login.server, login.default_namespace or "default"
     bound = _REGISTRY_LOGINS.get(registry)
     if bound == (server, namespace):
         return
@@ -80,8 +82,8 @@ def _bind_login(registry: kopf.OperatorRegistry, server: str, namespace: str = "
         )
 
     @kopf.on.login(registry=registry, id="test-harness-login")
-    def login_to_emulator(**_: Any) -> kopf.ConnectionInfo:
-        return kopf.ConnectionInfo(server=server, default_namespace=namespace)
+    def login_to_cluster(**_: Any) -> kopf.ConnectionInfo:
+        return login
 
     _REGISTRY_LOGINS[registry] = (server, namespace)
 
@@ -119,6 +121,7 @@ async def run_operator(
     watching: Iterable[kmock.resource] = (),
     settings: kopf.OperatorSettings | None = None,
     namespace: str = "default",
+    token: str | None = None,
     name: str | None = None,
     startup_timeout: float = STARTUP_TIMEOUT,
     stop_timeout: float = STOP_TIMEOUT,
@@ -128,14 +131,14 @@ async def run_operator(
     Entering waits until kopf is ready and, for each resource in ``watching``, until its
     watch stream is open, so objects created inside the block are seen as new events.
     ``namespace`` is the operator's own namespace, where kopf posts Events about
-    cluster-scoped objects (in a pod it is the ServiceAccount's namespace).
+    cluster-scoped objects (in a pod it is the ServiceAccount's namespace); kopf logs in
+    with ``token`` (None: as the cluster's admin).
     Leaving stops the operator and fails if it does not stop within ``stop_timeout`` or
     if it crashed.
     """
-    server = cluster.url
-    _bind_login(registry, server, namespace)
+    _bind_login(registry, cluster.connection_info(namespace, token))
     label = name or f"operator@{cluster.name}"
-    operator = RunningOperator(name=label, server=server)
+    operator = RunningOperator(name=label, server=cluster.url)
 
     def serve() -> None:
         loop = operator.loop
@@ -166,7 +169,7 @@ async def run_operator(
                 ) from operator.failure
             raise AssertionError(f"{label} did not become ready within {startup_timeout:g}s")
         for resource in watching:
-            await wait_for_watch(cluster.emulator, resource, timeout=startup_timeout)
+            await wait_for_watch(cluster, resource, timeout=startup_timeout)
         yield operator
     finally:
         operator.request_stop()

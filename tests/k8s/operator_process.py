@@ -29,8 +29,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from kubernetes import client as k8s
 
-from k8s.control_plane import REPO, ControlPlane, free_tcp_port
-from test_operator_support import condition, free_udp_port
+from .control_plane import REPO, ControlPlane, free_tcp_port
+from .operator_support import condition, free_udp_port
 
 GROUP, VERSION = "grid.praxis-proxy.io", "v1alpha1"
 PLURALS = ("gridnetworks", "gridsites", "inferenceproviders")

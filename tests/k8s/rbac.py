@@ -2,7 +2,9 @@
 real API server have refused to a given ServiceAccount?
 
 This proves least privilege from the other side: the rules in ``deploy/`` must allow every
-call the operator actually makes (and tests show they allow little else).
+call the operator actually makes (and tests show they allow little else). The same check
+reads a real API server's requests (:class:`ServedRequest`, from its audit log), where the
+server also enforces the rules itself.
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ class _Rule:
             and access.verb in self.verbs
             and (not self.names or access.name in self.names)
         )
+
+
+@dataclass(frozen=True)
+class ServedRequest:
+    """One request as the API server saw it: kmock's request log or a real server's audit
+    log (:mod:`k8s.audit`)."""
+
+    access: Access | None  # None: discovery and other non-resource paths
+    user_agent: str
+    status: int | None  # the answer's code; None where unknown (kmock logs requests only)
 
 
 _VERBS_BY_METHOD = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
@@ -115,11 +127,11 @@ class Permissions:
             return False  # namespaced grants never cover cluster-wide calls
         return any(rule.allows(access) for rule in self.namespaced.get(access.namespace, ()))
 
-    def denied(self, requests: Iterable[kmock.Request]) -> list[str]:
+    def denied(self, requests: Iterable[kmock.Request | ServedRequest]) -> list[str]:
         """The calls among ``requests`` that these permissions would have refused."""
         refused = []
         for request in requests:
-            access = access_of(request)
+            access = request.access if isinstance(request, ServedRequest) else access_of(request)
             if access is not None and not self.allows(access):
                 refused.append(str(access))
         return sorted(set(refused))
@@ -139,3 +151,8 @@ def _rule(rule: Mapping[str, Any]) -> _Rule:
 def served_requests(emulator: kmock.KubernetesEmulator) -> list[kmock.Request]:
     """Every request the emulator received, in order."""
     return [item for item in emulator if isinstance(item, kmock.Request)]
+
+
+def as_served(request: kmock.Request) -> ServedRequest:
+    """A request of kmock's log as :class:`ServedRequest` names it."""
+    return ServedRequest(access_of(request), request.headers.get("User-Agent", ""), None)

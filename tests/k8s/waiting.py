@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import kmock
-
-from .emulator import GridKubernetesEmulator
 
 T = TypeVar("T")
 
@@ -17,6 +15,13 @@ DEFAULT_TIMEOUT = 30.0
 """Generous: a passing wait returns as soon as its condition holds, and a loaded two-core
 machine can take many seconds to get there."""
 DEFAULT_INTERVAL = 0.05
+
+
+class WatchCounter(Protocol):
+    """An API server that says how many watch streams are open: kmock's emulator, or a
+    test's :class:`~k8s.cluster.Cluster` of either backend."""
+
+    def watch_count(self, resource: kmock.resource) -> int: ...
 
 
 async def eventually(
@@ -64,15 +69,15 @@ async def eventually(
 
 
 async def wait_for_watch(
-    emulator: GridKubernetesEmulator,
+    server: WatchCounter,
     resource: kmock.resource,
     *,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> None:
-    """Wait until a watch stream on ``resource`` is open on ``emulator``: from then on, an
+    """Wait until a watch stream on ``resource`` is open on ``server``: from then on, an
     operator sees every change to that resource as it happens."""
     await eventually(
-        lambda: emulator.watch_count(resource) > 0,
+        lambda: server.watch_count(resource) > 0,
         timeout=timeout,
         what=f"a watch on {resource.group or 'core'}/{resource.version}/{resource.plural}",
     )

@@ -479,8 +479,18 @@ def asyncio_configuration(source: Any) -> Any:
 
 
 def _copy_credentials(source: Any, target: Any) -> None:
-    target.api_key = dict(getattr(source, "api_key", None) or {})
-    target.api_key_prefix = dict(getattr(source, "api_key_prefix", None) or {})
+    target.api_key = _bearer_token_entry(getattr(source, "api_key", None))
+    target.api_key_prefix = _bearer_token_entry(getattr(source, "api_key_prefix", None))
+
+
+def _bearer_token_entry(settings: Mapping[str, str] | None) -> dict[str, str]:
+    """``settings`` with a token under ``authorization`` moved to ``BearerToken``: the official
+    client reads either (its README sets ``authorization``), ``kubernetes_asyncio`` only the
+    latter, and would send no token at all (an anonymous request, answered 403)."""
+    entries = dict(settings or {})
+    if "authorization" in entries and "BearerToken" not in entries:
+        entries["BearerToken"] = entries.pop("authorization")
+    return entries
 
 
 def _reason(error: Any) -> str:

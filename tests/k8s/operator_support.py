@@ -1,6 +1,7 @@
 """What the operator tests share (no tests here): resource and Secret builders, and a
-running ``grid operator`` against an emulated cluster, with its own kopf thread, real SWIM
-on loopback and its HTTP endpoints on free ports.
+running ``grid operator`` against a test's cluster (kmock or a real API server), with its
+own kopf thread, real SWIM on loopback and its HTTP endpoints on free ports. It logs in as
+its ServiceAccount: on a real API server, the RBAC ``deploy/`` ships decides what it may do.
 
 Everything the operator writes is read back through the API as ``kubectl`` would.
 """
@@ -9,46 +10,35 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import logging
+import re
 import secrets
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import kmock
 from kubernetes import client as k8s
 
 from grid.operator import Operator, OperatorOptions, build_registry, post_event
 from grid.trust import IssuedCertificate
-from k8s.cluster import Cluster
-from k8s.emulator import (
-    CONFIGMAPS,
-    GRID_API_VERSION,
-    GRID_NETWORKS,
-    GRID_SITES,
-    INFERENCE_PROVIDERS,
-    NAMESPACES,
-    SECRETS,
-)
-from k8s.kopf_runner import RunningOperator, fast_settings, run_operator
-from k8s.kustomize import build, installable_copy
-from k8s.rbac import Permissions, served_requests
-from k8s.waiting import eventually
 from support.swim import site_certificate
 from support.swim import test_ca as swim_ca
 
-NAMESPACE = "grid-system"
-GATEWAY_NAMESPACE = "gateways"
+from .cluster import Cluster
+from .emulator import GRID_API_VERSION, GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from .grid_install import ACCOUNT, GATEWAY_NAMESPACE, NAMESPACE
+from .kopf_runner import RunningOperator, fast_settings, run_operator
+from .rbac import Permissions, ServedRequest
+from .waiting import eventually
+
 KEY_SECRET = "swim-key"
 KEY_ENTRY = "swim.key"
 SITE_TLS_SECRET = "site-tls"
 CA_SECRET = "grid-ca"
 SITE_LABEL = "grid.praxis-proxy.io/site"
 WATCHED = (GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS)
-REPO = Path(__file__).resolve().parent.parent
-ACCOUNT = "grid-operator"
 
 JsonObject = dict[str, Any]
 
@@ -173,10 +163,22 @@ def provider_body(
 # --- the cluster side ---------------------------------------------------------------------------
 
 
-def prepare_namespaces(cluster: Cluster) -> None:
+async def prepare_namespaces(cluster: Cluster) -> None:
+    """The operator's namespace and the gateways', where a cluster lacks them (a real API
+    server has them from the install, kmock starts with none)."""
     for namespace in (NAMESPACE, GATEWAY_NAMESPACE):
-        if cluster.emulator.get_object(NAMESPACES, namespace) is None:
-            cluster.emulator.create_object(NAMESPACES, {"metadata": {"name": namespace}})
+        await cluster.create_namespace(namespace)
+
+
+async def _found(read: Awaitable[object]) -> bool:
+    """Whether a read is answered (False for a 404)."""
+    try:
+        await read
+    except k8s.ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
 
 
 async def put_secret(
@@ -189,10 +191,11 @@ async def put_secret(
         "metadata": {"name": name, "namespace": namespace},
         "data": {key: b64(value) for key, value in data.items()},
     }
-    if cluster.emulator.get_object(SECRETS, name, namespace) is None:
-        await cluster.call(cluster.core.create_namespaced_secret, namespace, body)
+    core = cluster.core
+    if await _found(cluster.call(core.read_namespaced_secret, name, namespace)):
+        await cluster.call(core.replace_namespaced_secret, name, namespace, body)
     else:
-        await cluster.call(cluster.core.replace_namespaced_secret, name, namespace, body)
+        await cluster.call(core.create_namespaced_secret, namespace, body)
 
 
 async def put_site_tls(
@@ -224,7 +227,40 @@ async def read_configmap(
 
 
 async def configmap_exists(cluster: Cluster, name: str, namespace: str = GATEWAY_NAMESPACE) -> bool:
-    return cluster.emulator.get_object(CONFIGMAPS, name, namespace) is not None
+    return await _found(cluster.call(cluster.core.read_namespaced_config_map, name, namespace))
+
+
+async def overlay_names(cluster: Cluster, name: str = "edge-grid-config") -> list[str]:
+    """The model names in the overlay ConfigMap ``name`` of the gateway namespace."""
+    configmap = await read_configmap(cluster, name)
+    document = json.loads(configmap.data["grid-config.json"])
+    return [candidate["name"] for candidate in document["overlay"]["candidates"]]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An API server's answer refusing a write: its message, and the warnings it sent."""
+
+    message: str
+    warnings: tuple[str, ...]
+
+
+# One warning of a Warning header: `299 - "text"`, the text a quoted-string (RFC 9110).
+_WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
+
+
+async def admission_refusal(write: Awaitable[object]) -> Refusal:
+    """The 422 Invalid with which a real API server refuses an object its CRD's schema or
+    validation rules do not admit; fails if the write is accepted."""
+    try:
+        await write
+    except k8s.ApiException as error:
+        if error.status != 422:
+            raise
+        header = (error.headers or {}).get("Warning", "")
+        warnings = tuple(re.sub(r"\\(.)", r"\1", text) for text in _WARNING.findall(header))
+        return Refusal(json.loads(error.body)["message"], warnings)
+    raise AssertionError("the API server admitted the write")
 
 
 async def status_of(cluster: Cluster, resource: Any, name: str) -> JsonObject:
@@ -281,31 +317,22 @@ async def event_reasons(cluster: Cluster, name: str, namespace: str = NAMESPACE)
 # --- RBAC -------------------------------------------------------------------------------------
 
 
-def shipped_permissions(scratch: Path) -> Permissions:
-    """What ``deploy/base`` lets the operator's ServiceAccount do, with the gateway namespace
-    bound as docs/install.md says."""
-    base = build(installable_copy(REPO, scratch) / "deploy" / "base")
-    binding = {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "RoleBinding",
-        "metadata": {"name": "grid-operator", "namespace": GATEWAY_NAMESPACE},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": "grid-operator-namespaced",
-        },
-        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
-    }
-    return Permissions.of([*base, binding], NAMESPACE, ACCOUNT)
-
-
-def operator_requests(cluster: Cluster) -> list[kmock.Request]:
+def operator_requests(cluster: Cluster) -> list[ServedRequest]:
     """The requests the operator made (its own client's and kopf's), not the test's."""
     return [
         request
-        for request in served_requests(cluster.emulator)
-        if request.headers.get("User-Agent", "").startswith(("grid-operator", "kopf/"))
+        for request in cluster.requests()
+        if request.user_agent.startswith(("grid-operator", "kopf/"))
     ]
+
+
+def refused_operator_requests(cluster: Cluster, permissions: Permissions) -> list[str]:
+    """The operator's requests the shipped RBAC refuses: by its rules as
+    :class:`~k8s.rbac.Permissions` reads them (kmock serves anyone anything), and by the API
+    server itself where it enforces them (a real one answers 403)."""
+    requests = operator_requests(cluster)
+    refused = {f"{request.access} (403)" for request in requests if request.status == 403}
+    return sorted(refused.union(permissions.denied(requests)))
 
 
 # --- the operator ----------------------------------------------------------------------------
@@ -382,11 +409,13 @@ def captured_logs() -> Iterator[LogCapture]:
 async def operator_for(
     cluster: Cluster, site: str | None, *, swim_port: int | None = None, **overrides: Any
 ) -> AsyncIterator[OperatorUnderTest]:
-    """``grid operator`` for ``cluster``: kopf in its own thread, logging in to the
-    emulator, with Grid's settings, watching Grid's three resources."""
+    """``grid operator`` for ``cluster``: kopf in its own thread, both it and the operator's
+    client logging in as the operator's ServiceAccount, with Grid's settings, watching
+    Grid's three resources."""
     port = swim_port or free_udp_port()
     options = test_options(site, port, **overrides)
-    operator = Operator(options, k8s.Configuration(host=cluster.url), post_event)
+    token = await cluster.service_account_token(NAMESPACE, ACCOUNT)
+    operator = Operator(options, cluster.configuration(token), post_event)
     registry = build_registry(operator)
     settings = fast_settings()
     async with run_operator(
@@ -395,6 +424,7 @@ async def operator_for(
         watching=WATCHED,
         settings=settings,
         namespace=NAMESPACE,
+        token=token,
         name=f"grid-operator@{cluster.name}",
     ) as running:
         yield OperatorUnderTest(operator, running, port)
