@@ -6,9 +6,13 @@ steps for every other cluster, its Secrets made from the first cluster's CA and 
 The example's sites sit at names under .example: each site's egress is a TLS endpoint on
 loopback presenting that site's certificate, each site's Llama a provider endpoint, and
 both clusters' resources are patched to reach them (after the server refused, by the CRD's
-CEL rules, TLS to an IP address without serverName). The operators find each other at their
-SWIM ports on loopback: each trusts the other's site, and its edge gateway's overlay routes
-Llama to both sites.
+CEL rules, TLS to an IP address without serverName). West's egress address is typed into
+both clusters; east's is read from a LoadBalancer Service of east's cluster
+(``spec.egress.from``, its address written by the test as a cloud controller would) and
+reaches west through SWIM alone. The operators find each other at their SWIM ports on
+loopback: each trusts the other's site, and its edge gateway's overlay routes Llama to
+both sites. Then east's load balancer moves to another endpoint: west's gateway
+configuration follows, with no restart and no edit in west.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client as k8s
 
 from grid.trust import PemFiles
@@ -48,8 +53,8 @@ from k8s.operator_process import (
     run_shell,
     site_certificate_fingerprint,
 )
+from k8s.operator_support import free_udp_port
 from support.servers import ProviderEndpoint, StreamServer, TlsServer
-from test_operator_support import free_udp_port
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -170,7 +175,9 @@ def test_two_clusters_installed_as_documented_route_each_others_providers(
             spec = {"swim": {"port": side.swim_port}, "seeds": [f"127.0.0.1:{other.swim_port}"]}
             patch(side, "gridnetwork", NETWORK, {"spec": spec})
             for site, address in egress.items():
-                reach = {"address": address, "serverName": site}
+                reach: JsonObject | None = {"address": address, "serverName": site}
+                if site == east.site:
+                    reach = load_balanced(east, address) if side is east else None
                 patch(
                     side,
                     "gridsite",
@@ -191,9 +198,79 @@ def test_two_clusters_installed_as_documented_route_each_others_providers(
                 f"{side.plane.name}'s overlay routes both sites' Llama",
                 functools.partial(routes_llama_of, side, both),
             )
+        west_sees = functools.partial(learned_egress, west, east.site)
+        assert operators[1].until("west learns east's egress", west_sees) == egress[east.site]
+        # East's load balancer moves to another endpoint (as a re-created one would).
+        files, ca_file = site_tls_files(east, tmp_path / "east-moved")
+        moved = TlsServer(files, client_ca_file=ca_file, require_client_cert=True)
+        address = stack.enter_context(served_in_thread(moved)).address
+        load_balanced(east, address)
+        operators[1].until(
+            "west's gateway configuration reaches east at its new address",
+            lambda: (
+                learned_egress(west, east.site) == address
+                and moved_in(praxis_endpoints(west), egress[east.site], address)
+            ),
+        )
+        operators[1].until(
+            f"west trusts {east.site} at its new address",
+            functools.partial(has_phase, west, "gridsites", east.site, "Active"),
+        )
         for operator in operators:
             assert operator.stop() == 0, operator.log_text()[-LOG_TAIL_CHARACTERS:]
             assert_clean_log(operator)
+
+
+def load_balanced(side: Side, address: str) -> JsonObject:
+    """A LoadBalancer Service in the mesh's namespace whose cloud address is ``address``
+    (its IP written into the Service's status, its port the Service's), and the GridSite
+    egress that reads it."""
+    host, _, port = address.rpartition(":")
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "praxis-egress", "namespace": MESH_NAMESPACE},
+        "spec": {
+            "type": "LoadBalancer",
+            "allocateLoadBalancerNodePorts": False,
+            "selector": {"app": "praxis"},
+            "ports": [{"name": "grid", "port": int(port)}],
+        },
+    }
+    side.plane.kubectl("apply", "-f", "-", stdin=json.dumps(service))
+    ingress = {"status": {"loadBalancer": {"ingress": [{"ip": host}]}}}
+    side.kubectl(
+        "-n", MESH_NAMESPACE, "patch", "service", "praxis-egress", "--subresource=status",
+        "--type", "merge", "-p", json.dumps(ingress),
+    )  # fmt: skip
+    source = {"service": {"namespace": MESH_NAMESPACE, "name": "praxis-egress"}}
+    return {"address": None, "from": source, "serverName": side.site}
+
+
+def moved_in(endpoints: set[str], old: str, new: str) -> bool:
+    return new in endpoints and old not in endpoints
+
+
+def learned_egress(side: Side, site: str) -> str | None:
+    """The egress address ``side``'s cluster holds for ``site`` (its GridSite's status)."""
+    status = grid_object(side.admin, "gridsites", site).get("status") or {}
+    address = status.get("egressAddress")
+    return address if isinstance(address, str) else None
+
+
+def praxis_endpoints(side: Side) -> set[str]:
+    """Every endpoint of the load balancer in the gateway configuration Grid renders for
+    praxis-next."""
+    core = k8s.CoreV1Api(side.admin)
+    data = core.read_namespaced_config_map("praxis-next-praxis", MESH_NAMESPACE).data or {}
+    document = yaml.safe_load(data["praxis.yaml"])
+    return {
+        endpoint
+        for chain in document["filter_chains"]
+        for entry in chain["filters"]
+        for cluster in entry.get("clusters") or []
+        for endpoint in cluster.get("endpoints") or []
+    }
 
 
 def start_operator(side: Side, tmp_path: Path, stack: contextlib.ExitStack) -> OperatorProcess:
