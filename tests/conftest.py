@@ -14,6 +14,7 @@ from hypothesis import settings
 from support.agents import AgentMeshes
 from support.previous import PreviousRelease, PreviousReleaseUnavailable
 from support.previous import previous_release as build_previous_release
+from support.servers import ProviderEndpoint
 
 pytest_plugins = ["k8s.fixtures"]
 
@@ -32,6 +33,14 @@ def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def
     if len(chosen) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
         items[:] = chosen
+
+
+@pytest.fixture
+async def endpoint() -> AsyncIterator[ProviderEndpoint]:
+    """A provider's endpoint on loopback (health, metrics, models) for the test; a module
+    that needs it serving something first defines its own."""
+    async with ProviderEndpoint() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -23,13 +23,6 @@ from grid.observe import (
 from grid.trust import CertificateAuthority
 from support.servers import Mode, PlainTcpServer, ProviderEndpoint, closed_port, tls_server_context
 
-
-@pytest.fixture
-async def endpoint():
-    async with ProviderEndpoint() as served:
-        yield served
-
-
 # --- the check -------------------------------------------------------------------------
 
 

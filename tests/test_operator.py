@@ -9,7 +9,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -53,20 +53,9 @@ NETWORK = "mesh"
 SITE = "site-a"
 
 
-@pytest.fixture
-async def endpoint() -> AsyncIterator[ProviderEndpoint]:
-    async with ProviderEndpoint() as server:
-        yield server
-
-
 async def _equal(found: Awaitable[list[str]], expected: list[str], *, ordered: bool = True) -> bool:
     names = await found
     return (names if ordered else sorted(names)) == expected
-
-
-async def _all_in(found: Awaitable[list[str]], *wanted: str) -> list[str] | None:
-    names = await found
-    return names if all(name in names for name in wanted) else None
 
 
 async def _gone(cluster: Cluster, configmap: str) -> bool:

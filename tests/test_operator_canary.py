@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -47,12 +46,6 @@ pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
 
 NETWORK = "mesh"
 SITE = "site-a"
-
-
-@pytest.fixture
-async def endpoint() -> AsyncIterator[ProviderEndpoint]:
-    async with ProviderEndpoint() as server:
-        yield server
 
 
 async def fetch(address: str, path: str) -> tuple[int, str]:

@@ -5,7 +5,6 @@ another node, seeds that do not answer, providers that cannot serve."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from k8s.operator_support import (
     KEY_SECRET,
     NAMESPACE,
     admission_refusal,
+    all_in,
     condition,
     event_reasons,
     free_udp_port,
@@ -48,17 +48,6 @@ NETWORK = "mesh"
 SITE = "site-a"
 
 
-@pytest.fixture
-async def endpoint() -> AsyncIterator[ProviderEndpoint]:
-    async with ProviderEndpoint() as server:
-        yield server
-
-
-async def _all_in(found: Awaitable[list[str]], *wanted: str) -> list[str] | None:
-    names = await found
-    return names if all(name in names for name in wanted) else None
-
-
 async def test_a_malformed_network_is_refused_and_what_belongs_to_it_says_why(
     cluster: Cluster,
 ) -> None:
@@ -84,7 +73,7 @@ async def test_a_malformed_network_is_refused_and_what_belongs_to_it_says_why(
             assert "colour" not in refused["message"]
             assert (await status_of(cluster, GRID_NETWORKS, "broken"))["phase"] == "Pending"
             reasons = await eventually(
-                lambda: _all_in(event_reasons(cluster, "broken"), "SpecRejected", "FieldsIgnored"),
+                lambda: all_in(event_reasons(cluster, "broken"), "SpecRejected", "FieldsIgnored"),
                 what="SpecRejected and FieldsIgnored Events",
             )
             assert reasons.count("FieldsIgnored") == 1

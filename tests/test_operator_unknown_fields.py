@@ -254,12 +254,6 @@ def test_a_long_list_of_ignored_fields_is_cut_short() -> None:
 # --- the operator, end to end --------------------------------------------------------------
 
 
-@pytest.fixture
-async def endpoint() -> Any:
-    async with ProviderEndpoint() as server:
-        yield server
-
-
 # Fields a newer release adds to this release's schemas (by path; "[]" is a list's items).
 NEWER_FIELDS: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {
     "GridSite": {

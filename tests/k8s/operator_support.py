@@ -269,6 +269,12 @@ async def status_of(cluster: Cluster, resource: Any, name: str) -> JsonObject:
     return status if isinstance(status, dict) else {}
 
 
+async def all_in(found: Awaitable[list[str]], *wanted: str) -> list[str] | None:
+    """The names ``found`` gives, once every one of ``wanted`` is among them (else None)."""
+    names = await found
+    return names if all(name in names for name in wanted) else None
+
+
 def condition(status: JsonObject, type_: str) -> JsonObject:
     for item in status.get("conditions") or []:
         if item.get("type") == type_:
