@@ -53,6 +53,7 @@ from grid.models.site import (
     PREVIOUS_PIN_DIFFERS,
     PREVIOUS_PIN_NEEDS_CURRENT,
 )
+from grid.models.spend import TENANT_LABEL_OR_TENANT
 from grid.models.urls import URL_HOST_AND_PORT, URL_IPV6_HOST
 from grid.models.validation_rules import VALIDATIONS, Reason, ValidationRule
 from support.previous import named_release
@@ -71,6 +72,7 @@ SELECTOR = {
 }
 SIGNAL_NAMES = ("queueDepth", "kvCacheUtilization", "prefixCacheHitRatio", "p99LatencyMs", "health")
 METRICS = ".spec.metricsConfig"
+SPEND = ".spec.spendSources[*]"
 
 # Every rule of the CRDs, by kind and the path of the node it sits on ([*]: a list's items).
 INVENTORY: dict[tuple[str, str], tuple[ValidationRule, ...]] = {
@@ -87,6 +89,12 @@ INVENTORY: dict[tuple[str, str], tuple[ValidationRule, ...]] = {
     ("GridNetwork", ".spec.renderInterval"): (within(0, 10).rule,),
     ("GridNetwork", ".spec.signalPublishing.maxInterval"): (within(1, 3600).rule,),
     ("GridNetwork", ".spec.budgets[*].window"): (within(60, 366 * 86400).rule,),
+    ("GridNetwork", SPEND): (TENANT_LABEL_OR_TENANT, TIMEOUT_WITHIN_INTERVAL),
+    ("GridNetwork", f"{SPEND}.url"): URL,
+    ("GridNetwork", f"{SPEND}.interval"): (within(1, 3600).rule,),
+    ("GridNetwork", f"{SPEND}.timeout"): (within(0.1, 300).rule,),
+    ("GridNetwork", f"{SPEND}.labels"): (PROMETHEUS_LABEL_NAMES,),
+    **{("GridNetwork", f"{SPEND}.siteSelector{part}"): rules for part, rules in SELECTOR.items()},
     ("GridSite", ".spec.egress"): (ADDRESS_OR_FROM, EGRESS_IP_NEEDS_SERVER_NAME),
     ("GridSite", ".spec.egress.from"): (SERVICE_OR_GATEWAY,),
     ("GridSite", ".spec.egress.from.service"): (SERVICE_PORT_OR_NAME,),

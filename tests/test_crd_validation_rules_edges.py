@@ -41,6 +41,7 @@ from grid.models.site import (
     PREVIOUS_PIN_DIFFERS,
     PREVIOUS_PIN_NEEDS_CURRENT,
 )
+from grid.models.spend import TENANT_LABEL_OR_TENANT
 from grid.models.urls import URL_HOST_AND_PORT, URL_IPV6_HOST
 from grid.models.validation_rules import ValidationRule
 from test_crd_validation_rules_cases import (
@@ -61,6 +62,17 @@ def metrics(**config: Any) -> dict[str, Any]:
 
 def selected_by(selector: dict[str, Any]) -> dict[str, Any]:
     return provider(siteSelector=selector)
+
+
+def spend_source(**source: Any) -> dict[str, Any]:
+    spec = {
+        "name": "litellm",
+        "siteSelector": {},
+        "url": "http://litellm.example:4000/metrics",
+        "metric": "litellm_total_tokens_metric_total",
+        **source,
+    }
+    return network(spendSources=[{key: value for key, value in spec.items() if value is not None}])
 
 
 def rule_cases() -> Iterator[Case]:
@@ -271,6 +283,16 @@ def rule_cases() -> Iterator[Case]:
         "a timeout of its interval",
         TIMEOUT_WITHIN_INTERVAL,
         metrics(port=9000, interval="5s", timeout="5s"),
+    )
+    yield passes(
+        "spend by a tenant label", TENANT_LABEL_OR_TENANT, spend_source(tenantLabel="team")
+    )
+    yield passes("spend of one tenant", TENANT_LABEL_OR_TENANT, spend_source(tenant="llama-pool"))
+    yield refused("spend of no tenant", TENANT_LABEL_OR_TENANT, spend_source())
+    yield refused(
+        "spend of a tenant label and a tenant",
+        TENANT_LABEL_OR_TENANT,
+        spend_source(tenantLabel="team", tenant="acme"),
     )
 
     key = {"name": "k", "namespace": "grid-system", "key": "api-key"}

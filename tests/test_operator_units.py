@@ -19,6 +19,7 @@ from kubernetes import client as k8s
 from grid.cli import main
 from grid.crdt.state import GridState
 from grid.engine import GatewayOverlay
+from grid.engine.budgets import budget_statuses, budget_window
 from grid.errors import KubernetesApiError, OperatorConfigError, SecretMaterialError
 from grid.models.common import BackendKind
 from grid.models.crd import crd_for_kind
@@ -53,8 +54,6 @@ from grid.operator.status import (
     NetworkReport,
     SeedReport,
     StatusMemory,
-    budget_statuses,
-    budget_window,
     merge_patch,
     network_status,
     with_spec_condition,

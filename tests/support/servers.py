@@ -22,6 +22,7 @@ import contextlib
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Iterator
 from enum import Enum
 from pathlib import Path
@@ -223,6 +224,9 @@ class ProviderEndpoint:
         self.requests: list[tuple[str, dict[str, str]]] = []
         self._gauges: dict[str, Gauge] = {}
         self._histograms: dict[str, Histogram] = {}
+        self._counters: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+        self.metrics_served_at: list[float] = []
+        """When (monotonic) each ``/metrics`` answer was made."""
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._release: asyncio.Event | None = None
@@ -248,6 +252,29 @@ class ProviderEndpoint:
             )
             self._histograms[name] = histogram
         histogram.observe(value)
+
+    def set_counter(self, name: str, value: float, **labels: str) -> None:
+        """Serve counter sample ``name`` (``..._total``) with these labels at ``value``, which
+        may be lower than before: an exporter that restarted."""
+        self._counters.setdefault(name, {})[tuple(sorted(labels.items()))] = value
+
+    def remove_counter(self, name: str, **labels: str) -> None:
+        """Stop serving one series of counter ``name`` (as an exporter that dropped it)."""
+        self._counters.get(name, {}).pop(tuple(sorted(labels.items())), None)
+
+    def _counter_text(self) -> bytes:
+        lines = []
+        for name, series in sorted(self._counters.items()):
+            lines.append(f"# TYPE {name.removesuffix('_total')} counter")
+            for labels, value in sorted(series.items()):
+                text = ",".join(f'{key}="{label}"' for key, label in labels)
+                lines.append(f"{name}{{{text}}} {value!r}")
+        return "".join(line + "\n" for line in lines).encode()
+
+    @property
+    def metrics_requests(self) -> int:
+        """``/metrics`` requests answered or under way."""
+        return sum(1 for path, _ in self.requests if path == "/metrics")
 
     # --- where --------------------------------------------------------------------------
 
@@ -318,7 +345,9 @@ class ProviderEndpoint:
         return await self._answer(request, self.health_mode, self.health_status, b"ok\n")
 
     async def _metrics(self, request: web.Request) -> web.StreamResponse:
-        return await self._answer(request, self.metrics_mode, 200, generate_latest(self.registry))
+        body = generate_latest(self.registry) + self._counter_text()
+        self.metrics_served_at.append(time.monotonic())
+        return await self._answer(request, self.metrics_mode, 200, body)
 
     async def _answer(
         self, request: web.Request, mode: Mode, status: int, body: bytes

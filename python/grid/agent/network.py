@@ -17,6 +17,7 @@ import aiohttp
 
 from grid.agent.keys import KeyFile, merge_keys, read_key_file
 from grid.agent.outputs import OutputWriter
+from grid.agent.spend_store import SpendStore
 from grid.crdt.snapshot import Item
 from grid.engine import GatewayOverlay, SiteEngine, SourceRead
 from grid.errors import GridError, KeyFileError
@@ -99,6 +100,7 @@ class NetworkRuntime:
         self._pass_wanted = False
         """Whether something other than received items woke the refresh loop."""
         self._tasks = Tasks(_log, self.where)
+        self.spend_store = SpendStore(shared.writer.state_dir, self.name, engine.site)
         self.swim = SwimDriver(
             Notices(_log, self.where),
             _log,
@@ -116,6 +118,7 @@ class NetworkRuntime:
             logger=_log,
             prefix=self.where,
             egress_reader=no_kubernetes,
+            keep_spend=self.spend_store.keep,
         )
         self.overlay_writes: Counter[tuple[str, str]] = Counter()
         self.overlay_paths: dict[tuple[str, str], Path] = {}
@@ -154,6 +157,9 @@ class NetworkRuntime:
             except GridError as error:
                 _log.error("%s: the site certificate is not advertised: %s", self.where, error)
         self.engine.set_network_ca(self._shared.network_ca)
+        checkpoint = self.spend_store.load()
+        if checkpoint is not None:
+            self.engine.restore_spend(checkpoint)
         await self._ensure_node()
         self.observers.follow(self.engine)
         self._tasks.spawn(self._refresh_loop())

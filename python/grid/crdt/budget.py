@@ -69,6 +69,16 @@ class BudgetLedger:
         counter = self._counters.get((tenant, window))
         return 0 if counter is None else counter.slot(slot_id(site, epoch))
 
+    def slots_of(self, site: str, epoch: int) -> tuple[tuple[str, str, int], ...]:
+        """What one site counted in one of its lives: (tenant, window, value) of every
+        counter where it counted something, sorted."""
+        slot = slot_id(site, epoch)
+        return tuple(
+            (tenant, window, counter.slot(slot))
+            for (tenant, window), counter in sorted(self._counters.items())
+            if counter.slot(slot)
+        )
+
     def status(self, tenant: str, window: str, cap: int) -> BudgetStatus:
         """The tenant's spend against ``cap`` (micro-USD, > 0)."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap <= 0:

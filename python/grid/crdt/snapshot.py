@@ -74,7 +74,7 @@ _PROVIDER_PREFIX = "provider/"
 SIGNALS_PREFIX = "signals/"
 MAX_PROVIDER_NAME = MAX_KEY_BYTES - len(_PROVIDER_PREFIX)
 """Longest provider name that leaves both its keys within the transport's key limit."""
-_SPEND_PREFIX = "budget/"
+SPEND_PREFIX = "budget/"
 _CERT_PREFIX = "cert/"
 
 MAX_CERT_PEM_CHARS = 16 * 1024
@@ -137,7 +137,7 @@ def spend_key(tenant: str, window: str, epoch: int) -> str:
     the item itself carries them.
     """
     named = f"{check_tenant(tenant)}\n{check_window(window)}".encode()
-    return f"{_SPEND_PREFIX}{hashlib.sha256(named).hexdigest()[:32]}/{epoch}"
+    return f"{SPEND_PREFIX}{hashlib.sha256(named).hexdigest()[:32]}/{epoch}"
 
 
 def cert_key(index: int) -> str:
@@ -469,7 +469,7 @@ def encode_spend(site: str, slot: SpendSlot) -> Item:
 
 
 def _decode_spend(origin: str, key: str, version: int, payload: bytes) -> SpendSlot:
-    _, separator, raw_epoch = key[len(_SPEND_PREFIX) :].partition("/")
+    _, separator, raw_epoch = key[len(SPEND_PREFIX) :].partition("/")
     if not separator:
         fail("key", "a budget key is budget/<digest>/<epoch>")
     fields = ("rev", "site", "spend", "tenant", "window")
@@ -713,7 +713,7 @@ def decode_item(origin: str, lane: str, key: str, version: int, payload: bytes) 
         if lane == STATE_LANE and key.startswith(_PROVIDER_PREFIX):
             name = check_keyed_provider_name(key[len(_PROVIDER_PREFIX) :], "key provider name")
             return _decode_provider(origin, name, version, payload)
-        if lane == STATE_LANE and key.startswith(_SPEND_PREFIX):
+        if lane == STATE_LANE and key.startswith(SPEND_PREFIX):
             return _decode_spend(origin, key, version, payload)
         if lane == GATEWAY_LANE and key == GATEWAY_KEY:
             return _decode_gateway(origin, version, payload)

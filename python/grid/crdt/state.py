@@ -324,17 +324,51 @@ class GridState:
     def add_spend(self, tenant: str, window: str, amount: int, now: float) -> int:
         """Count ``amount`` micro-USD of ``tenant``'s spend in ``window`` at this site;
         returns the tenant's known spend (a lower bound of the global spend)."""
+        epoch = self.take_spend_epoch(now)
+        before = self._ledger.slot(tenant, window, self._site, epoch)
+        counted = self._ledger.increment(tenant, window, self._site, epoch, amount)
+        if counted != before:
+            self._publish_spend(tenant, window, counted, now)
+        return self._ledger.spend(tenant, window)
+
+    @property
+    def spend_epoch(self) -> int | None:
+        """The epoch of this life's spend slots (None before it counted any)."""
+        return self._epoch
+
+    def take_spend_epoch(self, now: float) -> int:
+        """The epoch of this life's spend slots, taken now if this life has none yet."""
         if self._epoch is None:
             # This life's slot: above every revision this site issued or recovered so far.
             self._epoch = self._clock.tick(now)
-        before = self._ledger.slot(tenant, window, self._site, self._epoch)
-        counted = self._ledger.increment(tenant, window, self._site, self._epoch, amount)
-        if counted != before:
-            slot = SpendSlot(tenant, window, self._epoch, counted, self._clock.tick(now))
-            item = encode_spend(self._site, slot)
-            self._spend_windows[(item.lane, item.key)] = window
-            self._publish(item)
-        return self._ledger.spend(tenant, window)
+        return self._epoch
+
+    def own_spend_slots(self) -> tuple[tuple[str, str, int], ...]:
+        """(tenant, window, value) of every slot of this life's epoch that counted spend."""
+        return () if self._epoch is None else self._ledger.slots_of(self._site, self._epoch)
+
+    def resume_spend(self, epoch: int, slots: Iterable[tuple[str, str, int]], now: float) -> None:
+        """Count on in the slots of an earlier life, ``epoch``, whose values a durable
+        checkpoint holds: they are merged (per-slot maximum) and published again under new
+        versions, and later spend adds to them. Only before this life counted in an epoch of
+        its own; safe as long as no peer holds more of those slots than the checkpoint, so
+        the checkpoint must be written before the spend it holds is published."""
+        if self._epoch not in (None, epoch):
+            raise CrdtValueError("this life already counts spend in an epoch of its own")
+        self._clock.observe(epoch)
+        self._epoch = epoch
+        for tenant, window, value in slots:
+            self._ledger.merge_slot(tenant, window, self._site, epoch, value)
+            held = self._ledger.slot(tenant, window, self._site, epoch)
+            if held:
+                self._publish_spend(tenant, window, held, now)
+
+    def _publish_spend(self, tenant: str, window: str, value: int, now: float) -> None:
+        assert self._epoch is not None
+        slot = SpendSlot(tenant, window, self._epoch, value, self._clock.tick(now))
+        item = encode_spend(self._site, slot)
+        self._spend_windows[(item.lane, item.key)] = window
+        self._publish(item)
 
     def items_to_publish(self) -> list[Item]:
         """This site's items that changed since the last call, sorted by lane and key: the
@@ -666,6 +700,12 @@ class GridState:
     def budget_spend(self, tenant: str, window: str) -> int:
         """A tenant's known spend in ``window`` (micro-USD; a lower bound)."""
         return self._ledger.spend(tenant, window)
+
+    def own_spend(self, tenant: str, window: str) -> int:
+        """What this life counted of ``tenant``'s spend in ``window``."""
+        if self._epoch is None:
+            return 0
+        return self._ledger.slot(tenant, window, self._site, self._epoch)
 
     def budget_status(self, tenant: str, window: str, cap: int) -> BudgetStatus:
         """A tenant's known spend in ``window`` against ``cap`` (micro-USD)."""

@@ -17,16 +17,20 @@ from grid.engine.engine import (
 from grid.engine.events import ResourceEvent
 from grid.engine.members import MemberInfo
 from grid.engine.rendering import GatewayOverlay
+from grid.engine.spend import CountedSpend
+from grid.engine.spend_checkpoint import SpendCheckpoint
 from grid.engine.targets import (
     EgressSourceTarget,
     HealthTarget,
     MetricsTarget,
     ObservationTarget,
     ProbeTarget,
+    SpendTarget,
 )
 
 __all__ = [
     "DEFAULT_PROBE_INTERVAL_S",
+    "CountedSpend",
     "EgressResolution",
     "EgressSourceTarget",
     "GatewayOverlay",
@@ -43,4 +47,6 @@ __all__ = [
     "ResourceStatus",
     "SiteEngine",
     "SourceRead",
+    "SpendCheckpoint",
+    "SpendTarget",
 ]

@@ -11,8 +11,8 @@ each: the site's inputs (:mod:`grid.engine.inputs`), membership (:mod:`~grid.eng
 and trust in the sites (:mod:`~grid.engine.sites`, :mod:`~grid.engine.probes`,
 :mod:`~grid.engine.advertised`), the providers' phases (:mod:`~grid.engine.providers`),
 publishing (:mod:`~grid.engine.publishing`), rendering (:mod:`~grid.engine.rendering`,
-paced by :mod:`~grid.engine.pacing`) and the network's status
-(:mod:`~grid.engine.network_status`). Each room says whether an input changed what routing
+paced by :mod:`~grid.engine.pacing`), spend (:mod:`~grid.engine.spend`) and the network's
+status (:mod:`~grid.engine.network_status`). Each room says whether an input changed what routing
 reads; the engine renders again only then, at the pace :class:`RenderPacing` allows, and
 :attr:`RefreshResult.next_render_at` tells the shell when to call :meth:`SiteEngine.refresh`
 for a change held back.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from grid.crdt.snapshot import GATEWAY_LANE, Item
+from grid.crdt.snapshot import GATEWAY_LANE, SPEND_PREFIX, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
 from grid.engine.certificates import KnownCertificates, SiteCertificate
@@ -47,7 +47,9 @@ from grid.engine.providers import ProviderPhases
 from grid.engine.publishing import Publisher, adopted_grid_id, sites_to_forget
 from grid.engine.rendering import GatewayOverlay, Renderer, remote_sites
 from grid.engine.sites import SiteTrust, site_egress
-from grid.engine.targets import EgressSourceTarget, ObservationTarget, ProbeTarget
+from grid.engine.spend import CountedSpend, SpendCounting
+from grid.engine.spend_checkpoint import SpendCheckpoint
+from grid.engine.targets import EgressSourceTarget, ObservationTarget, ProbeTarget, SpendTarget
 from grid.errors import (
     ConfigError,
     CrdtDecodeError,
@@ -105,9 +107,10 @@ class SiteEngine:
     """One site's view of one GridNetwork, and every decision made from it.
 
     Feed it with :meth:`set_resources`, the ``member_*`` methods, :meth:`receive_item`,
-    :meth:`observe_health`, :meth:`observe_scrape`, :meth:`observe_credentials` and
-    :meth:`observe_probe`; then call :meth:`refresh`, which returns the items to publish,
-    the overlays that changed and the events to report. It never holds a credential: a
+    :meth:`observe_health`, :meth:`observe_scrape`, :meth:`observe_credentials`,
+    :meth:`observe_probe` and spend scrapes (:meth:`count_spend`); then call
+    :meth:`refresh`, which returns the items to publish, the overlays that changed and the
+    events to report. It never holds a credential: a
     provider's Secret is known by reference only.
     """
 
@@ -135,6 +138,7 @@ class SiteEngine:
         self._phases = ProviderPhases(site)
         self._publisher = Publisher()
         self._renderer = Renderer()
+        self._spend = SpendCounting(site)
         self._pacing = RenderPacing()
         self._network_status = GridNetworkStatus()
         self._events = EventLog()
@@ -180,6 +184,7 @@ class SiteEngine:
             self._grid_id = network.spec.grid_id
         self._phases.drop(gone)
         self._publisher.drop(gone)
+        self._spend.configure(network, self._inputs.local_site)
         self._probes.soon(self._inputs.sites)
         self._pacing.pending = True
 
@@ -261,7 +266,8 @@ class SiteEngine:
             return ItemOutcome.UNCHANGED
         if lane == GATEWAY_LANE:
             self._probes.soon((origin,))
-        self._pacing.pending = True
+        if not key.startswith(SPEND_PREFIX):
+            self._pacing.pending = True  # spend shows in the status, routing never reads it
         return ItemOutcome.APPLIED
 
     # -- inputs: observations -------------------------------------------------------------
@@ -296,12 +302,31 @@ class SiteEngine:
         if site == self._site and self._inputs.observe_egress_source(read):
             self._probes.soon((site,))
 
+    def count_spend(self, source: str, result: ScrapeResult, now: datetime) -> CountedSpend | None:
+        """What one scrape of a spend source this site reads adds to its spend (None:
+        nothing); counted by :meth:`commit_spend`, once the shell has kept its checkpoint."""
+        return self._spend.count(source, result, self._state, self.network, now)
+
+    def commit_spend(self, counted: CountedSpend, now: datetime) -> None:
+        """Count what :meth:`count_spend` found in this site's budget slots."""
+        self._spend.commit(counted, self._state, now)
+
+    def restore_spend(self, checkpoint: SpendCheckpoint) -> None:
+        """Go on from the spend checkpoint of this site's previous life (before its first
+        scrape): its slots, and the baselines of the sources that still read the same.
+        Raises :class:`ValueError` for a checkpoint of another site."""
+        self._spend.restore(checkpoint)
+
     # -- outputs: what to observe ---------------------------------------------------------
 
     def observation_targets(self) -> tuple[ObservationTarget, ...]:
         """The health checks and scrapes to run, one entry per provider this site
         observes (its own, and those tied to no site)."""
         return self._inputs.observation_targets()
+
+    def spend_targets(self) -> tuple[SpendTarget, ...]:
+        """The spend sources this site scrapes (those whose siteSelector matches it)."""
+        return self._spend.targets()
 
     def credential_refs(self) -> dict[str, tuple[str, str, str]]:
         """(namespace, Secret name, key) per observed provider that names a Secret."""
@@ -403,6 +428,7 @@ class SiteEngine:
             self._forget(site)
         if not self.network.spec.grid_id:
             self._grid_id = adopted_grid_id(self._grid_id, self._members.view, self._state)
+        self._spend.resume_into(self._state, now)
         if self._publisher.write(
             self._state, self._inputs, self._phases, self._grid_id, self._events, now
         ):
@@ -470,6 +496,7 @@ class SiteEngine:
         """Start the replicated state afresh, for a new SWIM node: peers' items arrive
         again through it, and this site's records are written again (on the next refresh)
         under versions above every earlier one, so peers that forgot them take them."""
+        self._spend.state_replaced(self._state)
         self._state = GridState(self._site)
         self._advertised.clear()
         self._pacing.pending = True
@@ -488,6 +515,7 @@ class SiteEngine:
             grid_id=self._grid_id,
             unreachable_sites=self._trust.unreachable(),
             connected_sites=len(self._trust.trusted),
+            spend_sources=self._spend.statuses(),
         )
         self._network_status = network_status(
             self._network_status,

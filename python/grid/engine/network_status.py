@@ -1,19 +1,22 @@
 """The GridNetwork's status as one site sees it: its phase machine, fed by the
 configuration, membership, the sites out of reach and the renders of the gateways, and
-the counts it shows (connected sites, providers, each gateway's overlay). Pure."""
+what it shows (connected sites, providers, each gateway's overlay, each tenant's budget,
+this site's spend sources). Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from grid.crdt.state import GridState
+from grid.engine.budgets import budget_statuses
 from grid.engine.events import NETWORK_KIND, EventLog
 from grid.engine.inputs import SiteInputs
 from grid.engine.rendering import GatewayOverlay
 from grid.models.network import GatewayOverlayStatus, GridNetworkStatus
 from grid.models.phases import GatewayRender, NetworkObservation, evaluate_network
+from grid.models.spend import SpendSourceStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +27,7 @@ class NetworkView:
     grid_id: str | None
     unreachable_sites: tuple[str, ...]
     connected_sites: int
+    spend_sources: Sequence[SpendSourceStatus] = ()
 
 
 def network_status(  # noqa: PLR0917 - the network, its state, and what the rooms report
@@ -75,4 +79,6 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
             )
             for _, o in sorted(overlays.items())
         ],
+        budgets=budget_statuses(network.spec.budgets, state, now),
+        spend_sources=list(view.spend_sources),
     )

@@ -1,6 +1,6 @@
 """What the shell must observe: the health and metrics endpoints of this site's providers,
-the object its egress address is read from, and the egress of every site, derived from the
-resources. Pure."""
+the spend sources it reads, the object its egress address is read from, and the egress of
+every site, derived from the resources. Pure."""
 
 from __future__ import annotations
 
@@ -41,6 +41,18 @@ class MetricsTarget:
     """A Prometheus scrape to run every ``interval_s``."""
 
     url: str
+    interval_s: float
+    timeout_s: float
+    max_body_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpendTarget:
+    """A spend source (``spec.spendSources``) to scrape every ``interval_s``."""
+
+    source: str
+    url: str
+    server_name: str | None
     interval_s: float
     timeout_s: float
     max_body_bytes: int

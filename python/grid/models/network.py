@@ -29,6 +29,7 @@ from grid.models.fields import (
     within,
 )
 from grid.models.meta import API_VERSION, ObjectMeta, SecretKeyRef, SecretObjectRef
+from grid.models.spend import SpendSource, SpendSourceStatus
 from grid.models.validation_rules import ValidationRule, present, validations
 
 DEFAULT_CONFIG_MAP_KEY = "grid-config.json"
@@ -336,6 +337,11 @@ class GridNetworkSpec(GridModel):
     budgets: Annotated[list[TenantBudget], unique_by("tenant"), list_map("tenant")] = Field(
         default_factory=list, max_length=1024
     )
+    spend_sources: Annotated[list[SpendSource], unique_by("name"), list_map("name")] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Prometheus counters the budgets' spend is read from.",
+    )
 
 
 class GridNetworkPhase(StrEnum):
@@ -364,6 +370,7 @@ class TenantBudgetStatus(GridModel):
     cap: int = Field(ge=0)
     window_start: AwareDatetime | None = None
     exhausted: bool = False
+    remaining: int | None = Field(None, ge=0, description="cap - used, 0 once exhausted.")
 
 
 class GridNetworkStatus(GridModel):
@@ -381,6 +388,9 @@ class GridNetworkStatus(GridModel):
     ] = Field(default_factory=list)
     budgets: Annotated[list[TenantBudgetStatus], unique_by("tenant"), list_map("tenant")] = Field(
         default_factory=list
+    )
+    spend_sources: Annotated[list[SpendSourceStatus], unique_by("name"), list_map("name")] = Field(
+        default_factory=list, description="This site's latest scrape of each spend source."
     )
 
 

@@ -270,6 +270,14 @@ def _check_matchers(labels: dict[str, str]) -> dict[str, str]:
     return labels
 
 
+MetricMatchers = Annotated[
+    dict[str, str],
+    AfterValidator(_check_matchers),
+    Field(json_schema_extra=validations(PROMETHEUS_LABEL_NAMES)),
+]
+"""Label values a series must have to count, by Prometheus label name."""
+
+
 HISTOGRAMS_SUM = ValidationRule(
     f"!({present('quantile')} && {present('aggregation')})",
     "aggregation does not apply to a histogram (quantile): its buckets always sum across "

@@ -66,8 +66,10 @@ async def scrape(
     headers: Mapping[str, str] | None = None,
     session: aiohttp.ClientSession | None = None,
     tls: ssl.SSLContext | bool = True,
+    server_name: str | None = None,
 ) -> ScrapeResult:
-    """GET the Prometheus text at ``url``.
+    """GET the Prometheus text at ``url`` (over TLS, asking for and verifying
+    ``server_name`` when given, else the URL's host).
 
     Reading stops at ``max_body_bytes``: a longer body is an error, as are a status other
     than 200, a body that is not UTF-8, an unreachable host and a timeout. Nothing raises.
@@ -79,6 +81,7 @@ async def scrape(
         headers={**_ACCEPT, **(headers or {})},
         session=session,
         tls=tls,
+        server_name=server_name,
     )
     if reply.error is not None:
         return ScrapeResult(reply.status, reply.latency_s, reply.error)

@@ -55,7 +55,6 @@ from grid.operator.status import (
     GatewayOutcome,
     NetworkReport,
     SeedReport,
-    budget_statuses,
     dump_status,
     network_status,
     rejected_member_status,
@@ -451,7 +450,7 @@ class NetworkRuntime:
 
     def _report(self, engine: SiteEngine, network: GridNetwork, now: datetime) -> NetworkReport:
         """What the network's status is made of: the engine's view, and what only the shell
-        knows (ConfigMap writes, seeds, budgets)."""
+        knows (ConfigMap writes, seeds)."""
         statuses = engine.statuses()
         view = statuses[(NETWORK, self.name)]
         assert isinstance(view, GridNetworkStatus)  # the engine keys it by kind
@@ -492,7 +491,8 @@ class NetworkRuntime:
                 peers_known=mesh.peers_known(),
                 joining=joining,
             ),
-            budgets=budget_statuses(network.spec.budgets, engine.state, now),
+            budgets=tuple(view.budgets),
+            spend_sources=tuple(view.spend_sources),
             swim_port=self._swim_port.describe() if self._swim_port is not None else "",
         )
 

@@ -9,13 +9,11 @@ No clock is read: every function takes ``now``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from grid.crdt.state import GridState
 from grid.models.conditions import Condition, ConditionUpdate, set_condition
 from grid.models.meta import ObjectMeta
 from grid.models.network import (
@@ -23,7 +21,6 @@ from grid.models.network import (
     GridNetwork,
     GridNetworkSpec,
     GridNetworkStatus,
-    TenantBudget,
     TenantBudgetStatus,
 )
 from grid.models.phases import (
@@ -35,6 +32,7 @@ from grid.models.phases import (
 )
 from grid.models.provider import InferenceProviderStatus
 from grid.models.site import GridSiteStatus
+from grid.models.spend import SpendSourceStatus
 
 JsonObject = dict[str, Any]
 SPEC_VALID = "SpecValid"
@@ -190,6 +188,7 @@ class NetworkReport:
     gateways: tuple[GatewayOutcome, ...] = ()
     seeds: SeedReport = field(default_factory=SeedReport)
     budgets: tuple[TenantBudgetStatus, ...] = ()
+    spend_sources: tuple[SpendSourceStatus, ...] = ()
     swim_port: str = ""
     """The SWIM node's port and how it was chosen (``MembershipReady``'s message)."""
 
@@ -244,6 +243,7 @@ def network_status(
             for g in sorted(report.gateways, key=lambda g: (g.namespace, g.name))
         ],
         budgets=list(report.budgets),
+        spend_sources=list(report.spend_sources),
     )
     return status, list(outcome.events)
 
@@ -295,38 +295,6 @@ def _seeds_condition(report: NetworkReport, generation: int | None) -> Condition
 
 def _listed(seed: str, unresolved: Sequence[str]) -> bool:
     return any(entry.startswith(f"{seed} ") or entry == seed for entry in unresolved)
-
-
-# --- budgets -------------------------------------------------------------------------------
-
-
-def budget_window(budget: TenantBudget, now: datetime) -> tuple[str, datetime]:
-    """The label and start of the budget window ``now`` falls in. Windows are aligned to the
-    Unix epoch, so every site of a mesh counts into the same window."""
-    length = budget.window.seconds
-    start = math.floor(now.timestamp() / length) * length
-    return f"w{int(length)}-{int(start)}", datetime.fromtimestamp(start, UTC)
-
-
-def budget_statuses(
-    budgets: Sequence[TenantBudget], state: GridState, now: datetime
-) -> tuple[TenantBudgetStatus, ...]:
-    """Each tenant's known use in its current window (a lower bound: a partition can hide
-    use, never invent it)."""
-    found = []
-    for budget in budgets:
-        label, start = budget_window(budget, now)
-        used = state.budget_spend(budget.tenant, label)
-        found.append(
-            TenantBudgetStatus(
-                tenant=budget.tenant,
-                used=used,
-                cap=budget.cap,
-                window_start=start,
-                exhausted=used >= budget.cap,
-            )
-        )
-    return tuple(found)
 
 
 # --- when to write -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from prometheus_client.registry import Collector
 
 from grid import _native
 from grid.errors import GridError
+from grid.models.network import GridNetworkStatus, TenantBudget
 
 if TYPE_CHECKING:
     from grid.engine import GatewayOverlay, SiteEngine
@@ -360,6 +361,30 @@ FAMILIES: dict[str, Family] = {
             ("network", "kind", "outcome"),
             REQUEST_BUCKETS,
         ),
+        Family(
+            "grid_spend_source_scrape_duration_seconds",
+            Kind.HISTOGRAM,
+            "Scrapes of the spend sources this site reads (spec.spendSources), by outcome "
+            "(ok or failed).",
+            ("network", "source", "outcome"),
+            REQUEST_BUCKETS,
+        ),
+        # -- budgets ------------------------------------------------------------------------
+        _gauge(
+            "grid_budget_spent",
+            "A tenant's spend in its budget's current window as this site knows it (every "
+            "site's slots it has heard of: a lower bound while a partition hides some), in "
+            "the budget's unit. window: the budget's window length as written.",
+            "tenant",
+            "window",
+        ),
+        _gauge("grid_budget_cap", "A tenant's budget per window, in its unit.", "tenant", "window"),
+        _gauge(
+            "grid_budget_remaining",
+            "The cap less the known spend, 0 once exhausted.",
+            "tenant",
+            "window",
+        ),
     )
 }
 
@@ -530,6 +555,8 @@ class ObservationDurations:
     """By (egress mode, outcome)."""
     egress_read: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
     """By (kind of object, outcome)."""
+    spend_scrape: Durations = field(default_factory=lambda: Durations(REQUEST_BUCKETS))
+    """By (spend source, outcome)."""
 
 
 class ScrapedSwimDriver(Protocol):
@@ -665,6 +692,9 @@ def add_network(out: Exposition, view: NetworkView) -> None:
         out.add_durations(
             "grid_site_egress_read_duration_seconds", (name,), view.durations.egress_read
         )
+        out.add_durations(
+            "grid_spend_source_scrape_duration_seconds", (name,), view.durations.spend_scrape
+        )
     engine = view.engine
     if engine is None:
         return
@@ -677,6 +707,8 @@ def add_network(out: Exposition, view: NetworkView) -> None:
         out.add("grid_items_refused_total", (name, "engine", reason), count)
     trusted = engine.trusted_sites
     for (kind, resource), status in engine.statuses().items():
+        if isinstance(status, GridNetworkStatus):
+            add_budgets(out, name, status, engine.network.spec.budgets)
         if kind == "GridNetwork" and view.network_phase is not None:
             continue
         out.add("grid_resource_phase", (name, kind, resource, str(status.phase)), 1)
@@ -700,6 +732,18 @@ def add_network(out: Exposition, view: NetworkView) -> None:
                 labels,
                 current.rendered_at.timestamp(),
             )
+
+
+def add_budgets(
+    out: Exposition, network: str, status: GridNetworkStatus, budgets: Sequence[TenantBudget]
+) -> None:
+    """Each tenant's spend, cap and what remains, as of the network's last status."""
+    windows = {budget.tenant: budget.window.text for budget in budgets}
+    for budget in status.budgets:
+        labels = (network, budget.tenant, windows.get(budget.tenant, ""))
+        out.add("grid_budget_spent", labels, budget.used)
+        out.add("grid_budget_cap", labels, budget.cap)
+        out.add("grid_budget_remaining", labels, max(budget.cap - budget.used, 0))
 
 
 def peers_by_protocol(node: SwimNode) -> Counter[str]:

@@ -1,9 +1,9 @@
 """What a network observes for its engine: health checks and metrics scrapes of the
-providers the engine names (:meth:`~grid.engine.SiteEngine.observation_targets`), the
-object this site's egress address is read from
-(:meth:`~grid.engine.SiteEngine.egress_source_target`), and probes of every site whose
-egress is due. Each result goes to the engine at once, and the network is woken to act on
-it."""
+providers the engine names (:meth:`~grid.engine.SiteEngine.observation_targets`), scrapes of
+the spend sources it reads (:meth:`~grid.engine.SiteEngine.spend_targets`), the object this
+site's egress address is read from (:meth:`~grid.engine.SiteEngine.egress_source_target`),
+and probes of every site whose egress is due. Each result goes to the engine at once, and
+the network is woken to act on it."""
 
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ from grid.engine import (
     ProbeTarget,
     SiteEngine,
     SourceRead,
+    SpendCheckpoint,
+    SpendTarget,
 )
 from grid.models.egress_source import EgressSource
 from grid.observe.health import check_health
-from grid.observe.scrape import scrape
+from grid.observe.scrape import ScrapeResult, scrape
 from grid.runtime.metrics import Durations, ObservationDurations
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import EngineOf
@@ -37,6 +39,10 @@ Observe = Callable[[SiteEngine, str, Any, datetime], None]
 EgressReader = Callable[[EgressSource], Awaitable[SourceRead]]
 """Reads the object a ``spec.egress.from`` names (never raises: a failure is the reading's
 ``error``). The operator reads through the Kubernetes API; the agent has none."""
+
+SpendKeeper = Callable[[SpendCheckpoint], bool]
+"""Writes a spend checkpoint durably before the spend it holds is counted (and so before it
+can be published); False when it could not, and that spend is counted by a later scrape."""
 
 
 class _Timed(Protocol):
@@ -60,9 +66,12 @@ class Observers:
         logger: logging.Logger,
         prefix: str,
         egress_reader: EgressReader,
+        keep_spend: SpendKeeper | None = None,
     ) -> None:
         self._session = session
         self._egress_reader = egress_reader
+        self._keep_spend = keep_spend
+        self._spend: dict[str, tuple[SpendTarget, asyncio.Task[None]]] = {}
         self._egress: tuple[EgressSourceTarget, asyncio.Task[None]] | None = None
         self.prober = prober
         """Replaced when this site's TLS material changes; the next probe uses it."""
@@ -78,6 +87,7 @@ class Observers:
         """Cancel every observation (and wait until they are gone)."""
         await self._tasks.cancel_all()
         self._providers.clear()
+        self._spend.clear()
         self._probing.clear()
         self._egress = None
 
@@ -93,6 +103,7 @@ class Observers:
         """Run the health checks, scrapes and readings of the egress source the engine asks
         for, and only those."""
         self._follow_egress_source(engine)
+        self._follow_spend_sources(engine)
         wanted = {target.provider: target for target in engine.observation_targets()}
         for name in list(self._providers):
             target, tasks = self._providers[name]
@@ -164,6 +175,49 @@ class Observers:
             durations.observe((label or provider, _outcome(ok(result))), result.latency_s)
             self._deliver(observe, provider, result)
             await asyncio.sleep(interval_s)
+
+    # -- spend sources --------------------------------------------------------------------
+
+    def _follow_spend_sources(self, engine: SiteEngine) -> None:
+        """Scrape the spend sources the engine reads, and only those."""
+        wanted = {target.source: target for target in engine.spend_targets()}
+        for name in list(self._spend):
+            target, task = self._spend[name]
+            if wanted.get(name) != target:
+                task.cancel()
+                del self._spend[name]
+        self.durations.spend_scrape.forget(lambda labels: labels[0] in wanted)
+        for name, target in wanted.items():
+            if name in self._spend:
+                continue
+            fetch = partial(
+                scrape,
+                target.url,
+                timeout=target.timeout_s,
+                max_body_bytes=target.max_body_bytes,
+                session=self._session,
+                server_name=target.server_name,
+            )
+            loop = self._repeat(
+                target.interval_s,
+                fetch,
+                self._count_spend,
+                name,
+                self.durations.spend_scrape,
+                lambda result: result.ok,
+            )
+            self._spend[name] = (target, self._tasks.spawn(loop, f"spend scrape of {name}"))
+
+    def _count_spend(
+        self, engine: SiteEngine, source: str, result: ScrapeResult, now: datetime
+    ) -> None:
+        # One synchronous step: no other observation runs between the checkpoint and the
+        # count, so the checkpoint holds exactly what is counted.
+        counted = engine.count_spend(source, result, now)
+        if counted is None:
+            return
+        if self._keep_spend is None or self._keep_spend(counted.checkpoint):
+            engine.commit_spend(counted, now)
 
     # -- this site's egress source --------------------------------------------------------
 
