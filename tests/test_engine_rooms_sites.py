@@ -217,3 +217,29 @@ def test_a_plaintext_peer_advertising_nothing_is_not_trusted() -> None:
     assert (status.phase, status.observed_fingerprint) == (GridSitePhase.CONNECTING, None)
     advertised = find_condition(status.conditions, "CertificateAdvertised")
     assert advertised is not None and advertised.status is ConditionStatus.UNKNOWN
+
+
+def test_this_sites_plaintext_egress_is_pinned_by_its_own_certificate() -> None:
+    """A plaintext egress presents no certificate, and a site never receives its own
+    advertisement: its own certificate is what its pin is checked against, so that the
+    site's own GridSite becomes Active (it stayed Connecting, "the site presented no
+    certificate", in every plaintext mesh)."""
+    cert = self_signed_certificate("site-a", now=T0)
+    t = Trust([site("site-a", tls_mode="plaintext", pin=cert.fingerprint), site("site-b")])
+    t.inputs.cert_pem = cert.certificate_pem
+    t.probed("site-a", None)
+    t.evaluate()
+    status = t.status("site-a")
+    assert (status.phase, status.matched_pin) == (GridSitePhase.ACTIVE, TrustPin.CURRENT)
+    assert status.observed_fingerprint == cert.fingerprint
+    assert t.trust.trusted == frozenset(), "never among the sites it routes to"
+    # Another certificate than the pinned one is no match.
+    t = Trust([site("site-a", tls_mode="plaintext"), site("site-b")])
+    t.inputs.cert_pem = cert.certificate_pem
+    t.probed("site-a", None)
+    t.evaluate()
+    status = t.status("site-a")
+    assert status.phase is GridSitePhase.CONNECTING
+    trusted = find_condition(status.conditions, "Trusted")
+    assert trusted is not None and trusted.reason == "FingerprintMismatch"
+    assert "matches neither" in trusted.message

@@ -95,7 +95,12 @@ class SiteTrust:
         for name, site in sorted(inputs.sites.items()):
             status = self._status.get(name)
             egress = site_egress(inputs, state, name)
-            verdict = advertised.verdict(name, state, now) if name != self._site else None
+            if name == self._site:
+                # Its own certificate: what a plaintext egress of this site is pinned by
+                # (it has no TLS to present one), as a peer's is by the one it advertises.
+                verdict = advertised.check(name, inputs.cert_pem, now)
+            else:
+                verdict = advertised.verdict(name, state, now)
             probe = probes.get(name)
             presented = verdict.fingerprint if verdict is not None else None
             if name == self._site:
