@@ -89,6 +89,12 @@ def certificate_not_after(plane: ControlPlane, expected: datetime) -> JsonObject
     return status if when == expected else None
 
 
+def config_invalid(plane: ControlPlane) -> JsonObject | None:
+    network = grid_object(plane.admin, "gridnetworks", NETWORK)
+    valid = condition(network.get("status") or {}, "ConfigValid")
+    return valid if valid["status"] == "False" else None
+
+
 def test_a_cert_manager_secret_is_read_and_its_renewal_taken_in_place(
     control_plane_factory: ControlPlaneFactory, tmp_path: Path
 ) -> None:
@@ -138,4 +144,14 @@ def test_a_cert_manager_secret_is_read_and_its_renewal_taken_in_place(
         assert operator.process.poll() is None, "the same operator process"
         # It says it took the new certificate, naming its fingerprint (never the key).
         assert f"site certificate {renewed.fingerprint}" in operator.log_text()
+
+        # A renewal the site cannot use (issued for another site) is refused with the
+        # reason, and the certificate in use keeps serving, advertised as before.
+        wrong = ca.issue("west-edge", now=later, valid_for=timedelta(days=30))
+        plane.kubectl("apply", "-f", "-", stdin=json.dumps(cert_manager_secret(wrong, ca)))
+        refused = operator.until("the wrong certificate refused", lambda: config_invalid(plane))
+        assert "the node keeps the current one" in refused["message"]
+        assert 'does not name site "east-edge"' in refused["message"]
+        # The certificate advertised (and reported) is still the one the node signs with.
+        assert certificate_not_after(plane, not_after(renewed)) is not None
         assert operator.stop() == 0

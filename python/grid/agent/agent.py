@@ -375,9 +375,8 @@ class Agent:
             return
         shared.prober, shared.certificate_pem = prober, certificate_pem
         shared.swim_credentials, shared.network_ca = credentials, network_ca
-        now = datetime.now(UTC)
         for runtime in self.networks.values():
-            runtime.engine.set_certificate(certificate_pem, now)
+            # The certificate is advertised once the node signs with it (next refresh).
             runtime.engine.set_network_ca(network_ca)
             runtime.use_prober(prober)
             runtime.wake()

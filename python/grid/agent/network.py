@@ -123,6 +123,8 @@ class NetworkRuntime:
         self.overlay_writes: Counter[tuple[str, str]] = Counter()
         self.overlay_paths: dict[tuple[str, str], Path] = {}
         self._stopped = False
+        self._advertised_pem: str | None = None
+        """The certificate last handed to the engine to advertise."""
 
     @property
     def name(self) -> str:
@@ -150,12 +152,7 @@ class NetworkRuntime:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        now = utc_now()
-        if self._shared.certificate_pem is not None:
-            try:
-                self.engine.set_certificate(self._shared.certificate_pem, now)
-            except GridError as error:
-                _log.error("%s: the site certificate is not advertised: %s", self.where, error)
+        self._advertise_certificate()
         self.engine.set_network_ca(self._shared.network_ca)
         checkpoint = self.spend_store.load()
         if checkpoint is not None:
@@ -270,6 +267,21 @@ class NetworkRuntime:
             self.engine.network, self._bind, self._advertise, self._shared.push_pull_factor
         )
         await self.swim.ensure(self.engine, plan, self._keyring, self._shared.swim_credentials)
+        self._advertise_certificate()
+
+    def _advertise_certificate(self) -> None:
+        """Advertise the site certificate, once the node signs with it: a renewed one the
+        node refused (it kept the current one; ``swim_error`` says why) is not."""
+        pem = self._shared.certificate_pem
+        if pem is None or pem == self._advertised_pem:
+            return
+        if not self.swim.signs_with(self._shared.swim_credentials):
+            return
+        try:
+            self.engine.set_certificate(pem, utc_now())
+        except GridError as error:
+            _log.error("%s: the site certificate is not advertised: %s", self.where, error)
+        self._advertised_pem = pem
 
     def _published(self, item: Item) -> None:
         for listener in self._shared.publish_listeners:

@@ -277,7 +277,6 @@ class NetworkRuntime:
         engine = await self._engine_for(network, entry, revision)
         if engine is None:
             return
-        self._advertise_certificate(engine, now)
         port = self._swim_port = shared.ports.assign(self.name, claims_of(shared.cache))
         if port.port is None and self.mesh.node is not None:
             await self.mesh.stop(leave=True)
@@ -287,6 +286,7 @@ class NetworkRuntime:
             plan = _swim_plan(network, shared.options, port.port)
             material = self._material
             await self.mesh.ensure(engine, plan, material.keyring, material.credentials)
+        self._advertise_certificate(engine, now)
         self._tell_conflicts(entry)
         engine.set_config_error(self._config_error(entry))
         await self._credentials.check(engine, moment)
@@ -405,6 +405,8 @@ class NetworkRuntime:
         # and new material (a rotated CA) both have it at once.
         engine.set_network_ca(self._network_ca)
         material = self._material
+        if material is not None and not self.mesh.signs_with(material.credentials):
+            return  # the node kept its certificate (ConfigValid says why): so does the lane
         pem = material.certificate_pem if material is not None else None
         if pem == self._advertised_pem and self._certificate_error is None:
             return

@@ -171,6 +171,17 @@ class SwimDriver:
     def running(self) -> bool:
         return self.node is not None and self.node.running
 
+    def signs_with(self, credentials: SwimCredentials) -> bool:
+        """Whether the node signs with ``credentials``' certificate, or none runs yet. A
+        shell advertises a new certificate only then: one the node refused (it kept the
+        current one) would make peers read the site's messages against the wrong key."""
+        current = self._credentials
+        return (
+            self.node is None
+            or current is None
+            or (current.certificate_chain == credentials.certificate_chain)
+        )
+
     def peers_known(self) -> int:
         """Peers alive or suspected right now."""
         node = self.node
