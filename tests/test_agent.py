@@ -616,6 +616,17 @@ async def test_a_rotated_site_certificate_is_advertised_and_presented(
         assert engine.state.cert_pem(SITE) == second.certificate_pem
         assert await presented() == second.fingerprint
         assert runtime.node is signing_node and signing_node.running
+
+        # Readable files holding another site's certificate: the node refuses them and
+        # keeps signing with the current one, and that one stays advertised.
+        ca.issue("another-site", now=now).write(tls, "tls")
+        await eventually(
+            "the other site's certificate refused",
+            lambda: "does not name site" in (runtime.swim_error or ""),
+        )
+        assert runtime.node is signing_node and signing_node.running
+        engine.refresh(datetime.now(UTC))
+        assert engine.state.cert_pem(SITE) == second.certificate_pem
     finally:
         await agent.stop()
 
