@@ -13,6 +13,7 @@ import ssl
 from pathlib import Path
 
 from grid.errors import TrustConfigError
+from grid.models.fields import join_host_port
 from grid.trust.probe import parse_address
 
 _IDLE_LIMIT_S = 10.0
@@ -60,7 +61,7 @@ class EgressListener:
         if self._server is None:
             raise RuntimeError("the egress listener is not started")
         host, port = self._server.sockets[0].getsockname()[:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return join_host_port(host, port)
 
     def reload(self, certificate: Path, private_key: Path) -> None:
         """Present a new certificate from the next handshake on (a rotation). Raises

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 
 from grid.models.egress_source import EgressGatewaySource, EgressServiceSource, EgressSource
-from grid.models.fields import HostPort, is_ip_address
+from grid.models.fields import HostPort, join_host_port
 from grid.models.site import Egress, needs_server_name
 
 EGRESS_RESOLVED = "EgressResolved"
@@ -140,7 +140,7 @@ def _from_service(
     for entry in ingress:
         host = entry.get("ip") or entry.get("hostname")
         if isinstance(host, str) and host:
-            return _host_port(host, port["port"])
+            return join_host_port(host, port["port"])
     return NO_ADDRESS, f"{source} has no load balancer address yet (status.loadBalancer.ingress)"
 
 
@@ -166,7 +166,7 @@ def _from_gateway(
         value = entry.get("value")
         kind = entry.get("type", "IPAddress")
         if kind in _GATEWAY_ADDRESS_TYPES and isinstance(value, str) and value:
-            return _host_port(value, listener["port"])
+            return join_host_port(value, listener["port"])
     return NO_ADDRESS, f"{source} has no address yet (status.addresses)"
 
 
@@ -191,10 +191,6 @@ def _pick(  # noqa: PLR0917 - a port is picked by name, by number, or as the onl
     else:
         chosen, missing = list(entries), f"{owner} has no {what}"
     return chosen[0] if chosen else missing
-
-
-def _host_port(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host and is_ip_address(host) else f"{host}:{port}"
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

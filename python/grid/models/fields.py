@@ -192,6 +192,11 @@ def split_host_port(address: str) -> tuple[str, int]:
     return host, int(port_text)
 
 
+def join_host_port(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets: the form :func:`split_host_port` reads."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _check_host_port(address: str) -> str:
     split_host_port(address)
     return address

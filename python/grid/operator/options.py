@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from grid.errors import OperatorConfigError
+from grid.models.fields import join_host_port
 from grid.models.network import DEFAULT_SWIM_PORT
 
 DEFAULT_NAMESPACE = "grid-system"
@@ -77,12 +78,12 @@ class OperatorOptions:
             raise OperatorConfigError("the SWIM port must be from 1 to 65535")
 
     def swim_bind(self, port: int) -> str:
-        return _join(self.swim_bind_host, port)
+        return join_host_port(self.swim_bind_host, port)
 
     def swim_advertise(self, port: int) -> str | None:
         if self.swim_advertise_host is None:
             return None
-        return _join(self.swim_advertise_host, port)
+        return join_host_port(self.swim_advertise_host, port)
 
     @classmethod
     def from_environment(
@@ -109,10 +110,12 @@ class OperatorOptions:
             swim_bind_host=bind,
             swim_advertise_host=advertise,
             swim_port=_port(environ, "GRID_SWIM_PORT", DEFAULT_SWIM_PORT),
-            metrics_address=_join(
+            metrics_address=join_host_port(
                 wildcard, _port(environ, "GRID_METRICS_PORT", DEFAULT_METRICS_PORT)
             ),
-            health_address=_join(wildcard, _port(environ, "GRID_HEALTH_PORT", DEFAULT_HEALTH_PORT)),
+            health_address=join_host_port(
+                wildcard, _port(environ, "GRID_HEALTH_PORT", DEFAULT_HEALTH_PORT)
+            ),
         )
 
 
@@ -135,7 +138,3 @@ def _host(text: str, name: str) -> str:
     if not value or any(char in value for char in " /:[]"):
         raise OperatorConfigError(f"{name} must be an IP address or a host name (no port)")
     return value
-
-
-def _join(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

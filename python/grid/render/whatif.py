@@ -23,7 +23,7 @@ from pydantic import AwareDatetime, Field, ValidationError
 
 from grid.errors import ConfigError, MetricsFileError, ScoringInputError
 from grid.models.common import AuthStrategy, GridModel
-from grid.models.fields import is_ip_address
+from grid.models.fields import is_ip_address, join_host_port
 from grid.models.network import GatewayRef, GridNetwork
 from grid.models.provider import InferenceProvider, InferenceProviderPhase, api_key_header
 from grid.models.resources import LoadedResources
@@ -270,7 +270,7 @@ def endpoint_of(provider: InferenceProvider) -> ClusterEndpoint:
     parts = urlsplit(provider.spec.endpoint)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    address = join_host_port(host, port)
     tls_mode = EgressTlsMode.TLS if parts.scheme == "https" else EgressTlsMode.PLAINTEXT
     server_name = provider.spec.server_name or (None if is_ip_address(host) else host)
     return ClusterEndpoint(

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 
 from grid.errors import ConfigError
+from grid.models.fields import join_host_port
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -34,7 +35,7 @@ class Endpoint:
         if self._runner is None or not self._runner.addresses:
             raise RuntimeError("the endpoint is not started")
         host, port = self._runner.addresses[0][:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return join_host_port(host, port)
 
     async def start(self) -> None:
         """Listen. Raises ``error`` (the shell's configuration error) naming the address

@@ -100,8 +100,8 @@ class Observers:
     # -- providers ------------------------------------------------------------------------
 
     def follow(self, engine: SiteEngine) -> None:
-        """Run the health checks, scrapes and readings of the egress source the engine asks
-        for, and only those."""
+        """Run the health checks, scrapes, spend scrapes and readings of the egress source
+        the engine asks for, and only those."""
         self._follow_egress_source(engine)
         self._follow_spend_sources(engine)
         wanted = {target.provider: target for target in engine.observation_targets()}
