@@ -23,6 +23,7 @@ import test_models_resources as resource_tests
 import test_models_selectors as selector_tests
 import test_models_tls_names as tls_tests
 import test_provider_apikey as api_key_tests
+import test_provider_custom as custom_tests
 from grid.errors import InvalidResourceError
 from grid.models.crd import crd_for_kind
 from grid.models.resources import load_resource
@@ -153,8 +154,15 @@ def imported_cases() -> Iterator[Case]:
         valid=False,
     )
     yield from cases_of(
-        api_key_tests.test_a_header_goes_with_api_key_only,
+        api_key_tests.test_a_header_goes_with_api_key_or_custom_only,
         lambda auth: api_key_tests.provider(auth=auth),
+        valid=False,
+    )
+    yield from cases_of(
+        custom_tests.test_custom_follows_the_api_key_header_rules,
+        lambda header, complaint: api_key_tests.provider(
+            auth=custom_tests.custom_auth(header=header)
+        ),
         valid=False,
     )
     yield from cases_of(

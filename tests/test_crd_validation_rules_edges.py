@@ -27,7 +27,7 @@ from grid.models.provider import (
     ENDPOINT_IP_NEEDS_SERVER_NAME,
     HEADER_NOT_AUTHORIZATION,
     HEADER_NOT_THE_GATEWAYS,
-    HEADER_WITH_API_KEY_ONLY,
+    HEADER_WITH_HEADER_STRATEGIES,
     HISTOGRAMS_SUM,
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
@@ -309,15 +309,25 @@ def rule_cases() -> Iterator[Case]:
     )
     yield refused(
         "a header with Oauth2",
-        HEADER_WITH_API_KEY_ONLY,
+        HEADER_WITH_HEADER_STRATEGIES,
         provider(auth={"strategy": "Oauth2", "secretRef": key, "header": "x-key"}),
-        "header goes with strategy ApiKey only, not Oauth2: remove header, or use strategy ApiKey "
-        "to send the key in that header",
+        "header goes with strategy ApiKey or Custom only, not Oauth2: remove header, or use "
+        "strategy ApiKey (or Custom) to send the Secret's value in that header",
     )
     yield passes(
         "a null header with Oauth2",
-        HEADER_WITH_API_KEY_ONLY,
+        HEADER_WITH_HEADER_STRATEGIES,
         provider(auth={"strategy": "Oauth2", "secretRef": key, "header": None}),
+    )
+    yield passes(
+        "a header with Custom",
+        HEADER_WITH_HEADER_STRATEGIES,
+        provider(auth={"strategy": "Custom", "secretRef": key, "header": "X-Auth-Token"}),
+    )
+    yield refused(
+        "the header Authorization with Custom",
+        HEADER_NOT_AUTHORIZATION,
+        provider(auth={"strategy": "Custom", "secretRef": key, "header": "Authorization"}),
     )
     api_key = {"strategy": "ApiKey", "secretRef": key}
     yield refused(

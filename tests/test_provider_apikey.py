@@ -84,10 +84,13 @@ def test_an_explicit_header_wins_for_every_kind(kind: ProviderKind) -> None:
     assert api_key_header(kind, AuthStrategy.API_KEY, "api-key") == "api-key"
 
 
-@pytest.mark.parametrize("strategy", [s for s in AuthStrategy if s is not AuthStrategy.API_KEY])
+@pytest.mark.parametrize(
+    "strategy", [s for s in AuthStrategy if s not in (AuthStrategy.API_KEY, AuthStrategy.CUSTOM)]
+)
 @pytest.mark.parametrize("kind", list(ProviderKind))
-def test_only_api_key_uses_a_header(kind: ProviderKind, strategy: AuthStrategy) -> None:
+def test_only_api_key_and_custom_use_a_header(kind: ProviderKind, strategy: AuthStrategy) -> None:
     assert api_key_header(kind, strategy) is None
+    assert api_key_header(kind, strategy, "x-key") is None
 
 
 # --- the model --------------------------------------------------------------------------
@@ -146,9 +149,9 @@ def test_the_header_round_trips() -> None:
         {"strategy": "ServiceAccount", "header": "x-api-key"},
     ],
 )
-def test_a_header_goes_with_api_key_only(auth: dict[str, Any]) -> None:
+def test_a_header_goes_with_api_key_or_custom_only(auth: dict[str, Any]) -> None:
     reason = problems(provider(auth=auth))["spec.auth"]
-    assert "header goes with strategy ApiKey only" in reason
+    assert "header goes with strategy ApiKey or Custom only" in reason
     assert auth["strategy"] in reason
 
 

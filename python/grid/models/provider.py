@@ -178,11 +178,14 @@ def api_key_header(
     """The request header the gateway puts a provider's API key in, or None when its
     credential (if any) is sent as a bearer token.
 
-    Only strategy ApiKey uses a header: ``header`` when given, else the default of the
-    provider's kind (:data:`DEFAULT_API_KEY_HEADERS`: ``x-api-key`` for anthropic and
-    self_hosted, ``x-goog-api-key`` for vertex). open_ai and bedrock take API keys as
-    bearer tokens, so an ApiKey provider of those kinds without a header gets None.
+    Strategy ApiKey uses ``header`` when given, else the default of the provider's kind
+    (:data:`DEFAULT_API_KEY_HEADERS`: ``x-api-key`` for anthropic and self_hosted,
+    ``x-goog-api-key`` for vertex). open_ai and bedrock take API keys as bearer tokens, so
+    an ApiKey provider of those kinds without a header gets None. Strategy Custom uses
+    ``header`` only (None without one: such a provider is not offered).
     """
+    if strategy == AuthStrategy.CUSTOM:
+        return header
     if strategy != AuthStrategy.API_KEY:
         return None
     if header is not None:
@@ -192,7 +195,9 @@ def api_key_header(
 
 _SECRET_STRATEGY_NAMES = sorted(SECRET_STRATEGIES)
 _SECRET_HELP = "(name, namespace, key of the Secret holding the credential)"
-_HEADER_HELP = "remove header, or use strategy ApiKey to send the key in that header"
+_HEADER_HELP = (
+    "remove header, or use strategy ApiKey (or Custom) to send the Secret's value in that header"
+)
 SECRET_REF_NEEDED = ValidationRule(
     f"!(self.strategy in [{', '.join(cel_string(s) for s in _SECRET_STRATEGY_NAMES)}]) || "
     f"({present('secretRef')})",
@@ -203,12 +208,15 @@ SECRET_REF_NEEDED = ValidationRule(
     message_expression="'strategy ' + self.strategy + "
     + cel_string(" needs secretRef " + _SECRET_HELP),
 )
-HEADER_WITH_API_KEY_ONLY = ValidationRule(
-    f"!({present('header')}) || self.strategy == 'ApiKey'",
-    f"header goes with strategy ApiKey only: {_HEADER_HELP}",
+HEADER_STRATEGIES = (AuthStrategy.API_KEY, AuthStrategy.CUSTOM)
+"""Strategies whose credential the gateway sends in a named request header."""
+HEADER_WITH_HEADER_STRATEGIES = ValidationRule(
+    f"!({present('header')}) || "
+    f"self.strategy in [{', '.join(cel_string(s) for s in HEADER_STRATEGIES)}]",
+    f"header goes with strategy ApiKey or Custom only: {_HEADER_HELP}",
     field_path=".header",
     reason=Reason.FORBIDDEN,
-    message_expression="'header goes with strategy ApiKey only, not ' + self.strategy + "
+    message_expression="'header goes with strategy ApiKey or Custom only, not ' + self.strategy + "
     f"{cel_string(': ' + _HEADER_HELP)}",
 )
 
@@ -218,16 +226,17 @@ class ProviderAuth(GridModel):
     the gateway reads the mounted file."""
 
     model_config = ConfigDict(
-        json_schema_extra=validations(SECRET_REF_NEEDED, HEADER_WITH_API_KEY_ONLY)
+        json_schema_extra=validations(SECRET_REF_NEEDED, HEADER_WITH_HEADER_STRATEGIES)
     )
 
     strategy: AuthStrategy
     secret_ref: SecretKeyRef | None = None
     header: HeaderName | None = Field(
         None,
-        description="ApiKey only: the request header the key is sent in (e.g. x-api-key). "
-        "Default by providerKind: x-api-key for anthropic and self_hosted, x-goog-api-key "
-        "for vertex; open_ai and bedrock send the key as a bearer token. Never "
+        description="ApiKey and Custom: the request header the Secret's value is sent in "
+        "(e.g. x-api-key). ApiKey's default is by providerKind: x-api-key for anthropic and "
+        "self_hosted, x-goog-api-key for vertex; open_ai and bedrock send the key as a bearer "
+        "token. Custom has no default: without header it is not offered. Never "
         "Authorization, Host, Content-Length or a hop-by-hop header.",
     )
 
@@ -235,9 +244,10 @@ class ProviderAuth(GridModel):
     def _secret_when_needed(self) -> Self:
         if self.strategy in SECRET_STRATEGIES and self.secret_ref is None:
             raise ValueError(f"strategy {self.strategy} needs secretRef {_SECRET_HELP}")
-        if self.header is not None and self.strategy is not AuthStrategy.API_KEY:
+        if self.header is not None and self.strategy not in HEADER_STRATEGIES:
             raise ValueError(
-                f"header goes with strategy ApiKey only, not {self.strategy}: {_HEADER_HELP}"
+                f"header goes with strategy ApiKey or Custom only, not {self.strategy}: "
+                f"{_HEADER_HELP}"
             )
         return self
 

@@ -44,11 +44,14 @@ from grid.scoring.inputs import (
 from grid.suggest import listing, unknown_name
 
 REMOTE_CLUSTER_PREFIX = "site-"
-INJECTED_STRATEGIES = frozenset({AuthStrategy.BEARER_TOKEN, AuthStrategy.API_KEY})
-"""Strategies whose Secret holds a key the gateway sends itself: BearerToken as a bearer
+INJECTED_STRATEGIES = frozenset(
+    {AuthStrategy.BEARER_TOKEN, AuthStrategy.API_KEY, AuthStrategy.CUSTOM}
+)
+"""Strategies whose Secret holds a value the gateway sends itself: BearerToken as a bearer
 token; ApiKey in the header :func:`~grid.models.provider.api_key_header` names (the
 provider's ``auth.header`` or its kind's default), or as a bearer token for the kinds that
-take API keys that way (open_ai, bedrock)."""
+take API keys that way (open_ai, bedrock); Custom as the whole value of ``auth.header``
+(a scheme such as ``Token`` is part of the Secret's value)."""
 NO_SECRET_STRATEGIES = frozenset({AuthStrategy.MTLS_ONLY, AuthStrategy.SERVICE_ACCOUNT})
 DEFAULT_GATEWAY_NAMESPACE = "default"
 
@@ -297,6 +300,11 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
     auth = provider.spec.auth
     if auth is None or auth.strategy in NO_SECRET_STRATEGIES:
         return None, None
+    if auth.strategy is AuthStrategy.CUSTOM and auth.header is None:
+        return None, (
+            "auth strategy Custom names no header: set auth.header to the request header "
+            "the Secret's value is sent in"
+        )
     if auth.strategy in INJECTED_STRATEGIES and auth.secret_ref is not None:
         ref = auth.secret_ref
         header = api_key_header(provider.spec.provider_kind, auth.strategy, auth.header)
@@ -304,7 +312,7 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
         return SecretRef(ref.name, ref.namespace, ref.key, strategy, header), None
     return None, (
         f"auth strategy {auth.strategy} cannot be injected by the gateway "
-        "(it sends BearerToken and ApiKey credentials only)"
+        "(it sends BearerToken, ApiKey and Custom credentials only)"
     )
 
 
