@@ -393,6 +393,20 @@ class SwimNode:
         does."""
         self._node.set_pins(native_pins(pins))
 
+    def renew(self, credentials: SwimCredentials) -> None:
+        """Signs and verifies with ``credentials`` from now on, without a restart: a renewed
+        site certificate and key, a new CA bundle (a CA rotation), new pins. Checked as the
+        constructor checks them; refused with :class:`~grid.errors.SiteCredentialsError`,
+        and the node keeps the credentials it has. A new certificate is introduced to every
+        member at once, and what the node signed under the previous one stays verifiable
+        until it has signed it again (docs/security.md, "Certificate renewal")."""
+        self._node.renew(
+            list(credentials.certificate_chain),
+            credentials.private_key,
+            list(credentials.trust_anchors),
+            credentials.native_pins(),
+        )
+
     def join(self, seeds: Sequence[str]) -> None:
         """Announces to the seeds (``host:port``) and pulls one seed's full state; retried
         with backoff while no member is known. Returns at once."""

@@ -225,6 +225,26 @@ impl SwimNode {
         self.node.set_pins(self::pins(pins)?).map_err(node_error)
     }
 
+    /// Signs and verifies with these credentials from now on, without a restart (a renewed
+    /// site certificate and key, a new CA bundle, new pins); raises `SiteCredentialsError`
+    /// as the constructor would, and the node keeps its current credentials then.
+    #[pyo3(signature = (certificate_chain, private_key, trust_anchors = Vec::new(), pins = HashMap::new()))]
+    fn renew(
+        &self,
+        certificate_chain: Vec<Vec<u8>>,
+        private_key: Vec<u8>,
+        trust_anchors: Vec<Vec<u8>>,
+        pins: HashMap<String, Vec<Vec<u8>>>,
+    ) -> PyResult<()> {
+        let trust = NodeTrust {
+            chain: certificate_chain,
+            private_key,
+            anchors: trust_anchors,
+            pins: self::pins(pins)?,
+        };
+        self.node.renew(trust).map_err(node_error)
+    }
+
     /// Forgets these (lane, key) items of `site`: their versions are kept, their payloads
     /// dropped, and the same versions are delivered again once the site is live and they
     /// come back.
@@ -362,6 +382,16 @@ impl SwimNode {
             ("items_store_full", d.item_refusals.store_full),
             ("items_unverified_origin", d.item_refusals.unverified_origin),
             ("items_bad_signature", d.item_refusals.bad_signature),
+            ("items_earlier_key", d.item_renewals.earlier_key_items),
+            (
+                "items_signatures_renewed",
+                d.item_renewals.signatures_renewed,
+            ),
+            ("items_revoked", d.item_renewals.revoked_items),
+            ("items_signed_again", d.items_signed_again),
+            ("renewals", d.renewals),
+            ("earlier_certificates", d.earlier_certificates as u64),
+            ("previous_key_messages", d.session.previous_key_messages),
             ("name_conflicts", d.name_conflicts),
             ("members_unverified", d.members_unverified),
             ("members_implausible", d.members_implausible),

@@ -173,7 +173,7 @@ impl ChunkWriter {
     /// once that budget is spent.
     pub(super) fn push(&mut self, tag: u8, body: &[u8], max_chunks: usize) -> bool {
         let need = 3 + body.len();
-        let room = |index: usize| MAX_UNSEALED_LEN - if index == 0 { self.reserve } else { 0 };
+        let room = |index: usize| MAX_UNSEALED_LEN - self.room_kept(index);
         let fits = self
             .chunks
             .last()
@@ -193,6 +193,46 @@ impl ChunkWriter {
         chunk.put_u16(body.len() as u16);
         chunk.extend_from_slice(body);
         true
+    }
+
+    /// Adds two entries to the same chunk (a certificate and an item it signed, so neither
+    /// arrives without the other), opening a chunk as [`ChunkWriter::push`] does; false if
+    /// they cannot go together within the budget.
+    pub(super) fn push_pair(
+        &mut self,
+        first: (u8, &[u8]),
+        second: (u8, &[u8]),
+        max_chunks: usize,
+    ) -> bool {
+        let need = 6 + first.1.len() + second.1.len();
+        let fits = self.chunks.last().is_some_and(|chunk| {
+            chunk.len() + need <= MAX_UNSEALED_LEN - self.room_kept(self.chunks.len() - 1)
+        });
+        if !fits {
+            if self.chunks.len() >= max_chunks.min(MAX_SYNC_CHUNKS)
+                || self.header.len() + need > MAX_UNSEALED_LEN - self.room_kept(self.chunks.len())
+            {
+                return false;
+            }
+            let mut chunk = Vec::with_capacity(MAX_MESSAGE_LEN);
+            chunk.extend_from_slice(&self.header);
+            self.chunks.push(chunk);
+        }
+        self.push(first.0, first.1, max_chunks) && self.push(second.0, second.1, max_chunks)
+    }
+
+    /// How many chunks are open.
+    pub(super) fn len(&self) -> usize {
+        self.chunks.len()
+    }
+
+    /// Room chunk `index` keeps for the entry [`ChunkWriter::finish`] adds.
+    fn room_kept(&self, index: usize) -> usize {
+        if index == 0 {
+            self.reserve
+        } else {
+            0
+        }
     }
 
     /// The chunks, numbered, with `last_word` (if not empty) as the first chunk's last

@@ -156,6 +156,7 @@ impl Driver {
     /// Turns foca's notifications and newly received items into events, arms timers that
     /// depend on connectivity and re-tunes the retransmit budget to the cluster size.
     pub(super) fn settle(&mut self, now: Duration) {
+        self.sign_own_items_again();
         let mut notes = std::mem::take(&mut self.notes);
         for note in notes.drain(..) {
             match note {

@@ -31,8 +31,9 @@
 //! The driver's concerns live in submodules, each adding `impl Driver` blocks and the
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
 //! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
-//! (push/pull syncs and catch-up), `repair` (digests and repair answers) and `chunks`
-//! (the chunk format syncs and repairs share). This file holds the [`Driver`] itself, its
+//! (push/pull syncs and catch-up), `repair` (digests and repair answers), `chunks` (the
+//! chunk format syncs and repairs share) and `renewal` (pins, the node's certificate
+//! renewed in place, its own items signed again, earlier certificates forgotten). This file holds the [`Driver`] itself, its
 //! public types and the host loop entry points.
 
 use std::collections::HashMap;
@@ -48,10 +49,11 @@ use crate::driver::config::{ConfigError, SwimConfig};
 use crate::driver::timers::{TimerEvent, TimerHeap};
 use crate::identity::auth::{Authority, ITEM_DOMAIN};
 use crate::identity::{Interner, NodeId, SiteAddr};
+use crate::lanes::keys::Role;
 use crate::lanes::relay::RelayQueue;
 use crate::lanes::{
     encode_publish, lock, Item, ItemHandler, ItemName, ItemStore, Lane, PublishError, Refusals,
-    Relays,
+    Relays, Renewals,
 };
 use crate::wire::session::{Session, SessionStats, Verdict};
 use crate::wire::versions::ProtocolRange;
@@ -73,9 +75,12 @@ pub mod timers;
 
 mod chunks;
 mod membership;
+mod renewal;
 mod repair;
 mod swim;
 mod sync;
+
+pub use renewal::Unsigned;
 
 use swim::ProbeHealth;
 use sync::{CatchUp, PullAnswer, SyncBaseline};
@@ -211,6 +216,16 @@ pub struct DriverStats {
     pub items_published: u64,
     pub items_delivered: u64,
     pub item_refusals: Refusals,
+    /// What the store did with items signed by a key that is not their origin's current one.
+    pub item_renewals: Renewals,
+    /// Times this node's own certificate was renewed in place ([`Driver::renew`]).
+    pub renewals: u64,
+    /// This node's own items signed again under its current key (held under an earlier
+    /// one after a renewal, or taken back from peers after a restart).
+    pub items_signed_again: u64,
+    /// Earlier certificates of sites kept now (each vouches for items held that its key
+    /// signed).
+    pub earlier_certificates: usize,
     pub members: usize,
     /// Items waiting to be gossiped: in the relay queue and held by foca.
     pub broadcast_backlog: usize,
@@ -336,9 +351,14 @@ impl Driver {
             interner.clone(),
             !authority.is_unsigned(),
         );
+        items.set_own(identity.site());
         if let Authority::Certified { credentials, .. } = &authority {
             // Our own items can come back from peers (published by an earlier life).
-            items.trust_origin(identity.site(), credentials.public_key().clone());
+            items.trust_origin(
+                identity.site(),
+                credentials.public_key().clone(),
+                Role::Current,
+            );
         }
         items.set_live(identity.site(), true);
         let store = Arc::new(Mutex::new(items));
@@ -433,15 +453,6 @@ impl Driver {
         self.has_left
     }
 
-    /// Replaces the pinned certificate fingerprints. A site whose verified certificate no
-    /// longer matches its pin is forgotten: its messages and items are refused until it
-    /// introduces itself with a certificate that passes.
-    pub fn set_pins(&mut self, pins: crate::identity::auth::Pins) {
-        for site in self.session.set_pins(pins) {
-            lock(&self.store).distrust_origin(&site);
-        }
-    }
-
     /// Whether this node stopped because an older live identity holds its site name.
     pub fn has_yielded(&self) -> bool {
         self.yielded
@@ -492,6 +503,7 @@ impl Driver {
         let relays = lock(&self.relays);
         DriverStats {
             item_refusals: store.refusals(),
+            item_renewals: store.renewals(),
             items_stored: store.len(),
             members: self.foca.num_members(),
             broadcast_backlog: self.foca.custom_broadcast_backlog() + relays.queue.len(),
@@ -501,6 +513,7 @@ impl Driver {
             local_health: self.probe.local_health,
             late_answers: self.probe.late_answers,
             session: self.session.stats(),
+            earlier_certificates: self.session.sites().earlier_count(),
             ..self.stats
         }
     }

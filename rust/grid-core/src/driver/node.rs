@@ -162,6 +162,7 @@ enum Command {
         reply: SyncSender<Vec<Result<bool, PublishError>>>,
     },
     SetPins(Pins),
+    Renew(Box<Authority>),
     Forget(String, Vec<(Lane, String)>),
     Leave(SyncSender<()>),
     Stop(SyncSender<()>),
@@ -512,6 +513,18 @@ impl Node {
         self.command(Command::SetPins(pins))
     }
 
+    /// Signs and verifies with `trust` from now on, without a restart: a renewed site
+    /// certificate and key, new trust anchors (a CA rotated) or pins. Checked here as
+    /// [`Node::bind`] checks, for this node's site: what would be refused raises and the
+    /// node keeps what it has. A new certificate is introduced to every member at once;
+    /// the previous one keeps vouching for what it signed until the node has signed its
+    /// own items again (docs/security.md, "Certificate renewal").
+    pub fn renew(&self, trust: NodeTrust) -> Result<(), NodeError> {
+        let site = self.local().site().clone();
+        let authority = trust.check(&site, wall_clock())?;
+        self.command(Command::Renew(Box::new(authority)))
+    }
+
     /// Forgets these items of `site` (the host decided its records are stale); their same
     /// versions are taken, and delivered, again once the site is live and they come back.
     pub fn forget(&self, site: &str, items: Vec<(Lane, String)>) -> Result<(), NodeError> {
@@ -739,6 +752,10 @@ fn run(
                 match command {
                     Command::Join(seeds) => driver.join(now, &seeds, &mut out),
                     Command::SetPins(pins) => driver.set_pins(pins),
+                    Command::Renew(authority) => {
+                        // A node always signs: a bound node was checked as certified.
+                        let _ = driver.renew(now, *authority, &mut out);
+                    }
                     Command::Forget(site, items) => {
                         driver.forget(&site, &items);
                     }

@@ -18,6 +18,7 @@ use rand::Rng;
 
 use crate::driver::timers::{TimerEvent, TimerHeap};
 use crate::identity::{validate_site, NodeId};
+use crate::lanes::keys::Role;
 use crate::lanes::lock;
 use crate::lanes::relay::{WINDOW_BYTES, WINDOW_ITEMS};
 use crate::wire::session::{hello_wants_reply, Session, Transmit};
@@ -369,7 +370,7 @@ impl Driver {
         out: &mut O,
     ) {
         if let Some(key) = self.session.key(sender.site()) {
-            lock(&self.store).trust_origin(sender.site(), key.clone());
+            lock(&self.store).trust_origin(sender.site(), key.clone(), Role::Current);
         }
         if hello_wants_reply(body, &self.interner)
             && self.session.may_answer(now, sender.socket_addr())

@@ -14,9 +14,13 @@ use foca::{Member, State};
 use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
+use crate::identity::auth::FINGERPRINT_LEN;
 use crate::identity::{Interner, NodeId, SiteAddr};
+use crate::lanes::keys::Role;
 use crate::lanes::{lock, ExportEnd, ItemName};
 use crate::wire::session::Transmit;
+use crate::wire::sites::Learned;
+use crate::wire::versions::EARLIER_CERTIFICATES_SINCE;
 use crate::wire::{
     decode_member, encode_member, state_byte, Reader, WireError, KIND_SYNC_REQUEST,
     KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,
@@ -180,6 +184,7 @@ impl Driver {
             self.push_pull_armed = false;
             return;
         }
+        self.tidy_earlier_certificates(now);
         if let Some(peer) = self.random_member() {
             self.start_sync(now, peer, out);
         }
@@ -345,15 +350,37 @@ impl Driver {
             None
         } else {
             let session = &self.session;
+            // Earlier certificates only to peers that keep a site's newest certificate as
+            // its current one whatever the order they arrive in (protocol 3): an older
+            // peer would take the earlier one as current.
+            let earlier_ok = session
+                .version_at(peer)
+                .is_some_and(|version| version >= EARLIER_CERTIFICATES_SINCE);
             let mut chain_entry = Vec::new();
             let mut last_origin: Option<Arc<str>> = None;
-            let end = lock(&self.store).export(after, &mut entry, |origin, item| {
+            let mut earlier_in_chunk: Option<(Arc<str>, [u8; FINGERPRINT_LEN], usize)> = None;
+            let end = lock(&self.store).export(after, &mut entry, |origin, item, earlier| {
                 if last_origin.as_ref() != Some(origin) {
                     last_origin = Some(origin.clone());
                     if let Some(chain) = session.certificate_chain(origin) {
                         encode_certificate_entry(origin, chain, &mut chain_entry);
                         if !chunks.push(ENTRY_CERTIFICATE, &chain_entry, MAX_SYNC_CHUNKS) {
                             return false;
+                        }
+                    }
+                }
+                let vouching = earlier.filter(|_| earlier_ok).and_then(|fingerprint| {
+                    let chain = session.chain_of(origin, &fingerprint)?;
+                    Some((fingerprint, chain))
+                });
+                if let Some((fingerprint, chain)) = vouching {
+                    let written = (origin.clone(), fingerprint, chunks.len());
+                    if earlier_in_chunk.as_ref() != Some(&written) {
+                        encode_certificate_entry(origin, chain, &mut chain_entry);
+                        let pair = (ENTRY_CERTIFICATE, chain_entry.as_slice());
+                        if chunks.push_pair(pair, (ENTRY_ITEM, item), MAX_SYNC_CHUNKS) {
+                            earlier_in_chunk = Some((origin.clone(), fingerprint, chunks.len()));
+                            return true;
                         }
                     }
                 }
@@ -468,8 +495,13 @@ impl Driver {
         });
         for (site, chain) in certificates {
             let site = self.interner.intern(site);
-            if let Some(key) = self.session.learn_certificate(now, &site, &chain) {
-                lock(&self.store).trust_origin(&site, key);
+            if let Some((key, learned)) = self.session.learn_certificate(now, &site, &chain) {
+                let role = if learned == Learned::Current {
+                    Role::Current
+                } else {
+                    Role::Earlier
+                };
+                lock(&self.store).trust_origin(&site, key, role);
             }
         }
         {

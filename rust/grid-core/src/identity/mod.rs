@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use crate::reader::{Reader, WireError};
 
 pub mod auth;
+pub mod x509;
 
 /// Longest site name, in bytes (a DNS label).
 pub const MAX_SITE_LEN: usize = 63;

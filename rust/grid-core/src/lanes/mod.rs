@@ -18,32 +18,41 @@
 //! only if it verifies under the key the origin's certificate proved.
 //!
 //! The layer's modules, each below this one: [`names`] (how an item is named), [`relay`]
-//! (the relay queue) and [`repair`] (the digests); the relay queue and the digests name
+//! (the relay queue), [`repair`] (the digests) and [`keys`] (the keys that sign for each
+//! origin); the relay queue and the digests name
 //! items, so [`names`] is below them too.
 //!
 //! This module's files, by concern:
 //! - `encoding`: the item encoding, its checks on a local publish, and decoding;
 //! - `store`: the [`ItemStore`] (latest versions, refusals, recent versions for repair,
 //!   export in name order) and its bounds;
+//! - `renewal`: the store's side of a certificate changing: keys trusted per origin
+//!   ([`keys`]), own items signed again, renewed signatures taken, revoked keys' items
+//!   dropped;
 //! - `delivery`: the foca side ([`ItemHandler`]) handing news to the relay queue
 //!   ([`Relays`]).
 
 use std::fmt;
 use std::sync::Arc;
 
+pub mod keys;
 pub mod names;
 pub mod relay;
 pub mod repair;
 
 mod delivery;
 mod encoding;
+mod renewal;
 mod store;
 #[cfg(test)]
 mod tests;
 
 pub use delivery::{lock, ItemHandler, Relays};
 pub use encoding::{contains_private_key, encode_publish, encoded_item_len};
-pub use store::{ExportEnd, ItemStore, Refusals, DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY};
+pub use renewal::StaleOwnItem;
+pub use store::{
+    ExportEnd, ItemStore, Refusals, Renewals, DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY,
+};
 
 use crate::wire::{MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 

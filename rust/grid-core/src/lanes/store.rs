@@ -3,15 +3,16 @@
 //! [`crate::lanes::repair`]) and the export of held items in [`ItemName`] order for
 //! push/pull syncs; with its bounds.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BufMut;
 
 use super::encoding::{contains_private_key, decode_item, encode_unsigned, ItemView};
+use super::keys::{Checked, KeyBook, KeyId};
 use super::{BroadcastKey, Item, ItemName, Lane};
-use crate::identity::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
+use crate::identity::auth::{FINGERPRINT_LEN, SIGNATURE_LEN};
 use crate::identity::{validate_site, Interner};
 use crate::lanes::names::{export_rank, EXPORT_LANES, LANE_COUNT};
 use crate::lanes::repair::{version_hash, Digest, REPAIR_WINDOW};
@@ -42,16 +43,30 @@ pub struct Refusals {
     pub bad_signature: u64,
 }
 
-struct Stored {
-    version: u64,
-    /// Dropped once the origin is down or gone; the version stays so a late copy of an
-    /// old item is not news again.
-    held: Option<Held>,
+/// What the store did with items signed by a key that is not their origin's current one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Renewals {
+    /// Items taken on the word of an earlier certificate of their origin.
+    pub earlier_key_items: u64,
+    /// Held items whose signature was replaced by their origin's current key's (same
+    /// version, same payload: the origin signed it again after a renewal).
+    pub signatures_renewed: u64,
+    /// Held items dropped because the only key that signed them was revoked.
+    pub revoked_items: u64,
 }
 
-struct Held {
-    payload: Arc<[u8]>,
-    signature: [u8; SIGNATURE_LEN],
+pub(super) struct Stored {
+    pub(super) version: u64,
+    /// Dropped once the origin is down or gone; the version stays so a late copy of an
+    /// old item is not news again.
+    pub(super) held: Option<Held>,
+}
+
+pub(super) struct Held {
+    pub(super) payload: Arc<[u8]>,
+    pub(super) signature: [u8; SIGNATURE_LEN],
+    /// The key that made `signature`.
+    pub(super) signer: KeyId,
 }
 
 impl Held {
@@ -67,12 +82,18 @@ impl Held {
 /// The latest version of every item name this node knows.
 pub struct ItemStore {
     /// In [`ItemName`] order (lanes indexed by their byte, walked in [`EXPORT_LANES`] order).
-    origins: BTreeMap<Arc<str>, [BTreeMap<Arc<str>, Stored>; LANE_COUNT]>,
+    pub(super) origins: BTreeMap<Arc<str>, [BTreeMap<Arc<str>, Stored>; LANE_COUNT]>,
     /// Verified keys of origin sites; `None` when items are not signed (simulations).
-    origin_keys: Option<HashMap<Arc<str>, PublicKey>>,
+    pub(super) origin_keys: Option<KeyBook>,
+    /// This node's own site: its items held under an earlier key are signed again.
+    pub(super) own: Option<Arc<str>>,
+    /// Some of the own site's items are held under a key that is not its current one.
+    pub(super) own_stale: bool,
     /// Items from origins whose key is not known yet, oldest first: taken as soon as the
     /// origin's certificate is verified, so a joiner does not wait for the next sync.
-    waiting: VecDeque<Vec<u8>>,
+    pub(super) waiting: VecDeque<Vec<u8>>,
+    /// Waiting items are being taken again (a key of their origin was just trusted).
+    pub(super) retaking: bool,
     /// Origins with a live member (this node's own site included): only their forgotten
     /// items are taken back at the same version, so a down site's records do not bounce
     /// between nodes that forget them at different times.
@@ -82,6 +103,7 @@ pub struct ItemStore {
     interner: Interner,
     fresh: Vec<Item>,
     refused: Refusals,
+    pub(super) renewals: Renewals,
     /// The versions stored in the last [`REPAIR_WINDOW`], oldest first (see
     /// [`crate::lanes::repair`]); a version no longer the latest of its name is skipped on
     /// use.
@@ -109,14 +131,18 @@ impl ItemStore {
     pub fn new(capacity: usize, interner: Interner, signed: bool) -> ItemStore {
         ItemStore {
             origins: BTreeMap::new(),
-            origin_keys: signed.then(HashMap::new),
+            origin_keys: signed.then(KeyBook::default),
+            own: None,
+            own_stale: false,
             waiting: VecDeque::new(),
+            retaking: false,
             live: HashSet::new(),
             len: 0,
             capacity,
             interner,
             fresh: Vec::new(),
             refused: Refusals::default(),
+            renewals: Renewals::default(),
             recent: VecDeque::new(),
             clock: Duration::ZERO,
         }
@@ -127,50 +153,42 @@ impl ItemStore {
         self.clock = now;
     }
 
-    /// Trusts `key` for the items of `origin` (its certificate was verified), and takes
-    /// the items of `origin` that were waiting for it.
-    pub fn trust_origin(&mut self, origin: &Arc<str>, key: PublicKey) {
-        let Some(keys) = &mut self.origin_keys else {
-            return;
-        };
-        if keys.insert(origin.clone(), key.clone()) == Some(key) {
-            return;
-        }
-        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
-            .into_iter()
-            .partition(|data| decode_item(data).is_ok_and(|item| item.origin == &**origin));
-        self.waiting = waiting.into();
-        for data in ready {
-            self.accept(&data, true);
-        }
-    }
-
-    /// Stops trusting `origin`'s key (its pin changed); its items wait for a new one.
-    pub fn distrust_origin(&mut self, origin: &str) {
-        if let Some(keys) = &mut self.origin_keys {
-            keys.remove(origin);
-        }
-    }
-
-    /// Whether a received item is its origin's: checked only for news, so a known version
-    /// costs no signature check.
-    fn is_authentic(&mut self, item: &ItemView<'_>, data: &[u8]) -> bool {
+    /// Which trusted key of the origin signed a received item: checked only for news, so
+    /// a known version costs no signature check. `None` (counted) if no trusted key did.
+    /// An item waits for a key of its origin that this node has not learned yet, when the
+    /// origin has none, and also when none of its keys made the signature: forged, or
+    /// signed by a renewed certificate whose `HELLO` is still on its way.
+    fn signer_of(&mut self, item: &ItemView<'_>, data: &[u8]) -> Option<KeyId> {
         let Some(keys) = &self.origin_keys else {
-            return true;
+            return Some(KeyId::UNSIGNED);
         };
-        let Some(key) = keys.get(item.origin) else {
-            self.refused.unverified_origin += 1;
-            if self.waiting.len() == WAITING_CAPACITY {
-                self.waiting.pop_front();
+        match keys.check(item.origin, item.signed, &item.signature) {
+            Checked::By(signer) => {
+                if keys.current(item.origin) != Some(signer) {
+                    self.renewals.earlier_key_items += 1;
+                }
+                Some(signer)
             }
-            self.waiting.push_back(data.to_vec());
-            return false;
-        };
-        if !key.verify(ITEM_DOMAIN, item.signed, &item.signature) {
-            self.refused.bad_signature += 1;
-            return false;
+            // Counted when it came; a new key of its origin did not make it either.
+            Checked::Forged if self.retaking => None,
+            Checked::Forged => {
+                self.refused.bad_signature += 1;
+                self.wait(data);
+                None
+            }
+            Checked::NoKey => {
+                self.refused.unverified_origin += 1;
+                self.wait(data);
+                None
+            }
         }
-        true
+    }
+
+    fn wait(&mut self, data: &[u8]) {
+        if self.waiting.len() == WAITING_CAPACITY {
+            self.waiting.pop_front();
+        }
+        self.waiting.push_back(data.to_vec());
     }
 
     /// Takes an encoded item if it is news (and, from a peer, authentic). Items from peers
@@ -192,10 +210,15 @@ impl ItemStore {
             // The same version is news again once its payload was forgotten and its site is
             // back: forgetting a site that was away must never lose what it says.
             Some(version) if version > item.version => return None,
-            Some(version)
-                if version == item.version
-                    && (self.holds(&item) || !self.live.contains(item.origin)) =>
-            {
+            Some(version) if version == item.version && self.holds(&item) => {
+                // Not news, but perhaps its origin's signature again under a renewed key.
+                return if from_peer {
+                    self.take_renewed_signature(&item)
+                } else {
+                    None
+                };
+            }
+            Some(version) if version == item.version && !self.live.contains(item.origin) => {
                 return None
             }
             Some(_) => {}
@@ -205,12 +228,16 @@ impl ItemStore {
             }
             _ => {}
         }
-        if from_peer && !self.is_authentic(&item, data) {
-            return None;
-        }
+        let signer = if from_peer {
+            self.signer_of(&item, data)?
+        } else {
+            self.current_key(item.origin)
+        };
+        self.note_own_signer(item.origin, signer);
         let held = Held {
             payload: Arc::from(item.payload),
             signature: item.signature,
+            signer,
         };
         let payload = held.payload.clone();
         let origin = self.interner.intern(item.origin);
@@ -273,7 +300,7 @@ impl ItemStore {
     }
 
     /// The stored version of this name, if any.
-    fn stored(&self, origin: &str, lane: Lane, key: &str) -> Option<&Stored> {
+    pub(super) fn stored(&self, origin: &str, lane: Lane, key: &str) -> Option<&Stored> {
         self.origins
             .get(origin)
             .and_then(|lanes| lanes[lane as usize].get(key))
@@ -458,20 +485,23 @@ impl ItemStore {
 
     /// Encodes held items (those with payloads) one by one into `scratch`, in [`ItemName`]
     /// order starting after `after` (from the first name when `None`) and wrapping round,
-    /// and hands each with its origin to `emit` until `emit` says the budget is spent.
+    /// and hands each with its origin to `emit` until `emit` says the budget is spent. An
+    /// item signed by an earlier key of its origin comes with that key's certificate
+    /// fingerprint (a sync sends the certificate before it).
     pub fn export(
         &self,
         after: Option<&ItemName>,
         scratch: &mut Vec<u8>,
-        mut emit: impl FnMut(&Arc<str>, &[u8]) -> bool,
+        mut emit: impl FnMut(&Arc<str>, &[u8], Option<[u8; FINGERPRINT_LEN]>) -> bool,
     ) -> ExportEnd {
         /// Offers the held items of `entries` until `emit` says the budget is spent
         /// (`false`), noting the last one taken in `last`.
         fn offer<'a>(
+            keys: Option<&KeyBook>,
             entries: impl Iterator<Item = Entry<'a>>,
             last: &mut Option<Entry<'a>>,
             scratch: &mut Vec<u8>,
-            emit: &mut impl FnMut(&Arc<str>, &[u8]) -> bool,
+            emit: &mut impl FnMut(&Arc<str>, &[u8], Option<[u8; FINGERPRINT_LEN]>) -> bool,
         ) -> bool {
             for entry in entries {
                 let (origin, lane, key, stored) = entry;
@@ -479,7 +509,8 @@ impl ItemStore {
                     continue;
                 };
                 held.encode(origin, lane, key, stored.version, scratch);
-                if !emit(origin, scratch) {
+                let earlier = keys.and_then(|keys| keys.earlier_fingerprint(origin, held.signer));
+                if !emit(origin, scratch, earlier) {
                     return false;
                 }
                 *last = Some(entry);
@@ -497,19 +528,26 @@ impl ItemStore {
                 .or_else(|| after.cloned()),
             wrapped,
         };
+        let keys = self.origin_keys.as_ref();
         let Some(after) = after else {
-            if !offer(self.entries(), &mut last, scratch, &mut emit) {
+            if !offer(keys, self.entries(), &mut last, scratch, &mut emit) {
                 return stopped(last, false);
             }
             return ExportEnd::Complete;
         };
-        if !offer(self.entries_after(after), &mut last, scratch, &mut emit) {
+        if !offer(
+            keys,
+            self.entries_after(after),
+            &mut last,
+            scratch,
+            &mut emit,
+        ) {
             return stopped(last, false);
         }
         let before = self
             .entries()
             .take_while(|(origin, lane, key, _)| after.cmp_to(origin, *lane, key).is_ge());
-        if !offer(before, &mut last, scratch, &mut emit) {
+        if !offer(keys, before, &mut last, scratch, &mut emit) {
             return stopped(last, true);
         }
         ExportEnd::Complete

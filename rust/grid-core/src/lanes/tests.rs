@@ -3,6 +3,7 @@
 use foca::Invalidates;
 
 use super::encoding::{decode_item, encode_unsigned};
+use super::keys::Role;
 use super::*;
 use crate::identity::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::Interner;
@@ -66,7 +67,7 @@ fn a_signed_store_takes_only_items_its_origin_signed() {
     // Nobody vouched for "a" yet: the item waits for its origin's key.
     assert!(s.accept(&signed(&signer, 1), true).is_none());
     assert_eq!(s.refusals().unverified_origin, 1);
-    s.trust_origin(&Arc::from("a"), key);
+    s.trust_origin(&Arc::from("a"), key, Role::Current);
     assert_eq!(s.take_fresh().map(|i| i.version).collect::<Vec<_>>(), [1]);
     assert!(s.accept(&signed(&forger, 2), true).is_none());
     assert_eq!(s.refusals().bad_signature, 1);
@@ -81,13 +82,85 @@ fn a_signed_store_takes_only_items_its_origin_signed() {
     // Syncs re-export the origin's own signature.
     let mut exported = Vec::new();
     let mut scratch = Vec::new();
-    s.export(None, &mut scratch, |_, item| {
+    s.export(None, &mut scratch, |_, item, _| {
         exported.push(item.to_vec());
         true
     });
     assert_eq!(exported, vec![signed(&signer, 2)]);
     s.distrust_origin("a");
     assert!(s.accept(&signed(&signer, 3), true).is_none());
+}
+
+#[test]
+fn items_of_a_renewed_key_wait_for_it_and_earlier_keys_vouch_until_signed_again() {
+    use crate::identity::auth::{test_key, Signer};
+    let (first, first_key): (Signer, PublicKey) = test_key(1);
+    let (renewed, renewed_key) = test_key(2);
+    let mut s = ItemStore::new(100, Interner::default(), true);
+    let origin: Arc<str> = Arc::from("a");
+    let signed = |signer: &Signer, key: &str| {
+        let mut out = Vec::new();
+        encode_publish("a", Lane::State, key, 1, b"v", &mut out, |bytes| {
+            signer.sign(ITEM_DOMAIN, bytes)
+        })
+        .unwrap();
+        out
+    };
+    s.trust_origin(&origin, first_key, Role::Current);
+    assert!(s.accept(&signed(&first, "old"), true).is_some());
+    // Signed by a key not learned yet: refused for now, taken once the key is trusted.
+    assert!(s.accept(&signed(&renewed, "new"), true).is_none());
+    assert_eq!(s.refusals().bad_signature, 1);
+    s.trust_origin(&origin, renewed_key, Role::Current);
+    let fresh: Vec<_> = s.take_fresh().map(|i| i.key.to_string()).collect();
+    assert_eq!(fresh, ["old", "new"]);
+    // The earlier key still vouches for "old": a sync carries its certificate with it.
+    let mut earlier = Vec::new();
+    s.export(None, &mut Vec::new(), |_, item, fingerprint| {
+        earlier.push((
+            decode_item(item).unwrap().key.to_owned(),
+            fingerprint.is_some(),
+        ));
+        true
+    });
+    assert_eq!(
+        earlier,
+        [("new".to_owned(), false), ("old".to_owned(), true)]
+    );
+    assert!(s.forget_unused_earlier_keys().is_empty());
+    // The origin's renewed signature replaces the held one (not news for the host).
+    assert!(s.accept(&signed(&renewed, "old"), true).is_some());
+    assert_eq!(s.renewals().signatures_renewed, 1);
+    assert!(!s.has_fresh());
+    assert_eq!(s.forget_unused_earlier_keys().len(), 1);
+    // A forgery waiting is not counted again when a key arrives.
+    let (forger, _) = test_key(3);
+    assert!(s.accept(&signed(&forger, "forged"), true).is_none());
+    let (_, third_key) = test_key(4);
+    s.trust_origin(&origin, third_key, Role::Current);
+    assert_eq!(s.refusals().bad_signature, 2);
+    assert!(!s.has_fresh());
+}
+
+#[test]
+fn own_items_held_under_an_earlier_key_are_handed_to_be_signed_again() {
+    use crate::identity::auth::test_key;
+    let (_, first_key) = test_key(1);
+    let (_, renewed_key) = test_key(2);
+    let mut s = ItemStore::new(100, Interner::default(), true);
+    let me: Arc<str> = Arc::from("me");
+    s.set_own(&me);
+    s.trust_origin(&me, first_key, Role::Current);
+    s.accept(&encoded("me", Lane::State, "k", 1, b"x"), false);
+    assert!(s.take_stale_own().is_empty());
+    s.trust_origin(&me, renewed_key, Role::Current);
+    let stale = s.take_stale_own();
+    assert_eq!(stale.len(), 1);
+    assert_eq!((&*stale[0].key, stale[0].version), ("k", 1));
+    // Handed once; signed again, it is the current key's.
+    assert!(s.take_stale_own().is_empty());
+    assert!(s.replace_signature("me", Lane::State, "k", [7; SIGNATURE_LEN]));
+    assert_eq!(s.forget_unused_earlier_keys().len(), 1);
 }
 
 #[test]
@@ -215,7 +288,7 @@ fn export_part(
 ) -> (Vec<(String, Lane, String)>, ExportEnd) {
     let mut scratch = Vec::new();
     let mut names = Vec::new();
-    let end = s.export(after, &mut scratch, |_, item| {
+    let end = s.export(after, &mut scratch, |_, item, _| {
         if names.len() == budget {
             return false;
         }
@@ -262,7 +335,7 @@ fn the_default_store_holds_a_100_by_100_mesh_and_refuses_past_its_capacity() {
     assert!(offer(&mut s, "site-000", Lane::Gateway, "gateway", 2, b"q").is_some());
     let mut scratch = Vec::new();
     let mut exported = 0;
-    let end = s.export(None, &mut scratch, |_, _| {
+    let end = s.export(None, &mut scratch, |_, _, _| {
         exported += 1;
         true
     });

@@ -4,6 +4,7 @@
 //! - [`frame`]: the encrypted UDP frame around every datagram, and the keyring;
 //! - this module: what travels inside a frame (below);
 //! - [`session`]: the signed layer: what goes out is signed, what comes in is checked;
+//! - [`sites`]: the certificates a session knows for each site, current and earlier;
 //! - [`versions`]: the protocol versions a node speaks and announces in its `HELLO`.
 //!
 //! What travels inside a frame: one signed message.
@@ -37,8 +38,10 @@
 //! `src | src_incarnation u16 | dst | tag u8 | fields`, then foca's own update count, members
 //! (`identity | incarnation u16 | state u8`) and length-prefixed broadcast items. A sync chunk
 //! is `sender identity | sync_id u32 | index u16 | count u16 | entries`, each entry
-//! `tag u8 (1 member, 2 item, 3 certificate) | len u16 | body`, members carrying state 3 for
-//! `left`, certificates as `site_len u8 | site | count u8 | (len u16 | der)*`.
+//! `tag u8 (1 member, 2 item, 3 certificate, 4 resume, 5 walk end, 6 earlier certificate) |
+//! len u16 | body`, members carrying state 3 for `left`, certificates (current or earlier,
+//! the latter only to peers speaking protocol 3) as `site_len u8 | site | count u8 |
+//! (len u16 | der)*`.
 //! docs/wire-format.md has the whole table.
 //!
 //! The decoding cursor [`Reader`] and [`WireError`] are defined in [`crate::reader`], below
@@ -57,6 +60,7 @@ pub use crate::reader::{Reader, WireError};
 
 pub mod frame;
 pub mod session;
+pub mod sites;
 pub mod versions;
 
 pub const KIND_FOCA: u8 = 0x01;

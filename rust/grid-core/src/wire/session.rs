@@ -12,8 +12,11 @@
 //!    identity, so a restarted sender starts a new window);
 //! 5. a signature by the sender site's certificate key. A site's key is learned from its
 //!    `HELLO`, whose certificate must name the site and chain to the network CA or match
-//!    the site's pin. A message from a site whose key is unknown is dropped, and its sender
-//!    is asked for a `HELLO` (at most once per [`ANSWER_INTERVAL`] per address).
+//!    the site's pin. A message from a site whose key is unknown, or that none of its
+//!    known keys signed (it may have renewed its certificate and its new `HELLO` not have
+//!    arrived), is dropped, and its sender is asked for a `HELLO` (at most once per
+//!    [`ANSWER_INTERVAL`] per address). The key a site signed with before its latest
+//!    `HELLO` is taken for [`KEY_SWITCH_GRACE`] more ([`crate::wire::sites`]).
 //!
 //! A `HELLO` also says which protocol versions its sender speaks
 //! ([`crate::wire::versions`]). A sender whose range shares no version with ours is refused
@@ -35,10 +38,13 @@ use std::time::Duration;
 use bytes::BufMut;
 
 use crate::identity::auth::{
-    Authority, Pins, PublicKey, ReplayWindow, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
+    Authority, Pins, PublicKey, ReplayWindow, FINGERPRINT_LEN, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
 };
 use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
+use crate::wire::sites::{Certificate, KnownSites, Learned};
 use crate::wire::versions::ProtocolRange;
+
+pub use crate::wire::sites::KEY_SWITCH_GRACE;
 use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
 
 /// Where outgoing messages go (a socket, a simulated network). Each message is a whole
@@ -84,7 +90,8 @@ const HELLO_WANT_REPLY: u8 = 0x01;
 pub enum Verdict<'a> {
     /// Fresh, addressed to us, never seen and signed by its sender's site.
     Accepted(Envelope<'a>),
-    /// Well formed, but from a site whose key we do not know yet.
+    /// Well formed, but from a site whose key we do not know yet, or signed by none of the
+    /// keys we know for it (its certificate may have been renewed): ask it for a `HELLO`.
     UnknownSender(NodeId),
     /// A verified `HELLO` from an identity that speaks no protocol version we speak.
     /// Nothing of it was kept (its key was not learned from this `HELLO`). `first`: this
@@ -101,12 +108,20 @@ pub enum Verdict<'a> {
 
 /// Why a message did not authenticate (and was counted).
 enum Unauthenticated {
-    /// No key is known for the sender's site yet.
+    /// No key is known for the sender's site yet, or none of its known keys signed.
     UnknownSite,
     /// A bad signature or certificate.
     Refused,
     /// A verified `HELLO` whose range we share none of (`true`: refused for the first time).
     Incompatible(ProtocolRange, bool),
+}
+
+/// What [`Session::renew`] changed.
+pub struct RenewedAuthority {
+    /// This node's new key, if its certificate changed.
+    pub key: Option<PublicKey>,
+    /// Certificates the new policy refuses: site, fingerprint, whether it was current.
+    pub forgotten: Vec<(Arc<str>, [u8; FINGERPRINT_LEN], bool)>,
 }
 
 /// Counts of what the session refused or sent, each named for `stats()`.
@@ -124,8 +139,12 @@ pub struct SessionStats {
     pub dropped_replayed: u64,
     /// From a site whose certificate we have not verified (it is asked for a `HELLO`).
     pub dropped_unknown_sender: u64,
-    /// A signature that is not the sender site's.
+    /// A signature that is not the sender site's (its sender is asked for a `HELLO`: it may
+    /// have renewed its certificate).
     pub dropped_bad_signature: u64,
+    /// Messages taken under the key their site signed with before its latest `HELLO`
+    /// (within [`KEY_SWITCH_GRACE`] of the switch).
+    pub previous_key_messages: u64,
     /// A `HELLO` whose certificate does not prove the claimed site.
     pub dropped_untrusted_certificate: u64,
     /// From an identity whose `HELLO` named protocol versions we share none of.
@@ -177,13 +196,6 @@ struct Sender {
     protocols: Option<ProtocolRange>,
 }
 
-struct KnownSite {
-    key: PublicKey,
-    /// When the chain was last checked against the policy.
-    checked: Duration,
-    chain: Vec<Vec<u8>>,
-}
-
 pub struct Session {
     authority: Authority,
     interner: Interner,
@@ -191,8 +203,8 @@ pub struct Session {
     wall_offset: Duration,
     seq: u64,
     local: NodeId,
-    /// Each site's verified key and the certificate chain that proved it.
-    keys: HashMap<Arc<str>, KnownSite>,
+    /// Each site's verified certificates: the current one and earlier ones.
+    sites: KnownSites,
     senders: HashMap<NodeId, Sender>,
     identities: HashMap<Arc<str>, Vec<NodeId>>,
     introduced: HashMap<NodeAddr, Duration>,
@@ -214,14 +226,13 @@ impl Session {
         interner: Interner,
         wall_offset: Duration,
     ) -> Session {
-        let mut keys = HashMap::new();
+        let mut sites = KnownSites::new(MAX_SITES);
         if let Authority::Certified { credentials, .. } = &authority {
-            let own = KnownSite {
-                key: credentials.public_key().clone(),
-                checked: Duration::ZERO,
-                chain: credentials.chain().to_vec(),
-            };
-            keys.insert(local.site().clone(), own);
+            let own = Certificate::new(
+                credentials.public_key().clone(),
+                credentials.chain().to_vec(),
+            );
+            sites.presented(local.site(), own, Duration::ZERO);
         }
         Session {
             authority,
@@ -229,7 +240,7 @@ impl Session {
             wall_offset,
             seq: 0,
             local,
-            keys,
+            sites,
             senders: HashMap::new(),
             identities: HashMap::new(),
             introduced: HashMap::new(),
@@ -260,6 +271,16 @@ impl Session {
         Some((theirs, self.protocols.common(theirs)?))
     }
 
+    /// The protocol version spoken with whoever is at `to` (the identity heard from there
+    /// most recently), if its `HELLO` was heard.
+    pub fn version_at(&self, to: SocketAddr) -> Option<u8> {
+        self.senders
+            .iter()
+            .filter(|(id, sender)| id.socket_addr() == to && sender.protocols.is_some())
+            .max_by_key(|(_, sender)| sender.last_heard)
+            .and_then(|(_, sender)| self.protocols.common(sender.protocols?))
+    }
+
     pub fn authority(&self) -> &Authority {
         &self.authority
     }
@@ -280,28 +301,97 @@ impl Session {
         self.wall_offset + now
     }
 
-    /// Replaces the pins; returns the sites whose verified key no longer matches its pin
-    /// (forgotten, so they must introduce themselves again).
-    pub fn set_pins(&mut self, pins: Pins) -> Vec<Arc<str>> {
+    /// Replaces the pins; returns the certificates that no longer match their site's pin:
+    /// site, fingerprint and whether it was the site's current one (then the site is
+    /// forgotten and must introduce itself again).
+    pub fn set_pins(&mut self, pins: Pins) -> Vec<(Arc<str>, [u8; FINGERPRINT_LEN], bool)> {
         let Authority::Certified { policy, .. } = &mut self.authority else {
             return Vec::new();
         };
         policy.set_pins(pins);
-        let stale: Vec<Arc<str>> = self
-            .keys
-            .iter()
-            .filter(|(site, known)| !policy.admits_fingerprint(site, &known.key.fingerprint()))
-            .map(|(site, _)| site.clone())
-            .collect();
-        for site in &stale {
-            self.keys.remove(site);
-        }
-        stale
+        let local = self.local.site().clone();
+        self.sites.forget_where(|site, certificate| {
+            *site != *local && !policy.admits_fingerprint(site, &certificate.fingerprint())
+        })
     }
 
-    /// The key verified for `site`, if any.
+    /// The key verified for `site`'s current certificate, if any.
     pub fn key(&self, site: &str) -> Option<&PublicKey> {
-        self.keys.get(site).map(|known| &known.key)
+        self.sites.get(site).map(|known| &known.current.key)
+    }
+
+    /// The sites this session knows certificates for, and their certificates.
+    pub fn sites(&self) -> &KnownSites {
+        &self.sites
+    }
+
+    /// Forgets an earlier certificate of `site` (nothing held is signed by its key any
+    /// more, or it no longer passes the policy).
+    pub fn forget_earlier(&mut self, site: &str, fingerprint: &[u8; FINGERPRINT_LEN]) {
+        self.sites.forget_earlier(site, fingerprint);
+    }
+
+    /// Signs and verifies with `authority` from now on: the site's certificate renewed,
+    /// the network's trust anchors or pins changed, or both. A new certificate of this
+    /// node's stays with the previous one as an earlier one (it vouches for what it
+    /// signed), and every address is introduced to it before its next message. Other
+    /// sites' certificates that the new policy refuses are forgotten; returns them as
+    /// [`Session::set_pins`] does. `None` (nothing changed) for a session that signs
+    /// nothing.
+    pub fn renew(&mut self, now: Duration, authority: Authority) -> Option<RenewedAuthority> {
+        let Authority::Certified {
+            credentials,
+            policy,
+        } = &authority
+        else {
+            return None;
+        };
+        if self.authority.is_unsigned() {
+            return None;
+        }
+        let key = credentials.public_key().clone();
+        let certificate = Certificate::new(key.clone(), credentials.chain().to_vec());
+        let wall = self.wall_offset + now;
+        let local = self.local.site().clone();
+        let forgotten = self.sites.forget_where(|site, known| {
+            let chain: Vec<&[u8]> = known.chain.iter().map(Vec::as_slice).collect();
+            *site != *local && policy.certify(site, &chain, wall).is_err()
+        });
+        let renewed = self.sites.presented(&local, certificate, now) == Learned::Current;
+        self.authority = authority;
+        if renewed {
+            self.introduced.clear();
+        }
+        Some(RenewedAuthority {
+            key: renewed.then_some(key),
+            forgotten,
+        })
+    }
+
+    /// Earlier certificates that no longer pass the trust policy at `now` (expired, or
+    /// refused otherwise), forgotten here; returns each as site and fingerprint.
+    pub fn forget_untrusted_earlier(
+        &mut self,
+        now: Duration,
+    ) -> Vec<(Arc<str>, [u8; FINGERPRINT_LEN])> {
+        let Authority::Certified { policy, .. } = &self.authority else {
+            return Vec::new();
+        };
+        let wall = self.wall_offset + now;
+        let untrusted: Vec<_> = self
+            .sites
+            .all_earlier()
+            .into_iter()
+            .filter(|(site, certificate)| {
+                let chain: Vec<&[u8]> = certificate.chain.iter().map(Vec::as_slice).collect();
+                policy.certify(site, &chain, wall).is_err()
+            })
+            .map(|(site, certificate)| (site, certificate.fingerprint()))
+            .collect();
+        for (site, fingerprint) in &untrusted {
+            self.sites.forget_earlier(site, fingerprint);
+        }
+        untrusted
     }
 
     /// Whether this identity was refused for the protocol versions it speaks.
@@ -483,13 +573,24 @@ impl Session {
                 }
             }
         } else {
-            match self.keys.get(site) {
-                Some(known) => (known.key.clone(), Vec::new()),
-                None => {
-                    self.stats.dropped_unknown_sender += 1;
-                    return Err(Unauthenticated::UnknownSite);
+            let Some(known) = self.sites.get(site) else {
+                self.stats.dropped_unknown_sender += 1;
+                return Err(Unauthenticated::UnknownSite);
+            };
+            let signer = known
+                .message_keys(now)
+                .position(|key| key.verify(MESSAGE_DOMAIN, envelope.signed, envelope.signature));
+            return match signer {
+                Some(0) => Ok(()),
+                Some(_) => {
+                    self.stats.previous_key_messages += 1;
+                    Ok(())
                 }
-            }
+                None => {
+                    self.stats.dropped_bad_signature += 1;
+                    Err(Unauthenticated::UnknownSite)
+                }
+            };
         };
         if !key.verify(MESSAGE_DOMAIN, envelope.signed, envelope.signature) {
             self.stats.dropped_bad_signature += 1;
@@ -529,18 +630,19 @@ impl Session {
             return None;
         };
         let leaf = ring::digest::digest(&ring::digest::SHA256, chain.first()?);
-        match self.keys.get(site) {
+        match self.sites.get(site) {
             Some(known)
-                if known.key.fingerprint()[..] == *leaf.as_ref()
+                if known.current.fingerprint()[..] == *leaf.as_ref()
                     && now.saturating_sub(known.checked) < RECHECK_CERTIFICATES =>
             {
-                Some(known.key.clone())
+                Some(known.current.key.clone())
             }
             _ => policy.certify(site, chain, self.wall_offset + now).ok(),
         }
     }
 
-    /// Keeps `key` (proved by `chain`) for `site`; false when the table of sites is full.
+    /// Keeps `key` (proved by `chain`, presented by the site itself) as `site`'s current
+    /// key; false when the table of sites is full.
     fn remember_site(
         &mut self,
         now: Duration,
@@ -552,46 +654,63 @@ impl Session {
             // This node's own certificate is the one it holds, whatever peers relay.
             return true;
         }
-        let checked = match self.keys.get(site) {
-            Some(known) if known.key == key => known.checked,
-            Some(_) => now,
-            None if self.keys.len() >= MAX_SITES => return false,
-            None => now,
-        };
         let chain = chain.iter().map(|der| der.to_vec()).collect();
-        self.keys.insert(
-            site.clone(),
-            KnownSite {
-                key,
-                checked,
-                chain,
-            },
-        );
-        true
+        self.sites
+            .presented(site, Certificate::new(key, chain), now)
+            != Learned::Full
     }
 
-    /// Learns a site's key from its certificate chain as a peer relayed it (in a sync):
-    /// the certificate vouches for itself, whoever carries it. `None` if it does not pass.
+    /// Learns a certificate of `site` as a peer relayed it (in a sync): the certificate
+    /// vouches for itself, whoever carries it. It is the site's current one if none is
+    /// known or it was issued after the current one, else an earlier one (this node's own
+    /// earlier certificates included: they vouch for what an earlier life of this node
+    /// signed). Returns the key and which it is, `None` if it does not pass.
     pub fn learn_certificate(
         &mut self,
         now: Duration,
         site: &Arc<str>,
         chain: &[&[u8]],
-    ) -> Option<PublicKey> {
-        if site == self.local.site() {
+    ) -> Option<(PublicKey, Learned)> {
+        let own = site == self.local.site();
+        if own
+            && chain.first().is_some_and(|leaf| {
+                let found = ring::digest::digest(&ring::digest::SHA256, leaf);
+                self.key(site)
+                    .is_some_and(|key| key.fingerprint()[..] == *found.as_ref())
+            })
+        {
             return None;
         }
         let Some(key) = self.certified(now, site, chain) else {
             self.stats.dropped_untrusted_certificate += 1;
             return None;
         };
-        self.remember_site(now, site, key.clone(), chain)
-            .then_some(key)
+        let certificate = Certificate::new(key.clone(), chain.iter().map(|d| d.to_vec()).collect());
+        let learned = if own {
+            self.sites.relayed_earlier(site, certificate)
+        } else {
+            self.sites.relayed(site, certificate, now)
+        };
+        let learned = match learned {
+            Learned::Full => return None,
+            Learned::Known if self.key(site) == Some(&key) => Learned::Current,
+            Learned::Known => Learned::Earlier,
+            learned => learned,
+        };
+        Some((key, learned))
     }
 
-    /// The verified certificate chain of `site` (this node's own included), for syncs.
+    /// The current certificate chain of `site` (this node's own included), for syncs.
     pub fn certificate_chain(&self, site: &str) -> Option<&[Vec<u8>]> {
-        self.keys.get(site).map(|known| known.chain.as_slice())
+        self.sites
+            .get(site)
+            .map(|known| known.current.chain.as_slice())
+    }
+
+    /// The certificate chain of `site` whose leaf has this fingerprint (current or
+    /// earlier), for syncs that carry items it signed.
+    pub fn chain_of(&self, site: &str, fingerprint: &[u8; FINGERPRINT_LEN]) -> Option<&[Vec<u8>]> {
+        self.sites.chain(site, fingerprint)
     }
 
     fn record(&mut self, now: Duration, envelope: &Envelope<'_>) {

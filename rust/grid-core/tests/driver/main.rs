@@ -79,6 +79,8 @@ struct Cluster {
     sent_to_lossy: usize,
     /// Gossip (foca) messages to this node holding these bytes are lost.
     deaf_to: Option<(SocketAddr, Vec<u8>)>,
+    /// Messages of any kind to this node holding these bytes are lost.
+    blocked: Option<(SocketAddr, Vec<u8>)>,
 }
 
 impl Cluster {
@@ -97,6 +99,7 @@ impl Cluster {
             lossy: None,
             sent_to_lossy: 0,
             deaf_to: None,
+            blocked: None,
         }
     }
 
@@ -212,6 +215,11 @@ impl Cluster {
                 if let Some((deaf, bytes)) = &self.deaf_to {
                     let gossip = message[0] == KIND_FOCA;
                     if to == *deaf && gossip && message.windows(bytes.len()).any(|w| w == bytes) {
+                        continue;
+                    }
+                }
+                if let Some((blocked, bytes)) = &self.blocked {
+                    if to == *blocked && message.windows(bytes.len()).any(|w| w == bytes) {
                         continue;
                     }
                 }
@@ -372,6 +380,7 @@ fn holds(c: &Cluster, at: SocketAddr, key: &str, version: u64) -> bool {
 }
 
 mod membership;
+mod renewal;
 mod security;
 mod store;
 mod versions;

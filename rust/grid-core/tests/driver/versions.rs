@@ -37,11 +37,11 @@ fn each_pair_speaks_its_highest_shared_version_and_pairs_sharing_none_refuse_eac
     c.join(old, hub);
     c.join(next, hub);
     c.run_until(Duration::from_secs(5), |c| {
-        protocol_of(c, hub, old) == Some(1) && protocol_of(c, hub, next) == Some(2)
+        protocol_of(c, hub, old) == Some(1) && protocol_of(c, hub, next) == Some(3)
     });
     c.run_for(Duration::from_secs(5));
     // The hub speaks with both, each at the highest version the pair shares.
-    for (viewer, target, spoken) in [(hub, old, 1), (hub, next, 2), (old, hub, 1), (next, hub, 2)] {
+    for (viewer, target, spoken) in [(hub, old, 1), (hub, next, 3), (old, hub, 1), (next, hub, 3)] {
         assert_eq!(
             c.state_of(viewer, target).map(|s| s.0),
             Some(MemberState::Alive)
@@ -84,7 +84,7 @@ fn a_hello_without_a_range_is_heard_as_protocol_one() {
     let b = c.add(1, 1);
     c.join(b, a);
     c.run_until(Duration::from_secs(5), |c| {
-        protocol_of(c, a, b) == Some(2) && protocol_of(c, b, a) == Some(2)
+        protocol_of(c, a, b) == Some(3) && protocol_of(c, b, a) == Some(3)
     });
     // A HELLO whose flags carry no range (as release 0.1.0 sends them), signed by b.
     let signer = c.authority("site-1");

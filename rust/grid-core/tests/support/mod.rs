@@ -50,6 +50,19 @@ impl TestCa {
         }
     }
 
+    /// A certificate for `site` issued `days` after the ones [`TestCa::issue`] gives (its
+    /// `notBefore` is later: a renewal).
+    pub fn renew(&self, site: &str, days: u8) -> Issued {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![site.to_owned()]).unwrap();
+        params.not_before = rcgen::date_time_ymd(2026, 1, days);
+        let cert = params.signed_by(&key, &self.cert, &self.key).unwrap();
+        Issued {
+            cert: cert.der().to_vec(),
+            key: key.serialize_der(),
+        }
+    }
+
     pub fn policy(&self) -> TrustPolicy {
         TrustPolicy::new(&[self.der()], HashMap::new()).unwrap()
     }
