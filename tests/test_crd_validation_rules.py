@@ -33,6 +33,11 @@ from grid.models.fields import (
 )
 from grid.models.meta import LABEL_KEY_NAME, LABEL_KEY_PREFIX, LABEL_MAP_KEYS
 from grid.models.network import AFFINITY_NEEDS_A_KEY, SUSPICION_OUTLASTS_PROBE
+from grid.models.oauth2 import (
+    CLIENT_CREDENTIALS_NEEDS_CLIENT,
+    JWT_BEARER_TAKES_NO_CLIENT,
+    TOKEN_URL_HTTPS,
+)
 from grid.models.offers import MODEL_NAME_BYTES
 from grid.models.provider import (
     A_SIGNAL_MAPPED,
@@ -41,6 +46,7 @@ from grid.models.provider import (
     HEADER_NOT_THE_GATEWAYS,
     HEADER_WITH_HEADER_STRATEGIES,
     HISTOGRAMS_SUM,
+    OAUTH2_WITH_OAUTH2_ONLY,
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
@@ -115,7 +121,16 @@ INVENTORY: dict[tuple[str, str], tuple[ValidationRule, ...]] = {
     ("InferenceProvider", ".spec.healthCheck.path"): (NO_WHITESPACE,),
     ("InferenceProvider", ".spec.healthCheck.interval"): (within(1, 3600).rule,),
     ("InferenceProvider", ".spec.healthCheck.timeout"): (within(0.1, 300).rule,),
-    ("InferenceProvider", ".spec.auth"): (SECRET_REF_NEEDED, HEADER_WITH_HEADER_STRATEGIES),
+    ("InferenceProvider", ".spec.auth"): (
+        SECRET_REF_NEEDED,
+        HEADER_WITH_HEADER_STRATEGIES,
+        OAUTH2_WITH_OAUTH2_ONLY,
+    ),
+    ("InferenceProvider", ".spec.auth.oauth2"): (
+        CLIENT_CREDENTIALS_NEEDS_CLIENT,
+        JWT_BEARER_TAKES_NO_CLIENT,
+    ),
+    ("InferenceProvider", ".spec.auth.oauth2.tokenUrl"): (*URL, TOKEN_URL_HTTPS),
     ("InferenceProvider", ".spec.auth.header"): (HEADER_NOT_AUTHORIZATION, HEADER_NOT_THE_GATEWAYS),
     ("InferenceProvider", METRICS): (URL_OR_PORT, PATH_WITH_PORT, TIMEOUT_WITHIN_INTERVAL),
     ("InferenceProvider", f"{METRICS}.url"): URL,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from grid.models.budgets import ONE_WINDOW, STEPS_FIT_THE_LENGTH
 from grid.models.egress_source import SERVICE_OR_GATEWAY, SERVICE_PORT_OR_NAME
 from grid.models.fields import (
     HOST_PORT_IPV6,
@@ -21,6 +22,11 @@ from grid.models.fields import (
 )
 from grid.models.meta import LABEL_KEY_NAME, LABEL_KEY_PREFIX, LABEL_MAP_KEYS
 from grid.models.network import AFFINITY_NEEDS_A_KEY, SUSPICION_OUTLASTS_PROBE
+from grid.models.oauth2 import (
+    CLIENT_CREDENTIALS_NEEDS_CLIENT,
+    JWT_BEARER_TAKES_NO_CLIENT,
+    TOKEN_URL_HTTPS,
+)
 from grid.models.offers import MODEL_NAME_BYTES
 from grid.models.provider import (
     A_SIGNAL_MAPPED,
@@ -29,6 +35,7 @@ from grid.models.provider import (
     HEADER_NOT_THE_GATEWAYS,
     HEADER_WITH_HEADER_STRATEGIES,
     HISTOGRAMS_SUM,
+    OAUTH2_WITH_OAUTH2_ONLY,
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
@@ -75,6 +82,23 @@ def spend_source(**source: Any) -> dict[str, Any]:
     return network(spendSources=[{key: value for key, value in spec.items() if value is not None}])
 
 
+def budget(**window: Any) -> dict[str, Any]:
+    return network(budgets=[{"tenant": "acme", "cap": 1000, **window}])
+
+
+def rolling(**window: Any) -> dict[str, Any]:
+    return budget(rolling=window)
+
+
+def rolling_length(text: str) -> dict[str, Any]:
+    """A rolling window of length ``text`` (seconds) in steps its rules take: one step, or
+    20 for a length past the longest step."""
+    seconds = float(text.removesuffix("s"))
+    if seconds <= 31 * 86400:
+        return rolling(length=text, step=text)
+    return rolling(length=text, step=f"{round(seconds * 1000) // 20}ms")
+
+
 def rule_cases() -> Iterator[Case]:
     """Each rule from both sides: what it lets through at its edge, and what it refuses."""
 
@@ -98,12 +122,24 @@ def rule_cases() -> Iterator[Case]:
             (60, 366 * 86400),
             lambda text: network(budgets=[{"tenant": "a", "cap": 1, "window": text}]),
         ),
+        ((60, 366 * 86400), rolling_length),
+        ((60, 31 * 86400), lambda text: rolling(length=text, step=text)),
     )
     for (low, high), make in durations:
         rule = within(low, high).rule
         for seconds in (low, high):
             yield passes(f"{seconds}s within [{low}s, {high}s]", rule, make(f"{seconds}s"))
         yield refused(f"{high + 0.5}s beyond [{low}s, {high}s]", rule, make(f"{high + 0.5}s"))
+    calendar = {"period": "month", "timeZone": "Europe/Paris"}
+    yield passes("a fixed window", ONE_WINDOW, budget(window="24h"))
+    yield passes("a calendar window", ONE_WINDOW, budget(calendar=calendar))
+    yield passes("a rolling window", ONE_WINDOW, budget(rolling={"length": "24h", "step": "1h"}))
+    yield refused("no window", ONE_WINDOW, budget())
+    yield refused("a window and a calendar", ONE_WINDOW, budget(window="24h", calendar=calendar))
+    yield passes("32 steps", STEPS_FIT_THE_LENGTH, rolling(length="32h", step="1h"))
+    yield passes("one step", STEPS_FIT_THE_LENGTH, rolling(length="90m", step="1.5h"))
+    yield refused("33 steps", STEPS_FIT_THE_LENGTH, rolling(length="33h", step="1h"))
+    yield refused("part of a step", STEPS_FIT_THE_LENGTH, rolling(length="24h", step="7h"))
     swim = {"probeInterval": "10s"}
     yield passes(
         "suspicion = probe",
@@ -319,6 +355,58 @@ def rule_cases() -> Iterator[Case]:
         HEADER_WITH_HEADER_STRATEGIES,
         provider(auth={"strategy": "Oauth2", "secretRef": key, "header": None}),
     )
+    client = {"grant": "ClientCredentials", "tokenUrl": "https://idp.example/token"}
+    oauth2 = {"strategy": "Oauth2", "secretRef": key}
+    yield refused(
+        "oauth2 settings with BearerToken",
+        OAUTH2_WITH_OAUTH2_ONLY,
+        provider(
+            auth={
+                "strategy": "BearerToken",
+                "secretRef": key,
+                "oauth2": {**client, "clientId": "g"},
+            }
+        ),
+        "oauth2 goes with strategy Oauth2 only",
+    )
+    yield passes(
+        "oauth2 settings with Oauth2",
+        OAUTH2_WITH_OAUTH2_ONLY,
+        provider(auth={**oauth2, "oauth2": {**client, "clientId": "grid"}}),
+    )
+    yield refused(
+        "client credentials without a client id",
+        CLIENT_CREDENTIALS_NEEDS_CLIENT,
+        provider(auth={**oauth2, "oauth2": client}),
+        "grant ClientCredentials needs tokenUrl and clientId",
+    )
+    yield passes(
+        "the JWT-bearer grant without a token URL",
+        CLIENT_CREDENTIALS_NEEDS_CLIENT,
+        provider(auth={**oauth2, "oauth2": {"grant": "JwtBearer"}}),
+    )
+    yield refused(
+        "the JWT-bearer grant with a client id",
+        JWT_BEARER_TAKES_NO_CLIENT,
+        provider(auth={**oauth2, "oauth2": {"grant": "JwtBearer", "clientId": "grid"}}),
+    )
+    yield passes(
+        "the JWT-bearer grant with scopes",
+        JWT_BEARER_TAKES_NO_CLIENT,
+        provider(auth={**oauth2, "oauth2": {"grant": "JwtBearer", "scopes": ["a", "b"]}}),
+    )
+    for url in ("http://idp.example/token", "http://10.0.0.1/token"):
+        yield refused(
+            f"the token URL {url}",
+            TOKEN_URL_HTTPS,
+            provider(auth={**oauth2, "oauth2": {**client, "clientId": "g", "tokenUrl": url}}),
+        )
+    for url in ("http://127.0.0.1:8080/token", "http://localhost/token", "http://[::1]:9/t"):
+        yield passes(
+            f"the token URL {url}",
+            TOKEN_URL_HTTPS,
+            provider(auth={**oauth2, "oauth2": {**client, "clientId": "g", "tokenUrl": url}}),
+        )
     yield passes(
         "a header with Custom",
         HEADER_WITH_HEADER_STRATEGIES,

@@ -547,7 +547,14 @@ def test_providers_settle_and_are_available_only_when_usable(
     )
     outcome = evaluate_provider(provider, observation, T1)
     if any(t.target is P.AVAILABLE for t in outcome.transitions):
-        assert credentials in (CredentialState.VALID, CredentialState.NOT_REQUIRED)
+        # A minted token still valid counts, even while refreshing it fails.
+        assert credentials in (
+            CredentialState.VALID,
+            CredentialState.NOT_REQUIRED,
+            CredentialState.MINTED,
+            CredentialState.REFRESH_FAILING,
+            CredentialState.EXPIRING,
+        )
         assert metrics_ok is not False
         assert not health_check or successes >= 2
     settled = provider.model_copy(

@@ -221,3 +221,19 @@ class KubernetesApiError(GridError):
 class SimulationError(ConfigError):
     """A simulation setting or scenario step was refused (an unknown node, a probability
     outside [0, 1], a time in the past, a restart of a running node); nothing changed."""
+
+
+class CredentialMaterialError(ConfigError):
+    """A provider's Secret does not hold what its auth strategy needs (a client secret, a
+    PEM private key, a service-account key file). The message says what is missing or
+    malformed, never the content."""
+
+
+class TokenEndpointError(GridError):
+    """A token endpoint could not be asked (``unreachable``), or answered with an error or
+    with something that is no token. The message is short and secret-free: an OAuth error
+    code at most, never the response body (it may echo the client's credentials)."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable

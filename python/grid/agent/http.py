@@ -9,6 +9,7 @@ never a key, a token or a private key."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from aiohttp import web
@@ -23,6 +24,7 @@ from grid.errors import AgentConfigError, GridError
 from grid.membership import PROTOCOLS, SwimNode
 from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, NetworkView
+from grid.runtime.tokens import CREDENTIAL_EXPIRY_FAMILY
 from grid.trust.probe import parse_address
 from grid.view import LiveView, NetworkSource, NodeInfo
 from grid.view.model import certificates_part
@@ -199,6 +201,7 @@ AGENT_FAMILIES = (
         Kind.GAUGE,
         "Invalid resource documents in the agent's directory.",
     ),
+    CREDENTIAL_EXPIRY_FAMILY,
 )
 
 
@@ -229,6 +232,10 @@ def agent_collector(agent: ServedAgent) -> GridCollector:
                     runtime.overlay_writes[(namespace, gateway)],
                 )
         out.add("grid_agent_resource_errors", (), len(agent.report.errors))
+        now = datetime.now(UTC)
+        for name, runtime in sorted(agent.networks.items()):
+            for provider, expires_at in sorted(runtime.tokens.expiries(now).items()):
+                out.add(CREDENTIAL_EXPIRY_FAMILY.name, (name, provider), expires_at.timestamp())
 
     return GridCollector("agent", views, extra_families=AGENT_FAMILIES, extra=extra)
 

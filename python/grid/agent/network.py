@@ -18,6 +18,7 @@ import aiohttp
 from grid.agent.keys import KeyFile, merge_keys, read_key_file
 from grid.agent.outputs import OutputWriter
 from grid.agent.spend_store import SpendStore
+from grid.agent.tokens import AgentTokens
 from grid.crdt.snapshot import Item
 from grid.engine import GatewayOverlay, SiteEngine, SourceRead
 from grid.errors import GridError, KeyFileError
@@ -120,6 +121,15 @@ class NetworkRuntime:
             egress_reader=no_kubernetes,
             keep_spend=self.spend_store.keep,
         )
+        self.tokens = AgentTokens(
+            shared.writer.state_dir,
+            shared.secrets_dir,
+            shared.session,
+            where=self.where,
+            on_change=self.wake,
+            now=utc_now,
+        )
+        self.tokens.follow(engine.own_providers)
         self.overlay_writes: Counter[tuple[str, str]] = Counter()
         self.overlay_paths: dict[tuple[str, str], Path] = {}
         self._stopped = False
@@ -161,6 +171,7 @@ class NetworkRuntime:
         self.observers.follow(self.engine)
         self._tasks.spawn(self._refresh_loop())
         self._tasks.spawn(self._probe_loop())
+        self._tasks.spawn(self.tokens.loop())
         self.wake()
 
     async def stop(self, *, leave: bool = True) -> None:
@@ -207,6 +218,7 @@ class NetworkRuntime:
         self.engine.set_config_error(None)
         self._bind, self._advertise = bind, advertise
         self.observers.follow(self.engine)
+        self.tokens.follow(self.engine.own_providers)
         self.wake()
 
     def reject(self, message: str) -> None:
@@ -405,10 +417,14 @@ class NetworkRuntime:
 
     def _check_credentials(self) -> None:
         base = self._shared.secrets_dir
-        if base is None:
-            return
+        now = utc_now()
         for provider, (namespace, name, key) in self.engine.credential_refs().items():
-            self.engine.observe_credentials(provider, credential_state(base, namespace, name, key))
+            if self.tokens.minting(provider):
+                # Judged at this pass: a token that lapsed since withdraws the provider now.
+                self.engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
+            elif base is not None:
+                state = credential_state(base, namespace, name, key)
+                self.engine.observe_credentials(provider, state)
 
     async def _probe_loop(self) -> None:
         period = min(1.0, self._shared.probe_interval_s / 2)

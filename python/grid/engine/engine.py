@@ -281,10 +281,11 @@ class SiteEngine:
         here with the provider's mapping and the network's scales."""
         self._inputs.observe_scrape(provider, result, now)
 
-    def observe_credentials(self, provider: str, state: CredentialState) -> None:
+    def observe_credentials(self, provider: str, state: CredentialState, message: str = "") -> None:
         """What the shell found where the provider's ``auth.secretRef`` points (it checks
-        presence and size only; the engine never sees the bytes)."""
-        self._inputs.observe_credentials(provider, state)
+        presence and size only; the engine never sees the bytes), or how the token it mints
+        for the provider stands, told in ``message``."""
+        self._inputs.observe_credentials(provider, state, message)
 
     def observe_probe(self, site: str, result: ProbeResult, now: datetime) -> None:
         """A probe of ``site``'s egress (TLS, or a TCP connect for ``plaintext``)."""
@@ -327,6 +328,12 @@ class SiteEngine:
     def spend_targets(self) -> tuple[SpendTarget, ...]:
         """The spend sources this site scrapes (those whose siteSelector matches it)."""
         return self._spend.targets()
+
+    @property
+    def own_providers(self) -> tuple[InferenceProvider, ...]:
+        """The providers this site observes: it checks them, scrapes them and mints the
+        tokens of the Oauth2 ones."""
+        return self._inputs.observing
 
     def credential_refs(self) -> dict[str, tuple[str, str, str]]:
         """(namespace, Secret name, key) per observed provider that names a Secret."""

@@ -41,6 +41,7 @@ class Observed:
     metrics_ok: bool | None = None
     metrics_message: str = ""
     credentials: CredentialState = CredentialState.NOT_REQUIRED
+    credentials_message: str = ""
 
 
 def same_inputs(held: tuple[object, ...] | None, inputs: tuple[object, ...]) -> bool:
@@ -203,12 +204,14 @@ class SiteInputs:
         observed.metrics_message = message
         observed.scrape = ScrapeStatus(at=now, ok=ok, message=message)
 
-    def observe_credentials(self, provider: str, state: CredentialState) -> None:
+    def observe_credentials(self, provider: str, state: CredentialState, message: str = "") -> None:
         """What the shell found where the provider's ``auth.secretRef`` points (presence
-        and size only: the bytes never reach the engine)."""
+        and size only: the bytes never reach the engine), or how the token it mints for the
+        provider stands (``message``: when, until when, what fails since when)."""
         observed = self._observed.get(provider)
         if observed is not None:
             observed.credentials = state
+            observed.credentials_message = message
 
     def observation_targets(self) -> tuple[ObservationTarget, ...]:
         """The health checks and scrapes to run, one per provider this site observes."""

@@ -75,6 +75,7 @@ class ProviderPhases:
         health = observed.health
         observation = ProviderObservation(
             credentials=observed.credentials,
+            credentials_message=observed.credentials_message,
             consecutive_successes=health.consecutive_successes,
             consecutive_failures=health.consecutive_failures,
             health_message=health.reason or "",

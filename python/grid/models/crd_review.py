@@ -49,6 +49,7 @@ from grid.models.provider import (
     HEADER_NOT_THE_GATEWAYS,
     HEADER_WITH_HEADER_STRATEGIES,
     HISTOGRAMS_SUM,
+    OAUTH2_WITH_OAUTH2_ONLY,
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
@@ -110,6 +111,8 @@ REVIEWED: Review = Review(
             TIMEOUT_WITHIN_INTERVAL,
             SECRET_REF_NEEDED,
             HEADER_WITH_HEADER_STRATEGIES,
+            # oauth2 is new: 0.2.0 dropped it as an unknown field, so no stored object has it
+            OAUTH2_WITH_OAUTH2_ONLY,
             HEADER_NOT_AUTHORIZATION,
             HEADER_NOT_THE_GATEWAYS,
             URL_OR_PORT,

@@ -367,20 +367,42 @@ def evaluate_site(
 
 
 class CredentialState(StrEnum):
-    """What was found where ``spec.auth.secretRef`` points."""
+    """What was found where ``spec.auth.secretRef`` points and, for a strategy whose
+    tokens the site mints (Oauth2), how the token in place stands."""
 
     NOT_REQUIRED = "NotRequired"
     VALID = "Valid"
     SECRET_NOT_FOUND = "SecretNotFound"
     KEY_NOT_FOUND = "KeyNotFound"
     EMPTY = "Empty"
+    SECRET_UNUSABLE = "SecretUnusable"
+    """The Secret's entry cannot be used to mint a token: missing, or not what the grant
+    needs (a PEM key, a key file)."""
+    MINTED = "Minted"
+    """A token is in place and its last refresh worked."""
+    REFRESH_FAILING = "RefreshFailing"
+    """The token in place is still valid, but refreshing it fails."""
+    EXPIRING = "Expiring"
+    """Refreshing fails and the token in place is in the last tenth of its life."""
+    MINTING = "Minting"
+    """No token yet: the first one is being asked for."""
+    ISSUER_UNREACHABLE = "IssuerUnreachable"
+    """No valid token, and the token endpoint cannot be reached."""
+    TOKEN_REFUSED = "TokenRefused"
+    """No valid token, and the token endpoint refuses or answers with no usable token."""
 
 
 _CREDENTIAL_PROBLEMS = {
     CredentialState.SECRET_NOT_FOUND: "the Secret named by spec.auth.secretRef does not exist",
     CredentialState.KEY_NOT_FOUND: "the Secret has no entry for spec.auth.secretRef.key",
     CredentialState.EMPTY: "the credential in the Secret is empty",
+    CredentialState.SECRET_UNUSABLE: "the Secret's entry cannot be used to mint a token",
+    CredentialState.MINTING: "no token minted yet",
+    CredentialState.ISSUER_UNREACHABLE: "no valid token: the token endpoint cannot be reached",
+    CredentialState.TOKEN_REFUSED: "no valid token: the token endpoint gives none",
 }
+"""States in which the provider has no usable credential, with what its condition says when
+the observation brings no message of its own."""
 
 
 @dataclass(frozen=True)
@@ -390,6 +412,8 @@ class ProviderObservation:
     scraped."""
 
     credentials: CredentialState = CredentialState.NOT_REQUIRED
+    credentials_message: str = ""
+    """What the site says about a minted token (when, until when, what fails since when)."""
     consecutive_successes: int = 0
     consecutive_failures: int = 0
     health_message: str = ""
@@ -437,7 +461,12 @@ def _provider_verdicts(
         unhealthy = unhealthy_after is not None and failing >= unhealthy_after
         passing = check is None or (seen.consecutive_successes >= healthy_after and not failing)
         if not credentials_ok:
-            found.append(Verdict("CredentialsInvalid", _CREDENTIAL_PROBLEMS[seen.credentials]))
+            found.append(
+                Verdict(
+                    "CredentialsInvalid",
+                    seen.credentials_message or _CREDENTIAL_PROBLEMS[seen.credentials],
+                )
+            )
         if unhealthy:
             detail = f": {seen.health_message}" if seen.health_message else ""
             found.append(
@@ -506,7 +535,7 @@ def evaluate_provider(
                 "CredentialsValid",
                 credentials_ok,
                 str(credentials),
-                _CREDENTIAL_PROBLEMS.get(credentials, ""),
+                observation.credentials_message or _CREDENTIAL_PROBLEMS.get(credentials, ""),
                 generation,
             ),
             healthy,

@@ -30,6 +30,7 @@ from grid.models.fields import (
     within,
 )
 from grid.models.meta import API_VERSION, ObjectMeta, SecretKeyRef
+from grid.models.oauth2 import OAuth2Settings
 from grid.models.offers import Cost, ModelOffer
 from grid.models.selectors import LabelSelector
 from grid.models.urls import HttpUrl
@@ -220,13 +221,22 @@ HEADER_WITH_HEADER_STRATEGIES = ValidationRule(
     f"{cel_string(': ' + _HEADER_HELP)}",
 )
 
+OAUTH2_WITH_OAUTH2_ONLY = ValidationRule(
+    f"!({present('oauth2')}) || self.strategy == 'Oauth2'",
+    "oauth2 goes with strategy Oauth2 only",
+    field_path=".oauth2",
+    reason=Reason.FORBIDDEN,
+)
+
 
 class ProviderAuth(GridModel):
     """How the gateway authenticates to the provider. Only a Secret *reference* is held;
     the gateway reads the mounted file."""
 
     model_config = ConfigDict(
-        json_schema_extra=validations(SECRET_REF_NEEDED, HEADER_WITH_HEADER_STRATEGIES)
+        json_schema_extra=validations(
+            SECRET_REF_NEEDED, HEADER_WITH_HEADER_STRATEGIES, OAUTH2_WITH_OAUTH2_ONLY
+        )
     )
 
     strategy: AuthStrategy
@@ -239,6 +249,11 @@ class ProviderAuth(GridModel):
         "token. Custom has no default: without header it is not offered. Never "
         "Authorization, Host, Content-Length or a hop-by-hop header.",
     )
+    oauth2: OAuth2Settings | None = Field(
+        None,
+        description="Oauth2 only: where and how the site that owns the provider mints its "
+        "access tokens; without it an Oauth2 provider is not offered.",
+    )
 
     @model_validator(mode="after")
     def _secret_when_needed(self) -> Self:
@@ -249,6 +264,8 @@ class ProviderAuth(GridModel):
                 f"header goes with strategy ApiKey or Custom only, not {self.strategy}: "
                 f"{_HEADER_HELP}"
             )
+        if self.oauth2 is not None and self.strategy is not AuthStrategy.OAUTH2:
+            raise ValueError(OAUTH2_WITH_OAUTH2_ONLY.message)
         return self
 
 

@@ -1,4 +1,5 @@
-"""One bounded HTTP GET, shared by health checks and metric scrapes.
+"""One bounded HTTP request, shared by health checks and metric scrapes (GET) and token
+requests (POST of a form).
 
 Every failure becomes a short reason that names what went wrong, never the URL (it may
 carry a token in its query) and never the response body.
@@ -55,10 +56,11 @@ async def fetch(
     session: aiohttp.ClientSession | None = None,
     tls: ssl.SSLContext | bool = True,
     server_name: str | None = None,
+    form: Mapping[str, str] | None = None,
 ) -> HttpReply:
-    """GET ``url`` within ``timeout`` seconds, reading at most ``max_body_bytes`` of body
-    (0: the body is not read). Redirects are not followed: a 3xx is reported as it is.
-    Never raises for network or protocol trouble."""
+    """GET ``url`` (POST ``form``, URL-encoded, when given) within ``timeout`` seconds,
+    reading at most ``max_body_bytes`` of body (0: the body is not read). Redirects are not
+    followed: a 3xx is reported as it is. Never raises for network or protocol trouble."""
     problem = url_problem(url)
     if problem is not None:
         return HttpReply(status=None, latency_s=0.0, error=problem)
@@ -67,13 +69,14 @@ async def fetch(
         async with asyncio.timeout(timeout), contextlib.AsyncExitStack() as stack:
             if session is None:
                 session = await stack.enter_async_context(aiohttp.ClientSession())
-            return await _get(
+            return await _request(
                 session,
                 url,
                 max_body_bytes=max_body_bytes,
                 headers=headers,
                 tls=tls,
                 server_name=server_name,
+                form=form,
                 started=started,
             )
     except TimeoutError:
@@ -83,7 +86,7 @@ async def fetch(
     return HttpReply(status=None, latency_s=time.perf_counter() - started, error=error)
 
 
-async def _get(
+async def _request(
     session: aiohttp.ClientSession,
     url: str,
     *,
@@ -91,10 +94,17 @@ async def _get(
     headers: Mapping[str, str] | None,
     tls: ssl.SSLContext | bool,
     server_name: str | None,
+    form: Mapping[str, str] | None,
     started: float,
 ) -> HttpReply:
-    async with session.get(
-        url, headers=headers, allow_redirects=False, ssl=tls, server_hostname=server_name
+    async with session.request(
+        "GET" if form is None else "POST",
+        url,
+        headers=headers,
+        data=None if form is None else dict(form),
+        allow_redirects=False,
+        ssl=tls,
+        server_hostname=server_name,
     ) as response:
         body = bytearray()
         while max_body_bytes > 0:

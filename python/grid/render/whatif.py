@@ -25,6 +25,7 @@ from grid.errors import ConfigError, MetricsFileError, ScoringInputError
 from grid.models.common import AuthStrategy, GridModel
 from grid.models.fields import is_ip_address, join_host_port
 from grid.models.network import GatewayRef, GridNetwork
+from grid.models.oauth2 import MINTED_TOKEN_KEY, minted_token_secret
 from grid.models.provider import InferenceProvider, InferenceProviderPhase, api_key_header
 from grid.models.resources import LoadedResources
 from grid.models.selectors import select
@@ -300,6 +301,16 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
     auth = provider.spec.auth
     if auth is None or auth.strategy in NO_SECRET_STRATEGIES:
         return None, None
+    if auth.strategy is AuthStrategy.OAUTH2 and auth.secret_ref is not None:
+        if auth.oauth2 is None:
+            return None, (
+                "auth strategy Oauth2 needs auth.oauth2 (the grant and the token endpoint) "
+                "for the site to mint its tokens"
+            )
+        # The site mints the token and writes it under this name, beside the gateway:
+        # the candidate names where it is, as for BearerToken.
+        name = minted_token_secret(provider.metadata.name)
+        return SecretRef(name, auth.secret_ref.namespace, MINTED_TOKEN_KEY), None
     if auth.strategy is AuthStrategy.CUSTOM and auth.header is None:
         return None, (
             "auth strategy Custom names no header: set auth.header to the request header "
@@ -312,7 +323,8 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
         return SecretRef(ref.name, ref.namespace, ref.key, strategy, header), None
     return None, (
         f"auth strategy {auth.strategy} cannot be injected by the gateway "
-        "(it sends BearerToken, ApiKey and Custom credentials only)"
+        "(it sends BearerToken, ApiKey and Custom credentials, and the tokens a site mints "
+        "for Oauth2, only)"
     )
 
 
