@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -50,6 +51,8 @@ class Issued:
     client: str
     scope: str
     audience: str | None
+    at: float = field(default_factory=time.time)
+    """When it was issued (Unix time)."""
 
 
 @dataclass
