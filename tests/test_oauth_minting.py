@@ -47,7 +47,7 @@ class Output:
         self.tokens: list[str] = []
         self.broken = False
 
-    def __call__(self, token: str) -> None:
+    async def __call__(self, token: str) -> None:
         if self.broken:
             raise PermissionError(13, "Permission denied")
         self.tokens.append(token)
@@ -60,7 +60,7 @@ def minter(
     settings = OAuth2Settings.model_validate({**base, **fields})
     output = Output()
 
-    def source() -> bytes:
+    async def source() -> bytes:
         if not secret:
             raise CredentialMaterialError("the Secret named by spec.auth.secretRef does not exist")
         return secret

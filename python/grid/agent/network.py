@@ -18,7 +18,7 @@ import aiohttp
 from grid.agent.keys import KeyFile, merge_keys, read_key_file
 from grid.agent.outputs import OutputWriter
 from grid.agent.spend_store import SpendStore
-from grid.agent.tokens import AgentTokens
+from grid.agent.tokens import agent_io
 from grid.crdt.snapshot import Item
 from grid.engine import GatewayOverlay, SiteEngine, SourceRead
 from grid.errors import GridError, KeyFileError
@@ -34,6 +34,7 @@ from grid.runtime.observers import Observers
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import SwimDriver, SwimPlan
 from grid.runtime.tasks import Tasks
+from grid.runtime.tokens import TokenMinters
 from grid.trust.chain import NetworkCa
 
 _log = logging.getLogger("grid.agent")
@@ -121,9 +122,8 @@ class NetworkRuntime:
             egress_reader=no_kubernetes,
             keep_spend=self.spend_store.keep,
         )
-        self.tokens = AgentTokens(
-            shared.writer.state_dir,
-            shared.secrets_dir,
+        self.tokens = TokenMinters(
+            agent_io(shared.writer.state_dir, shared.secrets_dir),
             shared.session,
             where=self.where,
             on_change=self.wake,

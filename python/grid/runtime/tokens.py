@@ -10,17 +10,21 @@ OAuth error code.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from random import SystemRandom
 
 import aiohttp
 
-from grid.errors import CredentialMaterialError, TokenEndpointError
-from grid.models.oauth2 import OAuth2Settings
+from grid.errors import CredentialMaterialError, GridError, TokenEndpointError
+from grid.models.common import AuthStrategy
+from grid.models.oauth2 import MINTED_TOKEN_KEY, OAuth2Settings, minted_token_secret
+from grid.models.phases import CredentialState
+from grid.models.provider import InferenceProvider
 from grid.oauth.requests import token_request
 from grid.oauth.responses import MAX_RESPONSE_BYTES, parse_token_response
 from grid.oauth.schedule import FailureKind, TokenHealth, plan_refresh
@@ -38,11 +42,15 @@ CREDENTIAL_EXPIRY_FAMILY = Family(
     ("network", "provider"),
 )
 
-SecretSource = Callable[[], bytes]
+IDLE_WAIT_S = 60.0
+"""Longest wait between two looks at the minters (a change of providers wakes them sooner)."""
+
+SecretSource = Callable[[], Awaitable[bytes]]
 """Reads the provider's Secret entry; raises :class:`CredentialMaterialError` saying what is
 wrong (missing, empty) without its content."""
-TokenSink = Callable[[str], None]
-"""Puts a token where the gateway reads it (atomically); raises :class:`OSError`."""
+TokenSink = Callable[[str], Awaitable[None]]
+"""Puts a token where the gateway reads it, replacing the previous one in one step; raises
+:class:`OSError` or a :class:`~grid.errors.GridError` whose message holds no secret."""
 
 _log = logging.getLogger(__name__)
 _random = SystemRandom()
@@ -56,7 +64,21 @@ class MintingPlan:
     secret: tuple[str, str, str]
     """(namespace, name, key) of the Secret entry."""
     output: tuple[str, str, str]
-    """(namespace, name, key) the token is written under."""
+    """(namespace, name, key) the token is written under: the overlay's reference."""
+
+
+def minting_plan(provider: InferenceProvider) -> MintingPlan | None:
+    """What minting ``provider``'s tokens takes, or None when its site mints none for it.
+    The token goes beside the Secret it is minted from (the namespace the gateway mounts
+    its credentials from), under :func:`~grid.models.oauth2.minted_token_secret`."""
+    auth = provider.spec.auth
+    if auth is None or auth.strategy is not AuthStrategy.OAUTH2:
+        return None
+    if auth.oauth2 is None or auth.secret_ref is None:
+        return None
+    ref = auth.secret_ref
+    output = (ref.namespace, minted_token_secret(provider.metadata.name), MINTED_TOKEN_KEY)
+    return MintingPlan(auth.oauth2, (ref.namespace, ref.name, ref.key), output)
 
 
 class TokenMinter:
@@ -94,11 +116,14 @@ class TokenMinter:
             self._failed(kind, str(error), now)
             return
         try:
-            self._sink(value)
+            await self._sink(value)
         except OSError as error:
             self._failed(
                 FailureKind.REFUSED, f"the token could not be written: {error.strerror}", now
             )
+            return
+        except GridError as error:
+            self._failed(FailureKind.REFUSED, f"the token could not be written: {error}", now)
             return
         life = plan_refresh(now, expires_in, spread=self._draw() * 2 - 1)
         self.health = self.health.minted(life)
@@ -112,7 +137,9 @@ class TokenMinter:
     async def _mint(
         self, now: datetime, session: aiohttp.ClientSession | None
     ) -> tuple[str, float]:
-        request = token_request(self.plan.settings, self._source(), now, secrets.token_urlsafe(24))
+        secret = await self._source()
+        request = token_request(self.plan.settings, secret, now, secrets.token_urlsafe(24))
+        del secret  # kept no longer than it takes to build the request
         reply = await fetch(
             request.url,
             timeout=self._timeout_s,
@@ -136,3 +163,89 @@ class TokenMinter:
             problem,
             self.health.next_attempt_at.isoformat() if self.health.next_attempt_at else "now",
         )
+
+
+MinterIo = Callable[[MintingPlan], tuple[SecretSource, TokenSink]]
+"""Where a shell reads a plan's Secret and writes its token."""
+
+
+class TokenMinters:
+    """The minters of one network's providers: :meth:`follow` them, run :meth:`loop`,
+    ask :meth:`verdict` at each engine pass (so a token that lapsed since withdraws its
+    provider then, even when nothing else happened)."""
+
+    def __init__(
+        self,
+        io: MinterIo,
+        session: aiohttp.ClientSession,
+        *,
+        where: str,
+        on_change: Callable[[], None],
+        now: Callable[[], datetime],
+    ) -> None:
+        self._io = io
+        self._session = session
+        self._where = where
+        self._on_change = on_change
+        self._now = now
+        self._minters: dict[str, TokenMinter] = {}
+        self._changed = asyncio.Event()
+
+    def follow(self, providers: Iterable[InferenceProvider]) -> None:
+        """Mint for these providers (this site's own): one whose settings or Secret
+        reference changed gets a new minter, which asks for a token at once."""
+        minters: dict[str, TokenMinter] = {}
+        for provider in providers:
+            plan = minting_plan(provider)
+            if plan is None:
+                continue
+            name = provider.metadata.name
+            current = self._minters.get(name)
+            if current is not None and current.plan == plan:
+                minters[name] = current
+                continue
+            source, sink = self._io(plan)
+            minters[name] = TokenMinter(f"{self._where} {name}", plan, source, sink)
+        self._minters = minters
+        self._changed.set()
+
+    def minting(self, provider: str) -> bool:
+        return provider in self._minters
+
+    def verdict(self, provider: str, now: datetime) -> tuple[CredentialState, str]:
+        return self._minters[provider].health.verdict(now)
+
+    def expiries(self, now: datetime) -> dict[str, datetime]:
+        """When each provider's valid token lapses (none for a provider without one)."""
+        found = {}
+        for name, minter in self._minters.items():
+            token = minter.health.valid_token(now)
+            if token is not None:
+                found[name] = token.expires_at
+        return found
+
+    async def loop(self) -> None:
+        """Attempt every due minter, then sleep until the next attempt is due, a token
+        lapses or the providers change; every outcome calls ``on_change``."""
+        while True:
+            now = self._now()
+            due = [m for m in self._minters.values() if m.health.due(now)]
+            if due:
+                await asyncio.gather(*(m.attempt(now, self._session) for m in due))
+                self._on_change()
+                continue
+            wait = IDLE_WAIT_S
+            for minter in self._minters.values():
+                moments = [minter.health.next_attempt_at]
+                token = minter.health.valid_token(now)
+                if token is not None:
+                    moments.append(token.expires_at)  # the provider is withdrawn then
+                for moment in moments:
+                    if moment is not None:
+                        wait = min(wait, max((moment - now) / timedelta(seconds=1), 0.0))
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(wait):
+                    await self._changed.wait()
+            except TimeoutError:
+                self._on_change()
