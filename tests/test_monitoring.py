@@ -333,6 +333,34 @@ UNIT_TESTS: list[dict[str, Any]] = [
 ]
 
 
+TOKEN_EXPIRY = "grid_provider_credential_expiry_timestamp_seconds"
+UNIT_TESTS.append(
+    {
+        # llama's token lapses at Unix time 900 and is never refreshed; qwen's is refreshed
+        # at 5 minutes with 5 minutes left (it then lapses at 4200).
+        "interval": "1m",
+        "input_series": [
+            _series(TOKEN_EXPIRY, "900x30", instance="a", network="mesh", provider="llama"),
+            _series(TOKEN_EXPIRY, "600x5 4200x25", instance="a", network="mesh", provider="qwen"),
+        ],
+        "alert_rule_test": [
+            _alert("GridProviderCredentialExpiring", "10m"),
+            _alert(
+                "GridProviderCredentialExpiring",
+                "12m",
+                {
+                    "severity": "warning",
+                    "job": "grid",
+                    "instance": "a",
+                    "network": "mesh",
+                    "provider": "llama",
+                },
+            ),
+        ],
+    }
+)
+
+
 def test_the_alerts_fire_when_they_should_and_not_before(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups(annotations=False)))
     tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": UNIT_TESTS}
