@@ -74,13 +74,19 @@ def test_two_nodes_of_this_build_speak_its_highest_version() -> None:
         assert a.stats()["dropped_incompatible_version"] == 0
 
 
-def test_a_hello_without_a_range_is_heard_as_release_0_1_0() -> None:
+def test_a_hello_without_a_range_is_heard_as_release_0_1_0_and_refused() -> None:
+    """Release 0.1.0 announced no range: protocol 1, which this build (two releases on)
+    no longer speaks."""
     key = secrets.token_bytes(32)
     with node("site-a", key) as a:
         mallory = Mallory(key, "old-site")
         try:
-            mallory.introduce([a])
-            wait_until(lambda: protocol_seen(a, "old-site") == 1, 10, "old-site spoken to at 1")
+            mallory.send(a, mallory.forger.hello(Identity.of(a), mallory.chain, protocols=None))
+            wait_until(
+                lambda: a.stats()["dropped_incompatible_version"] >= 1, 10, "old-site refused"
+            )
+            assert protocol_seen(a, "old-site") is None
+            assert a.stats()["hellos_received"] >= 1
         finally:
             mallory.close()
 
@@ -127,7 +133,9 @@ def test_a_peer_that_shares_no_version_is_refused_answered_and_reported_once() -
             assert all(m.site != "future-site" for m in a.members())
             # The site's node of a release that overlaps is taken in, at the version shared.
             later.send(a, later.forger.hello(target, later.chain, protocols=(2, 9)))
-            wait_until(lambda: protocol_seen(a, "future-site") == 2, 10, "the overlap taken")
+            wait_until(
+                lambda: protocol_seen(a, "future-site") == PROTOCOLS[1], 10, "the overlap taken"
+            )
         finally:
             future.close()
             later.close()

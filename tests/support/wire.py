@@ -38,6 +38,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import (
 )
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from grid._native import PROTOCOLS
+
 MAGIC = b"GRID"
 VERSION = 0x01
 AAD = MAGIC + bytes([VERSION])
@@ -748,12 +750,13 @@ class Forger:
         *,
         identity: Identity | None = None,
         want_reply: bool = False,
-        protocols: tuple[int, int] | None = None,
+        protocols: tuple[int, int] | None = PROTOCOLS,
         seq: int | None = None,
         sent_at_ms: int | None = None,
     ) -> bytes:
         """A ``HELLO`` presenting ``chain`` as ``identity`` (this forger's by default),
-        announcing ``protocols`` (none by default, as release 0.1.0 does)."""
+        announcing ``protocols`` (this build's range by default; None announces none, as
+        release 0.1.0 did)."""
         body = hello_body(
             identity or self.identity, chain, want_reply=want_reply, protocols=protocols
         )

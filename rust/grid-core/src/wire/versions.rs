@@ -23,13 +23,13 @@
 //! | 2       | 0.2.0         | the sender's range in `HELLO`'s flags |
 //! | 3       | 0.3.0         | certificate renewal without loss: a sync carries a site's earlier certificates before the items they signed, a receiver keeps the newest certificate as current; a held version taken again with its origin's renewed signature |
 //!
-//! A release speaks at least its own version and the one before, so a mesh can run two releases side
+//! A release speaks its own version and the one before, so a mesh can run two releases side
 //! by side while it is upgraded one site at a time (docs/upgrading.md).
 
 use std::fmt;
 
 /// The lowest protocol version this build speaks.
-pub const PROTOCOL_MIN: u8 = 1;
+pub const PROTOCOL_MIN: u8 = 2;
 /// The highest protocol version this build speaks.
 pub const PROTOCOL_MAX: u8 = 3;
 /// The first version whose nodes may be sent a site's earlier certificates in a sync:
@@ -165,10 +165,11 @@ mod tests {
 
     #[test]
     fn this_build_speaks_the_release_before_it() {
-        assert_eq!(ProtocolRange::CURRENT.hello_flags(), 0x34);
+        assert_eq!(ProtocolRange::CURRENT.hello_flags(), 0x32);
+        // Release 0.1.0 (no range announced) is two releases back: not spoken.
         assert_eq!(
             ProtocolRange::CURRENT.common(ProtocolRange::UNADVERTISED),
-            Some(1)
+            None
         );
         assert_eq!(
             ProtocolRange::CURRENT.common(ProtocolRange::new(1, 2).unwrap()),

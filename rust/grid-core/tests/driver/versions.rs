@@ -30,7 +30,7 @@ fn each_pair_speaks_its_highest_shared_version_and_pairs_sharing_none_refuse_eac
     let hub = c.add(0, 1);
     let old = c.add(1, 1);
     let next = c.add(2, 1);
-    for (at, speaks) in [(old, range(1, 1)), (next, range(2, 3))] {
+    for (at, speaks) in [(hub, range(1, 3)), (old, range(1, 1)), (next, range(2, 3))] {
         let driver = c.nodes.remove(&at).unwrap().with_protocols(speaks);
         c.nodes.insert(at, driver);
     }
@@ -82,6 +82,13 @@ fn a_hello_without_a_range_is_heard_as_protocol_one() {
     let mut c = Cluster::new();
     let a = c.add(0, 1);
     let b = c.add(1, 1);
+    // A node that still speaks protocol 1 (this build speaks 2 and 3).
+    let driver = c
+        .nodes
+        .remove(&a)
+        .unwrap()
+        .with_protocols(ProtocolRange::new(1, 3).unwrap());
+    c.nodes.insert(a, driver);
     c.join(b, a);
     c.run_until(Duration::from_secs(5), |c| {
         protocol_of(c, a, b) == Some(3) && protocol_of(c, b, a) == Some(3)
