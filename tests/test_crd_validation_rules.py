@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+from grid.models.budgets import ONE_WINDOW, STEPS_FIT_THE_LENGTH
 from grid.models.crd import all_crds
 from grid.models.crd_review import REVIEWED, Review
 from grid.models.egress_source import SERVICE_OR_GATEWAY, SERVICE_PORT_OR_NAME
@@ -94,7 +95,11 @@ INVENTORY: dict[tuple[str, str], tuple[ValidationRule, ...]] = {
     ("GridNetwork", ".spec.swim.suspicionTimeout"): (within(0.1, 3600).rule,),
     ("GridNetwork", ".spec.renderInterval"): (within(0, 10).rule,),
     ("GridNetwork", ".spec.signalPublishing.maxInterval"): (within(1, 3600).rule,),
+    ("GridNetwork", ".spec.budgets[*]"): (ONE_WINDOW,),
     ("GridNetwork", ".spec.budgets[*].window"): (within(60, 366 * 86400).rule,),
+    ("GridNetwork", ".spec.budgets[*].rolling"): (STEPS_FIT_THE_LENGTH,),
+    ("GridNetwork", ".spec.budgets[*].rolling.length"): (within(60, 366 * 86400).rule,),
+    ("GridNetwork", ".spec.budgets[*].rolling.step"): (within(60, 31 * 86400).rule,),
     ("GridNetwork", SPEND): (TENANT_LABEL_OR_TENANT, TIMEOUT_WITHIN_INTERVAL),
     ("GridNetwork", f"{SPEND}.url"): URL,
     ("GridNetwork", f"{SPEND}.interval"): (within(1, 3600).rule,),

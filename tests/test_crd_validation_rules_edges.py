@@ -122,14 +122,18 @@ def rule_cases() -> Iterator[Case]:
             (60, 366 * 86400),
             lambda text: network(budgets=[{"tenant": "a", "cap": 1, "window": text}]),
         ),
-        ((60, 366 * 86400), rolling_length),
-        ((60, 31 * 86400), lambda text: rolling(length=text, step=text)),
     )
-    for (low, high), make in durations:
+    rolling_durations = (
+        ("rolling length ", (60, 366 * 86400), rolling_length),
+        ("rolling step ", (60, 31 * 86400), lambda text: rolling(length=text, step=text)),
+    )
+    for prefix, (low, high), make in [*(("", b, m) for b, m in durations), *rolling_durations]:
         rule = within(low, high).rule
         for seconds in (low, high):
-            yield passes(f"{seconds}s within [{low}s, {high}s]", rule, make(f"{seconds}s"))
-        yield refused(f"{high + 0.5}s beyond [{low}s, {high}s]", rule, make(f"{high + 0.5}s"))
+            name = f"{prefix}{seconds}s within [{low}s, {high}s]"
+            yield passes(name, rule, make(f"{seconds}s"))
+        name = f"{prefix}{high + 0.5}s beyond [{low}s, {high}s]"
+        yield refused(name, rule, make(f"{high + 0.5}s"))
     calendar = {"period": "month", "timeZone": "Europe/Paris"}
     yield passes("a fixed window", ONE_WINDOW, budget(window="24h"))
     yield passes("a calendar window", ONE_WINDOW, budget(calendar=calendar))

@@ -13,7 +13,7 @@ import pytest
 
 from grid.crdt.snapshot import STATE_LANE
 from grid.engine import CountedSpend, SiteEngine, SpendCheckpoint
-from grid.engine.budgets import budget_window
+from grid.engine.windows import budget_window
 from grid.models.network import TenantBudget, TenantBudgetStatus
 from grid.observe.scrape import ScrapeResult
 from test_engine import SITES, T0, connect, engine, exchange, network
@@ -191,11 +191,11 @@ def test_spend_after_the_window_ends_counts_in_the_next_one() -> None:
     net = spending(budgets=[budget(window="1h")])
     a = engine("site-a", [], net=net)
     hour = TenantBudget.model_validate(budget(window="1h"))
-    end = budget_window(hour, T0)[1] + timedelta(hours=1)
+    end = budget_window(hour, T0).end
     scrape(a, end - timedelta(seconds=2), acme=0)
     scrape(a, end - timedelta(seconds=1), acme=10)
     scrape(a, end, acme=25)
-    first, second = budget_window(hour, T0)[0], budget_window(hour, end)[0]
+    first, second = budget_window(hour, T0).counting, budget_window(hour, end).counting
     assert (a.state.own_spend("acme", first), a.state.own_spend("acme", second)) == (10, 15)
     assert budgets_of(a, end)["acme"].used == 15
 

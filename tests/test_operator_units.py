@@ -19,7 +19,8 @@ from kubernetes import client as k8s
 from grid.cli import main
 from grid.crdt.state import GridState
 from grid.engine import GatewayOverlay
-from grid.engine.budgets import budget_statuses, budget_window
+from grid.engine.budgets import budget_statuses
+from grid.engine.windows import budget_window
 from grid.errors import KubernetesApiError, OperatorConfigError, SecretMaterialError
 from grid.models.common import BackendKind
 from grid.models.crd import crd_for_kind
@@ -468,7 +469,8 @@ def test_a_node_that_gave_way_to_an_older_one_of_its_site_says_so_in_membership_
 
 def test_budget_windows_are_aligned_for_every_site() -> None:
     budget = TenantBudget.model_validate({"tenant": "acme", "cap": 100, "window": "1h"})
-    label, start = budget_window(budget, NOW + timedelta(minutes=17))
+    window = budget_window(budget, NOW + timedelta(minutes=17))
+    label, start = window.counting, window.start
     assert start == NOW and label == f"w3600-{int(NOW.timestamp())}"
     state = GridState("site-a")
     state.add_spend("acme", label, 150, NOW.timestamp())

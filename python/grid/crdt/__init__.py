@@ -4,7 +4,7 @@ duplication or batching the gossip delivers, and their canonical encoding as sma
 Pure: standard library only, no I/O, no clocks (time is passed in as ``now``), no threads.
 """
 
-from grid.crdt.budget import MAX_COUNTERS, BudgetLedger, BudgetStatus
+from grid.crdt.budget import MAX_COUNTERS, BudgetHorizon, BudgetLedger, BudgetStatus
 from grid.crdt.clock import RevisionClock
 from grid.crdt.codec import FORMAT_VERSION, MAX_ITEM_BYTES
 from grid.crdt.gcounter import MAX_SLOTS, GCounter
@@ -51,6 +51,7 @@ __all__ = [
     "METADATA_LANE",
     "PHASES",
     "STATE_LANE",
+    "BudgetHorizon",
     "BudgetLedger",
     "BudgetStatus",
     "CredentialRef",

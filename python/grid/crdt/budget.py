@@ -7,7 +7,9 @@ in that slot's gossip item) instead of being overwritten by a restarted count fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from grid.crdt.gcounter import GCounter
 from grid.crdt.records import check_site_id, check_tenant, check_window
@@ -16,6 +18,33 @@ from grid.errors import CrdtLimitError, CrdtValueError
 MAX_COUNTERS = 4096
 """Most (tenant, window) counters one ledger tracks; more are refused until windows are
 forgotten."""
+
+
+def window_end(window: str) -> int | None:
+    """When (Unix seconds) the budget window a label names ends: ``w<length>-<start>`` (a
+    fixed window, or one step of a rolling one) or ``c<start>-<end>`` (a calendar window);
+    None for a label of another form, whose end this site cannot tell."""
+    kind, numbers = window[:1], window[1:].split("-")
+    if kind not in ("w", "c") or len(numbers) != 2 or not all(n.isdigit() for n in numbers):
+        return None
+    first, second = int(numbers[0]), int(numbers[1])
+    return first + second if kind == "w" else second
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHorizon:
+    """Which budget windows are closed: those that ended (:func:`window_end`) at or before
+    ``closed_before``, or before the earlier moment ``tenants`` gives a tenant whose windows
+    are read for longer after they end (the steps of a rolling window). A closed window's
+    counters are forgotten and its items no longer merged; a window whose end cannot be
+    told is never closed."""
+
+    closed_before: float
+    tenants: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+
+    def closes(self, tenant: str, window: str) -> bool:
+        end = window_end(window)
+        return end is not None and end <= self.tenants.get(tenant, self.closed_before)
 
 
 def slot_id(site: str, epoch: int) -> str:
@@ -51,13 +80,20 @@ class BudgetStatus:
 class BudgetLedger:
     """Every tracked tenant's spend per budget window."""
 
-    __slots__ = ("_counters",)
+    __slots__ = ("_counters", "_earliest_end")
 
     def __init__(self) -> None:
         self._counters: dict[tuple[str, str], GCounter] = {}
+        self._earliest_end: int | None = None
+        """The earliest end of a window counted here (None: none with an end), so a pass
+        that closes nothing reads no counter."""
 
     def __len__(self) -> int:
         return len(self._counters)
+
+    def counters(self) -> tuple[tuple[str, str], ...]:
+        """The (tenant, window) of every counter tracked, sorted."""
+        return tuple(sorted(self._counters))
 
     def spend(self, tenant: str, window: str) -> int:
         """The known spend (a lower bound of the global spend)."""
@@ -105,6 +141,17 @@ class BudgetLedger:
         self._counters[key] = merged
         return True
 
+    def close(self, horizon: BudgetHorizon) -> tuple[tuple[str, str], ...]:
+        """Forget the counters of the windows ``horizon`` closes; their (tenant, window)."""
+        if self._earliest_end is None or self._earliest_end > horizon.closed_before:
+            return ()  # every per-tenant moment is at or before closed_before
+        closed = tuple(key for key in self._counters if horizon.closes(*key))
+        for key in closed:
+            del self._counters[key]
+        ends = (window_end(window) for _, window in self._counters)
+        self._earliest_end = min((end for end in ends if end is not None), default=None)
+        return closed
+
     def forget_window(self, window: str) -> int:
         """Stop tracking every tenant's counter for ``window`` (a window that ended); how
         many counters were dropped."""
@@ -119,4 +166,7 @@ class BudgetLedger:
             raise CrdtLimitError(
                 f"at most {MAX_COUNTERS} budget counters are tracked: forget ended windows"
             )
+        end = window_end(window)
+        if end is not None and (self._earliest_end is None or end < self._earliest_end):
+            self._earliest_end = end
         return key

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from grid.crdt.budget import BudgetLedger, BudgetStatus
+from grid.crdt.budget import BudgetHorizon, BudgetLedger, BudgetStatus
 from grid.crdt.clock import RevisionClock, wall_millis
 from grid.crdt.codec import MAX_ITEM_BYTES, fail, item_bytes
 from grid.crdt.lww import LWWRegister, Stamp
@@ -145,8 +145,12 @@ class GridState:
         self._epoch: int | None = None
         self._own_items: dict[tuple[str, str], Item] = {}
         self._dirty: set[tuple[str, str]] = set()
-        self._spend_windows: dict[tuple[str, str], str] = {}
-        """The budget window of each of this site's spend items."""
+        self._spend_windows: dict[tuple[str, str], tuple[str, str]] = {}
+        """The (tenant, window) of each of this site's spend items."""
+        self._peer_spend: dict[tuple[str, str], set[tuple[str, str]]] = {}
+        """The (origin, key) of peers' spend items, by (tenant, window)."""
+        self._horizon: BudgetHorizon | None = None
+        """Which budget windows are closed: their items are no longer merged."""
         self._pages = PageBook(self._site)
         self._written_at = 0.0
         """The time of the latest write: signals pages are written as of then."""
@@ -367,7 +371,7 @@ class GridState:
         assert self._epoch is not None
         slot = SpendSlot(tenant, window, self._epoch, value, self._clock.tick(now))
         item = encode_spend(self._site, slot)
-        self._spend_windows[(item.lane, item.key)] = window
+        self._spend_windows[(item.lane, item.key)] = (tenant, window)
         self._publish(item)
 
     def items_to_publish(self) -> list[Item]:
@@ -412,16 +416,28 @@ class GridState:
         fragment = decode_item(origin, lane, key, version, payload)
         if origin == self._site:
             self._clock.observe(version)
+            if isinstance(fragment, SpendSlot) and self._closed(fragment):
+                return False
             return self._recover(fragment, Item(lane, key, version, payload), now)
         records = self._sites.get(origin)
         if records is None:
             if len(self._sites) >= MAX_SITES:
                 raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
             records = _SiteRecords()
+        if isinstance(fragment, SpendSlot):
+            if self._closed(fragment):
+                return False
+            counter = (fragment.tenant, fragment.window)
+            self._peer_spend.setdefault(counter, set()).add((origin, key))
         changed = self._merge(records, origin, fragment, now)
         records.last_received_at = now
         self._sites[origin] = records
         return changed
+
+    def _closed(self, slot: SpendSlot) -> bool:
+        # A window closed everywhere: its late items (relayed, resent by a site that
+        # restarted, or kept by a peer that never forgets) must not bring it back.
+        return self._horizon is not None and self._horizon.closes(slot.tenant, slot.window)
 
     def _apply_signals(
         self, origin: str, key: str, version: int, payload: bytes, now: float
@@ -584,7 +600,7 @@ class GridState:
             # A signals item of the layout before pages.
             self._recovered_register(fragment.name, now)
         if isinstance(fragment, SpendSlot):
-            self._spend_windows[key] = fragment.window
+            self._spend_windows[key] = (fragment.tenant, fragment.window)
         self._own_items[key] = item
         return True
 
@@ -697,6 +713,10 @@ class GridState:
             records.signals,
         )
 
+    def budget_counters(self) -> tuple[tuple[str, str], ...]:
+        """The (tenant, window) of every budget counter held, sorted."""
+        return self._ledger.counters()
+
     def budget_spend(self, tenant: str, window: str) -> int:
         """A tenant's known spend in ``window`` (micro-USD; a lower bound)."""
         return self._ledger.spend(tenant, window)
@@ -739,11 +759,34 @@ class GridState:
     def forget_budget_window(self, window: str) -> int:
         """Stop tracking an ended budget window (every tenant's counter and this site's
         items for it); how many counters were dropped."""
-        for key in [key for key, held in self._spend_windows.items() if held == window]:
-            del self._spend_windows[key]
-            del self._own_items[key]
-            self._dirty.discard(key)
+        for key in [key for key, held in self._spend_windows.items() if held[1] == window]:
+            self._drop_own_item(key)
+        for counter in [counter for counter in self._peer_spend if counter[1] == window]:
+            del self._peer_spend[counter]
         return self._ledger.forget_window(window)
+
+    def close_budget_windows(
+        self, horizon: BudgetHorizon
+    ) -> tuple[tuple[str, tuple[tuple[str, str], ...]], ...]:
+        """Forget the budget windows ``horizon`` closes (every site's counter and this
+        site's items for them) and merge no item of them from now on; returns, per peer,
+        the ``(lane, key)`` of its items for them, for the transport to forget too."""
+        self._horizon = horizon
+        closed = set(self._ledger.close(horizon))
+        if not closed:
+            return ()
+        for own in [own for own, held in self._spend_windows.items() if held in closed]:
+            self._drop_own_item(own)
+        by_site: dict[str, list[tuple[str, str]]] = {}
+        for counter in closed:
+            for site, key in sorted(self._peer_spend.pop(counter, ())):
+                by_site.setdefault(site, []).append((STATE_LANE, key))
+        return tuple((site, tuple(keys)) for site, keys in sorted(by_site.items()))
+
+    def _drop_own_item(self, key: tuple[str, str]) -> None:
+        del self._spend_windows[key]
+        del self._own_items[key]
+        self._dirty.discard(key)
 
     def prune_tombstones(self, before: float) -> int:
         """Drop tombstones of providers removed before ``before`` (writer's clock, seconds),

@@ -1,32 +1,14 @@
-"""Tenant budgets as one site sees them: the window a moment falls in, and each tenant's
-known spend in its current window against its cap. Pure: every function takes ``now``."""
+"""Tenant budgets as one site sees them: each tenant's known spend in its current window
+(grid.engine.windows) against its cap. Pure: every function takes ``now``."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from grid.crdt.state import GridState
-from grid.models.network import TenantBudget, TenantBudgetStatus
-
-
-def budget_window(budget: TenantBudget, now: datetime) -> tuple[str, datetime]:
-    """The label and start of the window ``now`` falls in. Windows are aligned to the Unix
-    epoch, so every site of a mesh counts into the same window; the label is the one the
-    operator's status uses (``w<length>-<start>``, in seconds)."""
-    length = budget.window.seconds
-    start = math.floor(now.timestamp() / length) * length
-    return f"w{int(length)}-{int(start)}", datetime.fromtimestamp(start, UTC)
-
-
-def window_end(label: str) -> float | None:
-    """When (Unix seconds) the window of a :func:`budget_window` label ends; None for a
-    label of another form."""
-    length, _, start = label.removeprefix("w").partition("-")
-    if not (label.startswith("w") and length.isdigit() and start.isdigit()):
-        return None
-    return float(int(start) + int(length))
+from grid.engine.windows import budget_window
+from grid.models.budgets import TenantBudget, TenantBudgetStatus
 
 
 def budget_statuses(
@@ -36,14 +18,15 @@ def budget_statuses(
     site has heard of, a lower bound of the mesh's spend while a partition hides some."""
     found = []
     for budget in budgets:
-        label, start = budget_window(budget, now)
-        used = state.budget_spend(budget.tenant, label)
+        window = budget_window(budget, now)
+        used = sum(state.budget_spend(budget.tenant, label) for label in window.summed)
         found.append(
             TenantBudgetStatus(
                 tenant=budget.tenant,
                 used=used,
                 cap=budget.cap,
-                window_start=start,
+                window_start=window.start,
+                window_end=window.end,
                 exhausted=used >= budget.cap,
                 remaining=max(budget.cap - used, 0),
             )

@@ -50,6 +50,7 @@ from grid.engine.sites import SiteTrust, site_egress
 from grid.engine.spend import CountedSpend, SpendCounting
 from grid.engine.spend_checkpoint import SpendCheckpoint
 from grid.engine.targets import EgressSourceTarget, ObservationTarget, ProbeTarget, SpendTarget
+from grid.engine.windows import spend_horizon
 from grid.errors import (
     ConfigError,
     CrdtDecodeError,
@@ -94,7 +95,8 @@ class RefreshResult:
     forgotten: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = ()
     """Sites whose records this refresh dropped, each with the ``(lane, key)`` of the
     items they came from: the transport forgets them too, and takes them back when the
-    site is back."""
+    site is back. Also, per site, its spend items of budget windows closed everywhere
+    (grid.engine.windows), which the engine no longer merges."""
     next_render_at: datetime | None = None
     """When a change already taken in is due to be rendered (its render interval is not
     over yet): refresh then. None when every change so far is rendered."""
@@ -310,7 +312,7 @@ class SiteEngine:
 
     def commit_spend(self, counted: CountedSpend, now: datetime) -> None:
         """Count what :meth:`count_spend` found in this site's budget slots."""
-        self._spend.commit(counted, self._state, now)
+        self._spend.commit(counted, self._state, self.network, now)
 
     def restore_spend(self, checkpoint: SpendCheckpoint) -> None:
         """Go on from the spend checkpoint of this site's previous life (before its first
@@ -433,6 +435,8 @@ class SiteEngine:
         ttl = self.network.spec.stale_candidate_ttl_seconds
         for site in sites_to_forget(self._state, self._members.view, ttl, now):
             self._forget(site)
+        horizon = spend_horizon(self.network.spec.budgets, now)
+        self._forgotten.extend(self._state.close_budget_windows(horizon))
         if not self.network.spec.grid_id:
             self._grid_id = adopted_grid_id(self._grid_id, self._members.view, self._state)
         self._spend.resume_into(self._state, now)

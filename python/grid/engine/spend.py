@@ -20,11 +20,12 @@ from types import MappingProxyType
 
 from grid.crdt.codec import MAX_SAFE_INT
 from grid.crdt.state import GridState
-from grid.engine.budgets import budget_window, window_end
 from grid.engine.events import clip
 from grid.engine.spend_checkpoint import Slot, SourceBaseline, SpendCheckpoint
 from grid.engine.targets import SpendTarget
-from grid.models.network import GridNetwork, TenantBudget
+from grid.engine.windows import budget_window, spend_horizon
+from grid.models.budgets import TenantBudget
+from grid.models.network import GridNetwork
 from grid.models.provider import ScrapeStatus
 from grid.models.selectors import selector_matches
 from grid.models.site import GridSite
@@ -33,8 +34,9 @@ from grid.observe.counters import SeriesKey, advance, read_counter
 from grid.observe.scrape import ScrapeResult
 
 WINDOW_GRACE_S = 3600.0
-"""How long after its window ended a slot (and a carried fraction) stays in the checkpoint:
-long enough for its last value to have been published."""
+"""How long after its window closed (grid.engine.windows.spend_horizon) a slot and a
+carried fraction stay in the checkpoint: long enough for its last value to have been
+published."""
 
 Key = tuple[str, str]
 """(tenant, window label): one budget counter."""
@@ -167,15 +169,17 @@ class SpendCounting:
             if other.baseline is not None and name != source
         }
         sources[source] = SourceBaseline(held.reads, baseline)
-        cutoff = now.timestamp() - WINDOW_GRACE_S
+        kept = spend_horizon(network.spec.budgets, now, WINDOW_GRACE_S)
         checkpoint = SpendCheckpoint(
             self._site,
             epoch,
-            tuple((t, w, value) for (t, w), value in sorted(slots.items()) if _open(w, cutoff)),
+            tuple(
+                (t, w, value) for (t, w), value in sorted(slots.items()) if not kept.closes(t, w)
+            ),
             tuple(
                 (t, w, part)
                 for (t, w), part in sorted({**self._carry, **carry}.items())
-                if part and _open(w, cutoff)
+                if part and not kept.closes(t, w)
             ),
             MappingProxyType(sources),
         )
@@ -202,7 +206,7 @@ class SpendCounting:
             budget = budgets.get(tenant)
             if budget is None or budget.unit != config.unit:
                 continue  # not budgeted in this unit: the baseline still moves on
-            window, _ = budget_window(budget, now)
+            window = budget_window(budget, now).counting
             key = (tenant, window)
             total = increase * config.scale + self._carry.get(key, 0.0)
             whole = math.floor(total)
@@ -214,15 +218,17 @@ class SpendCounting:
                 amounts[key] = whole
         return amounts, carry, problems
 
-    def commit(self, counted: CountedSpend, state: GridState, now: datetime) -> None:
+    def commit(
+        self, counted: CountedSpend, state: GridState, network: GridNetwork, now: datetime
+    ) -> None:
         """Count what :meth:`count` found (unless the source was reconfigured since)."""
         held = self._sources.get(counted.source)
         if held is None or held.reads != counted.reads:
             return
         held.baseline = dict(counted.baseline)
         self._carry.update(counted.carry)
-        cutoff = now.timestamp() - WINDOW_GRACE_S
-        self._carry = {key: part for key, part in self._carry.items() if _open(key[1], cutoff)}
+        kept = spend_horizon(network.spec.budgets, now, WINDOW_GRACE_S)
+        self._carry = {key: part for key, part in self._carry.items() if not kept.closes(*key)}
         for (tenant, window), amount in counted.amounts.items():
             state.add_spend(tenant, window, amount, now.timestamp())
 
@@ -254,8 +260,3 @@ class SpendCounting:
             epoch, slots = self._resume
             self._resume = None
             state.resume_spend(epoch, slots, now.timestamp())
-
-
-def _open(window: str, cutoff: float) -> bool:
-    end = window_end(window)
-    return end is None or end > cutoff

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grid.models.budgets import ONE_WINDOW
 from grid.models.fields import (
     HOST_PORT_IPV6,
     HOST_PORT_NAME_LENGTH,
@@ -95,6 +96,9 @@ REVIEWED: Review = Review(
             within(60, 366 * 86400).rule,
             within(0, 10).rule,
             within(1, 3600).rule,
+            # ONE_WINDOW: 0.2.0's CRD required window and dropped the unknown fields
+            # calendar and rolling, so every stored budget has exactly one window
+            ONE_WINDOW,
             # GridSite (ADDRESS_OR_FROM refuses an egress without an address: 0.2.0's CRD
             # required one, and dropped the unknown field from, so every stored egress has
             # an address and no from)

@@ -9,10 +9,10 @@ from typing import Annotated, Any, Literal, Protocol, Self
 
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_validator
 
+from grid.models.budgets import TenantBudget, TenantBudgetStatus
 from grid.models.common import GridModel, ScoringConfig
 from grid.models.conditions import Conditions
 from grid.models.fields import (
-    DNS_LABEL_PATTERN,
     HEX64_PATTERN,
     LIST_SET,
     NO_WHITESPACE,
@@ -21,7 +21,6 @@ from grid.models.fields import (
     Duration,
     HostPort,
     SecretKey,
-    Token,
     Topology,
     list_map,
     unique_by,
@@ -258,23 +257,6 @@ class TlsSettings(GridModel):
     )
 
 
-class TenantBudget(GridModel):
-    """A tenant's spending cap over a rolling window, counted with a G-Counter across
-    sites (under a partition each site sees a lower bound)."""
-
-    tenant: Token
-    cap: int = Field(ge=0, le=2**53, description="Budget in whole units per window.")
-    window: Annotated[Duration, within(60, 366 * 86400)] = Field(
-        description="Window length, e.g. 24h."
-    )
-    unit: str = Field(
-        "tokens",
-        pattern=DNS_LABEL_PATTERN,
-        max_length=63,
-        description="What the cap counts (tokens, requests, microdollars, ...).",
-    )
-
-
 class SignalPublishing(GridModel):
     """When a site republishes a provider's load signals to its peers.
 
@@ -360,17 +342,6 @@ class GatewayOverlayStatus(GridModel):
     candidates: int = Field(0, ge=0)
     rendered_at: AwareDatetime | None = None
     message: str = Field("", max_length=4096, description="Why the last render was refused.")
-
-
-class TenantBudgetStatus(GridModel):
-    """Spending of one tenant in the current window."""
-
-    tenant: Token
-    used: int = Field(ge=0, description="Units used in the current window (lower bound).")
-    cap: int = Field(ge=0)
-    window_start: AwareDatetime | None = None
-    exhausted: bool = False
-    remaining: int | None = Field(None, ge=0, description="cap - used, 0 once exhausted.")
 
 
 class GridNetworkStatus(GridModel):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from grid.models.budgets import TenantBudgetStatus
 from grid.models.conditions import Condition, ConditionUpdate, set_condition
 from grid.models.meta import ObjectMeta
 from grid.models.network import (
@@ -21,7 +22,6 @@ from grid.models.network import (
     GridNetwork,
     GridNetworkSpec,
     GridNetworkStatus,
-    TenantBudgetStatus,
 )
 from grid.models.phases import (
     Event,

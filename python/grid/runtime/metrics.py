@@ -32,7 +32,8 @@ from prometheus_client.registry import Collector
 
 from grid import _native
 from grid.errors import GridError
-from grid.models.network import GridNetworkStatus, TenantBudget
+from grid.models.budgets import TenantBudget
+from grid.models.network import GridNetworkStatus
 
 if TYPE_CHECKING:
     from grid.engine import GatewayOverlay, SiteEngine
@@ -374,7 +375,8 @@ FAMILIES: dict[str, Family] = {
             "grid_budget_spent",
             "A tenant's spend in its budget's current window as this site knows it (every "
             "site's slots it has heard of: a lower bound while a partition hides some), in "
-            "the budget's unit. window: the budget's window length as written.",
+            "the budget's unit. window: the budget's window as written (24h; month in "
+            "Europe/Paris; 24h rolling by 1h).",
             "tenant",
             "window",
         ),
@@ -738,7 +740,7 @@ def add_budgets(
     out: Exposition, network: str, status: GridNetworkStatus, budgets: Sequence[TenantBudget]
 ) -> None:
     """Each tenant's spend, cap and what remains, as of the network's last status."""
-    windows = {budget.tenant: budget.window.text for budget in budgets}
+    windows = {budget.tenant: budget.window_name for budget in budgets}
     for budget in status.budgets:
         labels = (network, budget.tenant, windows.get(budget.tenant, ""))
         out.add("grid_budget_spent", labels, budget.used)
