@@ -144,6 +144,9 @@ def test_a_cert_manager_secret_is_read_and_its_renewal_taken_in_place(
         assert operator.process.poll() is None, "the same operator process"
         # It says it took the new certificate, naming its fingerprint (never the key).
         assert f"site certificate {renewed.fingerprint}" in operator.log_text()
+        # The SWIM node signs with it at once, renewed in place (peers never see it leave).
+        assert f"renewed site certificate {renewed.fingerprint}, no restart" in operator.log_text()
+        assert "restarting the node" not in operator.log_text()
 
         # A renewal the site cannot use (issued for another site) is refused with the
         # reason, and the certificate in use keeps serving, advertised as before.

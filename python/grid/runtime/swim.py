@@ -1,6 +1,6 @@
 """Driving a network's SWIM node: started from a plan, a keyring and the site's
-credentials, restarted when the plan or the credentials change, its keyring rotated and
-its pins replaced in place, its events (membership changes, received items, name
+credentials, restarted when the plan changes, its credentials renewed, its keyring rotated
+and its pins replaced in place, its events (membership changes, received items, name
 conflicts) fed to the engine and the engine's items published.
 
 A member comes back to life in the engine by an event (a rejoin carries a newer
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -202,7 +203,7 @@ class SwimDriver:
     ) -> None:
         """Run a node with ``plan``, ``keyring`` and ``credentials`` (the site's certificate
         and key, and the network CA), pinning what the engine's GridSites pin: start it,
-        restart it for a new plan or new credentials, or rotate its keys and replace its
+        restart it for a new plan, or renew its credentials, rotate its keys and replace its
         pins in place.
 
         New credentials the node would refuse leave the running node as it is. A node that
@@ -212,7 +213,8 @@ class SwimDriver:
         pins = swim_pins(engine.site_pins())
         if self.node is not None:
             identity = self._acceptable(engine.site, keyring, identity, pins)
-            if (plan, identity) != (self._plan, self._credentials):
+            renewal = identity != self._credentials
+            if plan != self._plan or (renewal and self.conflict is not None):
                 what = "settings" if plan != self._plan else "site certificate"
                 self._log.info("%s: SWIM %s changed, restarting the node", self._prefix, what)
                 await self.stop(leave=True)
@@ -221,6 +223,8 @@ class SwimDriver:
         if self.node is None:
             await self._start(engine, plan, keyring, identity, pins)
         elif self.conflict is None:
+            if identity != self._credentials:
+                self._renew(identity, pins)
             if keyring != self._keys:
                 self._rotate(keyring)
             if pins != self._pins:
@@ -327,6 +331,29 @@ class SwimDriver:
         self._rotation_error = None
         self._keys = keyring
         self._notices.say("rotation", f"keyring is now {', '.join(node.key_ids())}")
+
+    def _renew(self, identity: SwimCredentials, pins: Pins) -> None:
+        """Signs with ``identity`` from now on, without a restart: peers switch to the new
+        certificate as its ``HELLO`` reaches them, and what the site signed before stays
+        verifiable until it has signed it again."""
+        node = self.node
+        if node is None:
+            return
+        try:
+            node.renew(replace(identity, pins=pins))
+        except GridError as error:
+            # Checked just before (_acceptable); a node that refuses now keeps what it has.
+            self._replacement_error = (
+                f"the new site certificate is not used, the node keeps the current one: {error}"
+            )
+            self._notices.say("credentials", self._replacement_error, logging.ERROR)
+            return
+        self._credentials, self._pins = identity, pins
+        self._replacement_error = None
+        leaf = hashlib.sha256(identity.certificate_chain[0]).hexdigest()
+        self._notices.say(
+            "credentials", f"SWIM signs with the renewed site certificate {leaf}, no restart"
+        )
 
     def _set_pins(self, pins: Pins) -> None:
         node = self.node
