@@ -118,8 +118,10 @@ def test_a_site_restarted_with_a_renewed_certificate_loses_no_spend(sites: list[
     # The first life's slot was signed again by the restarted site, under its new key.
     assert c.stats()["items_signed_again"] >= 1
     wait_until(
-        lambda: a.stats()["items_signatures_renewed"] >= 1
-        and b.stats()["items_signatures_renewed"] >= 1,
+        lambda: (
+            a.stats()["items_signatures_renewed"] >= 1
+            and b.stats()["items_signatures_renewed"] >= 1
+        ),
         10,
         "the sites that stayed up take the renewed signature",
     )
