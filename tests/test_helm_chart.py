@@ -28,6 +28,7 @@ from support.helm import CHART, REPO, Helm, HelmError, helm_binary
 MONITORING = REPO / "deploy" / "monitoring"
 BASE_NAMESPACE = "grid-system"
 OPERATOR = "grid-operator"
+TOKEN_WRITER_ROLE = "grid-operator-token-writer"
 NAMESPACED_ROLE = "grid-operator-namespaced"
 # The labels the chart adds to every object, after Helm's conventions.
 RELEASE_LABELS = frozenset(
@@ -250,7 +251,27 @@ def test_each_watched_namespace_gets_one_rolebinding_to_the_namespaced_role(helm
     assert {role["metadata"]["name"] for role in of_kind(rendered, "ClusterRole")} == {
         OPERATOR,
         NAMESPACED_ROLE,
+        TOKEN_WRITER_ROLE,
     }
+
+
+def test_each_token_namespace_gets_one_rolebinding_to_the_token_writer(helm: Helm) -> None:
+    rendered = helm.template(
+        {"tokenNamespaces": ["gateways", "vertex", "gateways"]}, namespace="grid-example"
+    )
+    bindings = [
+        b for b in of_kind(rendered, "RoleBinding") if b["roleRef"]["name"] == TOKEN_WRITER_ROLE
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["gateways", "vertex"]
+    assert {b["metadata"]["name"] for b in bindings} == {TOKEN_WRITER_ROLE}
+    writer = next(
+        r for r in of_kind(rendered, "ClusterRole") if r["metadata"]["name"] == TOKEN_WRITER_ROLE
+    )
+    assert writer["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]}
+    ]
+    default = helm.template(namespace="grid-example")
+    assert all(b["roleRef"]["name"] != TOKEN_WRITER_ROLE for b in of_kind(default, "RoleBinding"))
 
 
 def test_the_image_values_land_in_the_deployment(helm: Helm) -> None:

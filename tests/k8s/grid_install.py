@@ -35,8 +35,9 @@ INSTALLED_KINDS = frozenset(
 
 
 def shipped_manifests(scratch: Path) -> list[Manifest]:
-    """``deploy/base`` as kustomize builds it, plus the RoleBinding docs/install.md has a
-    user create in each gateway namespace (and that namespace)."""
+    """``deploy/base`` as kustomize builds it, plus the RoleBindings docs/install.md has a
+    user create in each gateway namespace (and that namespace): the namespaced role's, and
+    the token writer's (the gateways' namespace holds the tests' Oauth2 Secrets)."""
     base = build(installable_copy(REPO, scratch) / "deploy" / "base")
     gateways: Manifest = {
         "apiVersion": "v1",
@@ -54,7 +55,18 @@ def shipped_manifests(scratch: Path) -> list[Manifest]:
         },
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
     }
-    return [*base, gateways, binding]
+    writer: Manifest = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "grid-operator-token-writer", "namespace": GATEWAY_NAMESPACE},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "grid-operator-token-writer",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
+    }
+    return [*base, gateways, binding, writer]
 
 
 def shipped_permissions(scratch: Path) -> Permissions:

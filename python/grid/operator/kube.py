@@ -59,6 +59,10 @@ GATEWAY_API: Final = ("gateway.networking.k8s.io", "v1")
 _RETRIED_STATUSES: Final = frozenset({429, 500, 502, 503, 504})
 
 
+async def _created_before() -> JsonObject:
+    return {}
+
+
 class _NoBodies(logging.Filter):
     """Drops the generated client's ``response body: ...`` debug lines: a Secret's body
     holds its values, and no log level may reveal them."""
@@ -137,7 +141,7 @@ class KubeApi:
             api, self._api = self._api, None
             await api.close()
 
-    # -- Secrets (read-only) --------------------------------------------------------------
+    # -- Secrets (read; written only for the tokens Grid mints) -----------------------------
 
     async def read_secret(self, namespace: str, name: str) -> Mapping[str, str] | None:
         """The Secret's ``data`` (base64 text per key), or None when it does not exist. The
@@ -152,6 +156,56 @@ class KubeApi:
             return None
         data = found.get("data")
         return dict(data) if isinstance(data, Mapping) else {}
+
+    async def put_owned_secret(
+        self, namespace: str, name: str, labels: Mapping[str, str], data: Mapping[str, str]
+    ) -> None:
+        """Create the Secret with ``labels`` and ``data`` (base64 text per key), or replace
+        its data when it exists and carries ``labels``. A Secret of that name without them
+        is someone else's: it is left as it is, and :class:`KubernetesApiError` says so."""
+        core = self._core()
+        subject = f"secret {namespace}/{name}"
+        found = await self._call(
+            "read",
+            subject,
+            lambda timeout: core.read_namespaced_secret(name, namespace, _request_timeout=timeout),
+        )
+        if found is None:
+            body: JsonObject = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "Opaque",
+                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels)},
+                "data": dict(data),
+            }
+            await self._call(
+                "create",
+                subject,
+                lambda timeout: core.create_namespaced_secret(
+                    namespace, body, _request_timeout=timeout
+                ),
+                # A retried create that conflicts: the first attempt created it.
+                on_retried_conflict=_created_before,
+            )
+            return
+        present = (found.get("metadata") or {}).get("labels") or {}
+        del found  # its data is the previous value
+        if any(present.get(label) != value for label, value in labels.items()):
+            raise KubernetesApiError(
+                f"{subject} exists and is not Grid's (it lacks Grid's labels): not overwritten",
+                409,
+            )
+        await self._call(
+            "patch",
+            subject,
+            lambda timeout: core.patch_namespaced_secret(
+                name,
+                namespace,
+                {"data": dict(data)},
+                _content_type=MERGE_PATCH,
+                _request_timeout=timeout,
+            ),
+        )
 
     # -- ConfigMaps -----------------------------------------------------------------------
 

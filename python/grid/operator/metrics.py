@@ -11,12 +11,14 @@ outcomes: never a key, a token or anything read from a Secret.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from grid.runtime.metrics import GridCollector, NetworkView, ScrapedSwimDriver
+from grid.runtime.metrics import Exposition, GridCollector, NetworkView, ScrapedSwimDriver
+from grid.runtime.tokens import CREDENTIAL_EXPIRY_FAMILY, TokenMinters
 
 if TYPE_CHECKING:
     from grid.engine import GatewayOverlay, SiteEngine
@@ -44,6 +46,9 @@ class ScrapedNetwork(Protocol):
 
     @property
     def network_status(self) -> GridNetworkStatus | None: ...
+
+    @property
+    def tokens(self) -> TokenMinters: ...
 
     def write_message(self, namespace: str, gateway: str) -> str:
         """Why the gateway's ConfigMaps could not be written ("" when they were)."""
@@ -96,8 +101,24 @@ class OperatorMetrics:
     def watch(self, runtimes: Callable[[], Iterable[ScrapedNetwork]]) -> None:
         """Report Grid's families (:mod:`grid.runtime.metrics`) for the networks
         ``runtimes`` returns, read at every scrape."""
+
+        def minted(out: Exposition) -> None:
+            now = datetime.now(UTC)
+            for runtime in sorted(runtimes(), key=lambda r: r.name):
+                for provider, expires_at in sorted(runtime.tokens.expiries(now).items()):
+                    out.add(
+                        CREDENTIAL_EXPIRY_FAMILY.name,
+                        (runtime.name, provider),
+                        expires_at.timestamp(),
+                    )
+
         self.registry.register(
-            GridCollector("operator", lambda: [_view(runtime) for runtime in runtimes()])
+            GridCollector(
+                "operator",
+                lambda: [_view(runtime) for runtime in runtimes()],
+                extra_families=(CREDENTIAL_EXPIRY_FAMILY,),
+                extra=minted,
+            )
         )
 
 

@@ -61,11 +61,13 @@ from grid.operator.status import (
     rejected_network,
     with_spec_condition,
 )
+from grid.operator.tokens import operator_io
 from grid.operator.writes import ConfigMapWriter, StatusWriter
 from grid.runtime.notices import Notices
 from grid.runtime.observers import Observers
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import SwimDriver, SwimPlan
+from grid.runtime.tokens import TokenMinters
 from grid.trust.chain import NetworkCa
 
 _log = logging.getLogger("grid.operator")
@@ -126,6 +128,14 @@ class NetworkRuntime:
         self._credentials = CredentialChecks(
             shared.kube, metrics, self._notices, options.secret_refresh_s
         )
+        self.tokens = TokenMinters(
+            operator_io(shared.kube),
+            shared.session,
+            where=f"network {name}",
+            on_change=self.wake,
+            now=utc_now,
+        )
+        self._minting: asyncio.Task[None] | None = None
         self._configmaps = ConfigMapWriter(
             name,
             shared.kube,
@@ -203,6 +213,9 @@ class NetworkRuntime:
         """Start the reconcile loop (on the running event loop)."""
         if self._main is None and not self._stopped:
             self._main = asyncio.create_task(self._loop(), name=f"grid-network-{self.name}")
+            self._minting = asyncio.create_task(
+                self.tokens.loop(), name=f"grid-network-{self.name}-tokens"
+            )
 
     async def stop(self, *, leave: bool = True) -> None:
         """Stop every loop; ``leave`` tells peers this site is going, otherwise it vanishes
@@ -210,10 +223,11 @@ class NetworkRuntime:
         if self._stopped:
             return
         self._stopped = True
-        if self._main is not None:
-            self._main.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._main
+        for task in (self._main, self._minting):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._observers.stop()
         await self.mesh.stop(leave=leave)
         self._shared.ports.release(self.name)
@@ -290,6 +304,11 @@ class NetworkRuntime:
         self._tell_conflicts(entry)
         engine.set_config_error(self._config_error(entry))
         await self._credentials.check(engine, moment)
+        self.tokens.follow(engine.own_providers)
+        for provider in engine.credential_refs():
+            if self.tokens.minting(provider):
+                # Judged at each pass: a token that lapsed since withdraws the provider now.
+                engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
         self._observers.follow(engine)
         self._observers.probe_due_sites(engine, now)
         self.mesh.sync_members(engine, now)

@@ -206,8 +206,9 @@ class TokenMinters:
                 continue
             source, sink = self._io(plan)
             minters[name] = TokenMinter(f"{self._where} {name}", plan, source, sink)
-        self._minters = minters
-        self._changed.set()
+        if minters != self._minters:
+            self._minters = minters
+            self._changed.set()
 
     def minting(self, provider: str) -> bool:
         return provider in self._minters
