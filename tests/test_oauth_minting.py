@@ -7,6 +7,7 @@ client's debug logs included."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,8 @@ import pytest
 from grid.errors import CredentialMaterialError
 from grid.models.oauth2 import OAuth2Settings
 from grid.models.phases import CredentialState
-from grid.runtime.tokens import MintingPlan, TokenMinter
+from grid.models.resources import load_resource
+from grid.runtime.tokens import MintingPlan, TokenMinter, TokenMinters
 from support.canary import Canaries
 from support.oauth_keys import SERVICE_ACCOUNT, ec_key, pem, rsa_key, service_account_file
 from support.token_server import Mode, TokenServer
@@ -251,3 +253,66 @@ async def test_no_secret_or_token_reaches_the_logs_even_at_debug(
     canaries.assert_absent(caplog.text, "the logs")
     canaries.assert_absent(made.health.verdict(T0)[1], "the condition")
     canaries.assert_absent(repr(made.health), "the health's repr")
+
+
+async def test_the_minters_loop_survives_an_attempt_that_breaks(server: TokenServer) -> None:
+    def provider(name: str, secret_name: str) -> Any:
+        return load_resource(
+            {
+                "apiVersion": "grid.praxis-proxy.io/v1alpha1",
+                "kind": "InferenceProvider",
+                "metadata": {"name": name},
+                "spec": {
+                    "gridNetworkRef": "mesh",
+                    "backendKind": "api_provider",
+                    "providerKind": "open_ai",
+                    "models": [{"name": "m"}],
+                    "endpoint": "https://api.example.com",
+                    "auth": {
+                        "strategy": "Oauth2",
+                        "secretRef": {"name": secret_name, "namespace": "grid", "key": "k"},
+                        "oauth2": {
+                            "grant": "ClientCredentials",
+                            "tokenUrl": server.url,
+                            "clientId": CLIENT,
+                        },
+                    },
+                },
+            }
+        )
+
+    written: dict[str, str] = {}
+
+    def io(plan: MintingPlan) -> tuple[Any, Any]:
+        async def source() -> bytes:
+            if plan.secret[1] == "broken":
+                raise RuntimeError(SECRET)  # a bug whose message quotes a secret
+            return SECRET.encode()
+
+        async def sink(token: str) -> None:
+            written[plan.output[1]] = token
+
+        return source, sink
+
+    changes = asyncio.Event()
+    minters = TokenMinters(
+        io, None, where="test", on_change=changes.set, now=lambda: datetime.now(UTC)
+    )
+    minters.follow([provider("good", "idp"), provider("bad", "broken")])
+    running = asyncio.create_task(minters.loop())
+    try:
+        async with asyncio.timeout(10):
+            while (
+                "grid-token-good" not in written
+                or minters.verdict("bad", datetime.now(UTC))[0] is CredentialState.MINTING
+            ):
+                changes.clear()
+                await changes.wait()
+    finally:
+        running.cancel()
+    now = datetime.now(UTC)
+    assert minters.verdict("good", now)[0] is CredentialState.MINTED
+    reason, message = minters.verdict("bad", now)
+    assert reason is CredentialState.TOKEN_REFUSED
+    assert "the attempt failed unexpectedly (RuntimeError)" in message and SECRET not in message
+    assert set(minters.expiries(now)) == {"good"}

@@ -92,7 +92,8 @@ def register(subparsers: Any) -> None:
         "--secrets-dir",
         type=Path,
         metavar="DIR",
-        help="mounted Secrets as NAMESPACE/NAME/KEY files, checked for presence (never read)",
+        help="mounted Secrets as NAMESPACE/NAME/KEY files: checked for presence (never read), "
+        "except an Oauth2 provider's, which its tokens are minted from",
     )
     parser.add_argument(
         "--http", metavar="HOST:PORT", help="serve /metrics, /healthz and /status here"

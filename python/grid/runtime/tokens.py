@@ -155,6 +155,11 @@ class TokenMinter:
         token = parse_token_response(reply.status, reply.body)
         return token.value, token.expires_in_s
 
+    def fail_unexpectedly(self, error: str, now: datetime) -> None:
+        """An attempt ended with an unexpected ``error`` (a bug): counted as a failure, so
+        that the next attempt backs off like any other."""
+        self._failed(FailureKind.REFUSED, f"the attempt failed unexpectedly ({error})", now)
+
     def _failed(self, kind: FailureKind, problem: str, now: datetime) -> None:
         self.health = self.health.failed(kind, problem, now, self._draw())
         _log.warning(
@@ -177,7 +182,7 @@ class TokenMinters:
     def __init__(
         self,
         io: MinterIo,
-        session: aiohttp.ClientSession,
+        session: aiohttp.ClientSession | None,
         *,
         where: str,
         on_change: Callable[[], None],
@@ -232,7 +237,14 @@ class TokenMinters:
             now = self._now()
             due = [m for m in self._minters.values() if m.health.due(now)]
             if due:
-                await asyncio.gather(*(m.attempt(now, self._session) for m in due))
+                outcomes = await asyncio.gather(
+                    *(m.attempt(now, self._session) for m in due), return_exceptions=True
+                )
+                for minter, outcome in zip(due, outcomes, strict=True):
+                    if isinstance(outcome, Exception):
+                        # A bug must not stop the other providers' refreshes; the type only
+                        # (the message could quote what the attempt handled).
+                        minter.fail_unexpectedly(type(outcome).__name__, now)
                 self._on_change()
                 continue
             wait = IDLE_WAIT_S
