@@ -116,6 +116,7 @@ def check_site_credentials(
     private_key: bytes,
     trust_anchors: Sequence[bytes] = ...,
     pins: Mapping[str, Sequence[bytes]] = ...,
+    revoked: Sequence[bytes] = ...,
 ) -> None: ...
 
 @final
@@ -132,6 +133,7 @@ class SwimNode:
         private_key: bytes,
         trust_anchors: Sequence[bytes] = ...,
         pins: Mapping[str, Sequence[bytes]] = ...,
+        revoked: Sequence[bytes] = ...,
         advertise: str | None = None,
         probe_interval: float = 5.0,
         suspicion_timeout: float = 10.0,
@@ -149,6 +151,7 @@ class SwimNode:
         private_key: bytes,
         trust_anchors: Sequence[bytes] = ...,
         pins: Mapping[str, Sequence[bytes]] = ...,
+        revoked: Sequence[bytes] = ...,
     ) -> None: ...
     def forget(self, site: str, items: Sequence[tuple[str, str]]) -> None: ...
     def join(self, seeds: Sequence[str]) -> None: ...

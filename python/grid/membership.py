@@ -91,20 +91,23 @@ class SwimCredentials:
     ``certificate_chain`` is the site certificate (it must name the site as a DNS subject
     alternative name) then any intermediates; ``private_key`` its PKCS#8 key (ECDSA P-256 or
     Ed25519); ``trust_anchors`` the network CA certificates; ``pins`` the SHA-256
-    fingerprints pinned per site (two while a site's certificate rotates). A peer is heard
-    only once its certificate chains to an anchor, or matches its pin where it has one.
-    The repr names no key material.
+    fingerprints pinned per site (two while a site's certificate rotates); ``revoked`` the
+    SHA-256 fingerprints of certificates the network revoked. A peer is heard only once its
+    certificate chains to an anchor, or matches its pin where it has one, and is not
+    revoked. The repr names no key material.
     """
 
     certificate_chain: tuple[bytes, ...] = field(repr=False)
     private_key: bytes = field(repr=False)
     trust_anchors: tuple[bytes, ...] = field(default=(), repr=False)
     pins: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict, repr=False)
+    revoked: tuple[bytes, ...] = field(default=(), repr=False)
 
     def __repr__(self) -> str:
         return (
             f"SwimCredentials(certificates={len(self.certificate_chain)}, "
-            f"anchors={len(self.trust_anchors)}, pinned_sites={len(self.pins)})"
+            f"anchors={len(self.trust_anchors)}, pinned_sites={len(self.pins)}, "
+            f"revoked={len(self.revoked)})"
         )
 
     def native_pins(self) -> dict[str, list[bytes]]:
@@ -119,6 +122,7 @@ class SwimCredentials:
             self.private_key,
             list(self.trust_anchors),
             self.native_pins(),
+            list(self.revoked),
         )
 
 
@@ -326,6 +330,7 @@ class SwimNode:
             private_key=credentials.private_key,
             trust_anchors=list(credentials.trust_anchors),
             pins=credentials.native_pins(),
+            revoked=list(credentials.revoked),
             advertise=None if advertise is None else parse_address(advertise, "advertise address"),
             probe_interval=self.config.probe_interval,
             suspicion_timeout=self.config.suspicion_timeout,
@@ -397,7 +402,9 @@ class SwimNode:
         """Signs and verifies with ``credentials`` from now on, without a restart: a renewed
         site certificate and key, a new CA bundle (a CA rotation), new pins. Checked as the
         constructor checks them; refused with :class:`~grid.errors.SiteCredentialsError`,
-        and the node keeps the credentials it has. A new certificate is introduced to every
+        and the node keeps the credentials it has. Certificates newly listed in ``revoked``
+        are refused at once: their sites are taken out of the membership as if they had
+        left, and what those certificates signed is dropped. A new certificate is introduced to every
         member at once, and what the node signed under the previous one stays verifiable
         until it has signed it again (docs/security.md, "Certificate renewal")."""
         self._node.renew(
@@ -405,6 +412,7 @@ class SwimNode:
             credentials.private_key,
             list(credentials.trust_anchors),
             credentials.native_pins(),
+            list(credentials.revoked),
         )
 
     def join(self, seeds: Sequence[str]) -> None:

@@ -82,6 +82,21 @@ fn pins(pins: HashMap<String, Vec<Vec<u8>>>) -> PyResult<Pins> {
         .collect()
 }
 
+fn revoked(fingerprints: Vec<Vec<u8>>) -> PyResult<Vec<[u8; FINGERPRINT_LEN]>> {
+    fingerprints
+        .iter()
+        .map(|fingerprint| {
+            <[u8; FINGERPRINT_LEN]>::try_from(fingerprint.as_slice()).map_err(|_| {
+                SiteCredentialsError::new_err(format!(
+                    "a revoked certificate's fingerprint must be a {FINGERPRINT_LEN}-byte \
+                     SHA-256, got {} bytes",
+                    fingerprint.len()
+                ))
+            })
+        })
+        .collect()
+}
+
 fn lane(name: &str) -> PyResult<Lane> {
     Lane::from_name(name).ok_or_else(|| {
         BroadcastRefused::new_err(format!(
@@ -166,6 +181,7 @@ impl SwimNode {
         private_key,
         trust_anchors = Vec::new(),
         pins = HashMap::new(),
+        revoked = Vec::new(),
         advertise = None,
         probe_interval = 5.0,
         suspicion_timeout = 10.0,
@@ -184,6 +200,7 @@ impl SwimNode {
         private_key: Vec<u8>,
         trust_anchors: Vec<Vec<u8>>,
         pins: HashMap<String, Vec<Vec<u8>>>,
+        revoked: Vec<Vec<u8>>,
         advertise: Option<&str>,
         probe_interval: f64,
         suspicion_timeout: f64,
@@ -214,6 +231,7 @@ impl SwimNode {
             private_key,
             anchors: trust_anchors,
             pins: self::pins(pins)?,
+            revoked: self::revoked(revoked)?,
         };
         let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let node = Node::bind(settings, &keys, trust).map_err(node_error)?;
@@ -226,21 +244,24 @@ impl SwimNode {
     }
 
     /// Signs and verifies with these credentials from now on, without a restart (a renewed
-    /// site certificate and key, a new CA bundle, new pins); raises `SiteCredentialsError`
-    /// as the constructor would, and the node keeps its current credentials then.
-    #[pyo3(signature = (certificate_chain, private_key, trust_anchors = Vec::new(), pins = HashMap::new()))]
+    /// site certificate and key, a new CA bundle, new pins, revoked certificates); raises
+    /// `SiteCredentialsError` as the constructor would, and the node keeps its current
+    /// credentials then.
+    #[pyo3(signature = (certificate_chain, private_key, trust_anchors = Vec::new(), pins = HashMap::new(), revoked = Vec::new()))]
     fn renew(
         &self,
         certificate_chain: Vec<Vec<u8>>,
         private_key: Vec<u8>,
         trust_anchors: Vec<Vec<u8>>,
         pins: HashMap<String, Vec<Vec<u8>>>,
+        revoked: Vec<Vec<u8>>,
     ) -> PyResult<()> {
         let trust = NodeTrust {
             chain: certificate_chain,
             private_key,
             anchors: trust_anchors,
             pins: self::pins(pins)?,
+            revoked: self::revoked(revoked)?,
         };
         self.node.renew(trust).map_err(node_error)
     }
@@ -391,6 +412,7 @@ impl SwimNode {
             ("items_signed_again", d.items_signed_again),
             ("renewals", d.renewals),
             ("earlier_certificates", d.earlier_certificates as u64),
+            ("members_revoked", d.members_revoked),
             ("previous_key_messages", d.session.previous_key_messages),
             ("name_conflicts", d.name_conflicts),
             ("members_unverified", d.members_unverified),
@@ -572,19 +594,21 @@ impl SwimNode {
 /// they say: raises `SiteCredentialsError` (or `SwimConfigError` for a bad site name) as
 /// `SwimNode` would, without binding anything.
 #[pyfunction]
-#[pyo3(signature = (site, certificate_chain, private_key, trust_anchors = Vec::new(), pins = HashMap::new()))]
+#[pyo3(signature = (site, certificate_chain, private_key, trust_anchors = Vec::new(), pins = HashMap::new(), revoked = Vec::new()))]
 fn check_site_credentials(
     site: &str,
     certificate_chain: Vec<Vec<u8>>,
     private_key: Vec<u8>,
     trust_anchors: Vec<Vec<u8>>,
     pins: HashMap<String, Vec<Vec<u8>>>,
+    revoked: Vec<Vec<u8>>,
 ) -> PyResult<()> {
     let trust = NodeTrust {
         chain: certificate_chain,
         private_key,
         anchors: trust_anchors,
         pins: self::pins(pins)?,
+        revoked: self::revoked(revoked)?,
     };
     trust
         .check(site, wall_clock())

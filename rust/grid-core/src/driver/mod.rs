@@ -226,6 +226,9 @@ pub struct DriverStats {
     /// Earlier certificates of sites kept now (each vouches for items held that its key
     /// signed).
     pub earlier_certificates: usize,
+    /// Live identities taken out of the membership because their site's certificate was
+    /// revoked.
+    pub members_revoked: u64,
     pub members: usize,
     /// Items waiting to be gossiped: in the relay queue and held by foca.
     pub broadcast_backlog: usize,

@@ -27,7 +27,9 @@ use arc_swap::ArcSwap;
 
 use crate::driver::config::{ConfigError, SwimConfig};
 use crate::driver::{Driver, DriverStats, Event, MemberView, Transmit};
-use crate::identity::auth::{AuthError, Authority, Pins, SiteCredentials, TrustPolicy};
+use crate::identity::auth::{
+    AuthError, Authority, Pins, SiteCredentials, TrustPolicy, FINGERPRINT_LEN,
+};
 use crate::identity::{validate_site, Interner, NodeId, SiteNameError};
 use crate::lanes::{Item, Lane, PublishError};
 use crate::wire::frame::{DropReason, Keyring, KeyringError, MAX_FRAME_LEN};
@@ -70,6 +72,8 @@ pub struct NodeTrust {
     pub anchors: Vec<Vec<u8>>,
     /// Pinned SHA-256 fingerprints of site certificates, by site name.
     pub pins: Pins,
+    /// SHA-256 fingerprints of revoked site certificates.
+    pub revoked: Vec<[u8; FINGERPRINT_LEN]>,
 }
 
 impl fmt::Debug for NodeTrust {
@@ -78,6 +82,7 @@ impl fmt::Debug for NodeTrust {
             .field("chain", &self.chain.len())
             .field("anchors", &self.anchors.len())
             .field("pins", &self.pins.len())
+            .field("revoked", &self.revoked.len())
             .finish_non_exhaustive()
     }
 }
@@ -310,7 +315,9 @@ impl NodeTrust {
     /// [`Node::bind`] checks them, at wall-clock time `now`.
     pub fn check(self, site: &str, now: Duration) -> Result<Authority, NodeError> {
         validate_site(site).map_err(NodeError::Site)?;
-        let policy = TrustPolicy::new(&self.anchors, self.pins).map_err(NodeError::Credentials)?;
+        let policy = TrustPolicy::new(&self.anchors, self.pins)
+            .map_err(NodeError::Credentials)?
+            .with_revoked(self.revoked);
         let credentials = SiteCredentials::new(site, self.chain, &self.private_key, &policy, now)
             .map_err(NodeError::Credentials)?;
         let hello_len = 1

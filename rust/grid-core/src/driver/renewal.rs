@@ -1,10 +1,13 @@
 //! A site's certificate over its life, the driver's part (docs/security.md, "Certificate
 //! renewal"): pins replaced, the node's own certificate renewed in place, its own items
-//! held under an earlier key signed again under the current one, and earlier certificates
-//! forgotten once they vouch for nothing held or no longer pass the trust policy.
+//! held under an earlier key signed again under the current one, earlier certificates
+//! forgotten once they vouch for nothing held or no longer pass the trust policy, and
+//! revoked certificates' sites and items dropped.
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use foca::{Member, State};
 
 use crate::identity::auth::{Authority, Pins, FINGERPRINT_LEN, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::lanes::keys::Role;
@@ -33,7 +36,7 @@ impl Driver {
     /// longer matches stops vouching for what it signed.
     pub fn set_pins(&mut self, pins: Pins) {
         let forgotten = self.session.set_pins(pins);
-        self.forget_certificates(forgotten);
+        self.forget_certificates(Duration::ZERO, forgotten, &mut NoTransmit);
     }
 
     /// Signs and verifies with `authority` from now on, without a restart (a renewed
@@ -49,8 +52,9 @@ impl Driver {
         out: &mut O,
     ) -> Result<(), Unsigned> {
         let renewed = self.session.renew(now, authority).ok_or(Unsigned)?;
-        self.forget_certificates(renewed.forgotten);
+        self.forget_certificates(now, renewed.forgotten, out);
         let Some(key) = renewed.key else {
+            self.settle(now);
             return Ok(());
         };
         let own = self.foca.identity().site().clone();
@@ -70,14 +74,51 @@ impl Driver {
 
     /// Takes what the session forgot out of the store: a site's current certificate with
     /// all its keys (its items wait for a certificate that passes), an earlier one alone.
-    fn forget_certificates(&mut self, forgotten: Vec<(Arc<str>, [u8; FINGERPRINT_LEN], bool)>) {
-        let mut store = lock(&self.store);
+    /// A revoked certificate's items are dropped as a left site's are, and a site whose
+    /// current certificate is revoked is taken out of the membership as if it had left.
+    fn forget_certificates<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        forgotten: Vec<(Arc<str>, [u8; FINGERPRINT_LEN], bool)>,
+        out: &mut O,
+    ) {
         for (site, fingerprint, current) in forgotten {
-            if current {
-                store.distrust_origin(&site);
-            } else {
-                store.forget_earlier_key(&site, &fingerprint);
+            let revoked = self.session.is_revoked(&fingerprint);
+            {
+                let mut store = lock(&self.store);
+                if revoked {
+                    store.revoke_key(&site, &fingerprint);
+                }
+                if current {
+                    store.distrust_origin(&site);
+                } else {
+                    store.forget_earlier_key(&site, &fingerprint);
+                }
             }
+            if revoked && current {
+                self.drop_revoked_site(now, &site, out);
+            }
+        }
+    }
+
+    /// A site whose current certificate was revoked: nothing it said is taken as verified
+    /// any more, and its live identities are down as if they had left, so the host drops
+    /// its records. It comes back with a certificate the network trusts.
+    fn drop_revoked_site<O: Transmit + ?Sized>(&mut self, now: Duration, site: &str, out: &mut O) {
+        self.session.forget_identities(site);
+        let live: Vec<_> = self
+            .foca
+            .iter_membership_state()
+            .filter(|member| &**member.id().site() == site && member.state() != State::Down)
+            .map(|member| member.id().clone())
+            .collect();
+        for id in live {
+            self.stats.members_revoked += 1;
+            self.remember_left(&id);
+            let down = Member::new(id, 0, State::Down);
+            self.foca_call(now, out, |foca, rt| {
+                foca.apply_many(std::iter::once(down), true, rt)
+            });
         }
     }
 
@@ -133,4 +174,11 @@ impl Driver {
             self.session.forget_earlier(&site, &fingerprint);
         }
     }
+}
+
+/// Where nothing is sent: pins replaced between inputs send nothing.
+struct NoTransmit;
+
+impl Transmit for NoTransmit {
+    fn send(&mut self, _to: std::net::SocketAddr, _message: &[u8]) {}
 }

@@ -11,7 +11,7 @@
 //! a domain label followed by the signed bytes, so a message signature can never pass for
 //! an item signature or the other way round.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -70,6 +70,9 @@ pub enum AuthError {
     NoTrustAnchor(String),
     /// More certificates than [`MAX_CHAIN_LEN`], or none.
     BadChain(usize),
+    /// The network revoked this certificate (its fingerprint is listed): whatever it
+    /// signed is refused, and what it signed before is dropped.
+    Revoked(String),
 }
 
 impl fmt::Display for AuthError {
@@ -82,6 +85,11 @@ impl fmt::Display for AuthError {
             AuthError::UnsupportedKey => f.write_str(
                 "the certificate's key is neither ECDSA P-256 nor Ed25519; SWIM signatures \
                  need one of those",
+            ),
+            AuthError::Revoked(site) => write!(
+                f,
+                "the certificate of site {site:?} is revoked by the network; the site needs a \
+                 new certificate"
             ),
             AuthError::KeyMismatch => {
                 f.write_str("the site private key does not belong to the site certificate")
@@ -247,6 +255,8 @@ impl fmt::Debug for Signer {
 pub struct TrustPolicy {
     anchors: Vec<TrustAnchor<'static>>,
     pins: Pins,
+    /// Fingerprints of revoked certificates: refused whatever vouches for them.
+    revoked: HashSet<[u8; FINGERPRINT_LEN]>,
 }
 
 /// Pinned certificate fingerprints, by site name.
@@ -257,6 +267,7 @@ impl fmt::Debug for TrustPolicy {
         f.debug_struct("TrustPolicy")
             .field("anchors", &self.anchors.len())
             .field("pins", &self.pins.len())
+            .field("revoked", &self.revoked.len())
             .finish()
     }
 }
@@ -272,7 +283,25 @@ impl TrustPolicy {
                     .map_err(|err| AuthError::BadCertificate(format!("CA certificate: {err}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(TrustPolicy { anchors, pins })
+        Ok(TrustPolicy {
+            anchors,
+            pins,
+            revoked: HashSet::new(),
+        })
+    }
+
+    /// The same policy refusing the certificates with these SHA-256 fingerprints.
+    pub fn with_revoked(
+        mut self,
+        revoked: impl IntoIterator<Item = [u8; FINGERPRINT_LEN]>,
+    ) -> Self {
+        self.revoked = revoked.into_iter().collect();
+        self
+    }
+
+    /// Whether the certificate with this fingerprint is revoked.
+    pub fn is_revoked(&self, fingerprint: &[u8; FINGERPRINT_LEN]) -> bool {
+        self.revoked.contains(fingerprint)
     }
 
     /// Replaces the pinned fingerprints (site name → SHA-256 of its certificate).
@@ -312,6 +341,9 @@ impl TrustPolicy {
         }
         let mut fingerprint = [0u8; FINGERPRINT_LEN];
         fingerprint.copy_from_slice(digest(&SHA256, leaf_der.as_ref()).as_ref());
+        if self.revoked.contains(&fingerprint) {
+            return Err(AuthError::Revoked(site.to_owned()));
+        }
 
         let pinned = match self.pins.get(site) {
             Some(pins) if pins.is_empty() => false,

@@ -315,6 +315,24 @@ impl Session {
         })
     }
 
+    /// Whether the network revoked the certificate with this fingerprint.
+    pub fn is_revoked(&self, fingerprint: &[u8; FINGERPRINT_LEN]) -> bool {
+        match &self.authority {
+            Authority::Certified { policy, .. } => policy.is_revoked(fingerprint),
+            Authority::Unsigned => false,
+        }
+    }
+
+    /// Forgets every identity of `site` this session verified: gossip about them is not
+    /// taken until they introduce themselves again with a certificate that passes.
+    pub fn forget_identities(&mut self, site: &str) {
+        if let Some(identities) = self.identities.remove(site) {
+            for id in identities {
+                self.senders.remove(&id);
+            }
+        }
+    }
+
     /// The key verified for `site`'s current certificate, if any.
     pub fn key(&self, site: &str) -> Option<&PublicKey> {
         self.sites.get(site).map(|known| &known.current.key)

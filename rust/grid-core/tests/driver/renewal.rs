@@ -239,3 +239,63 @@ fn new_trust_anchors_alone_change_no_key_and_forget_sites_they_refuse() {
     assert!(holds(&c, b, "after-anchors", 1));
     assert!(!holds(&c, a, "after-anchors", 1));
 }
+
+fn fingerprint(der: &[u8]) -> [u8; 32] {
+    let digest = ring::digest::digest(&ring::digest::SHA256, der);
+    digest.as_ref().try_into().unwrap()
+}
+
+#[test]
+fn a_revoked_certificate_drops_its_site_as_left_and_its_items_until_it_comes_back_renewed() {
+    let (mut c, [a, b, s]) = three_sites();
+    c.publish(s, Lane::State, "slot/revoked", 1, b"spent");
+    c.run_until(Duration::from_secs(5), |c| {
+        held_everywhere(c, &[a, b], "slot/revoked")
+    });
+    let stolen = fingerprint(&c.issued[SITE].cert);
+    let identity = c.nodes[&s].identity().clone();
+    for (at, site) in [(a, "site-0"), (b, "site-1")] {
+        let issued = c.issued[site].clone();
+        let authority = c.ca.authority_revoking(site, issued, &[stolen]);
+        let mut out = Outbox::default();
+        let now = c.now;
+        c.nodes
+            .get_mut(&at)
+            .unwrap()
+            .renew(now, authority, &mut out)
+            .unwrap();
+        c.deliver(out);
+    }
+    for at in [a, b] {
+        let stats = c.nodes[&at].stats();
+        assert_eq!(stats.members_revoked, 1, "at {at}");
+        assert_eq!(stats.item_renewals.revoked_items, 1, "at {at}");
+        assert!(c.events[&at].contains(&Event::MemberLeft(identity.clone())));
+    }
+    // The revoked site keeps talking: nothing it says is taken.
+    let refused_before = total(&c, |n| n.session.dropped_untrusted_certificate);
+    c.publish(s, Lane::State, "slot/after-revocation", 1, b"spent");
+    c.run_for(Duration::from_secs(3));
+    for at in [a, b] {
+        assert!(!holds(&c, at, "slot/after-revocation", 1));
+        assert_ne!(
+            c.state_of(at, s).map(|state| state.0),
+            Some(MemberState::Alive)
+        );
+    }
+    assert!(total(&c, |n| n.session.dropped_untrusted_certificate) > refused_before);
+
+    // Back with a fresh certificate: taken in, its items taken again.
+    c.crashed.insert(s);
+    let fresh = c.ca.renew(SITE, 2);
+    c.issued.insert(SITE.to_owned(), fresh);
+    let s = c.add(2, 2);
+    c.join(s, a);
+    c.publish(s, Lane::State, "slot/back", 1, b"spent");
+    c.run_until(Duration::from_secs(10), |c| {
+        held_everywhere(c, &[a, b], "slot/back")
+            && [a, b]
+                .iter()
+                .all(|n| matches!(c.state_of(*n, s), Some((MemberState::Alive, g)) if g >= 2))
+    });
+}

@@ -71,6 +71,23 @@ impl TestCa {
         self.authority_of(site, self.issue(site))
     }
 
+    /// The authority of a site that holds `issued` and refuses the certificates with these
+    /// fingerprints.
+    pub fn authority_revoking(
+        &self,
+        site: &str,
+        issued: Issued,
+        revoked: &[[u8; 32]],
+    ) -> Authority {
+        let policy = self.policy().with_revoked(revoked.iter().copied());
+        let credentials =
+            SiteCredentials::new(site, vec![issued.cert], &issued.key, &policy, WALL).unwrap();
+        Authority::Certified {
+            credentials: Box::new(credentials),
+            policy,
+        }
+    }
+
     /// The authority of a site that holds `issued`.
     pub fn authority_of(&self, site: &str, issued: Issued) -> Authority {
         let policy = self.policy();
@@ -89,6 +106,7 @@ impl TestCa {
             private_key: issued.key,
             anchors: vec![self.der()],
             pins: HashMap::new(),
+            revoked: Vec::new(),
         }
     }
 }
