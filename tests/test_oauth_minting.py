@@ -235,7 +235,9 @@ async def test_a_missing_or_malformed_secret_and_an_unwritable_output_are_failur
     made, output = minter(server)
     output.broken = True
     await made.attempt(T0)
-    assert "the token could not be written: Permission denied" in made.health.verdict(T0)[1]
+    reason, message = made.health.verdict(T0)
+    assert reason is CredentialState.TOKEN_NOT_WRITTEN
+    assert "the token could not be written: Permission denied" in message
 
 
 async def test_no_secret_or_token_reaches_the_logs_even_at_debug(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +157,7 @@ async def test_the_operator_mints_refreshes_and_withdraws(
 
             # Refused from now on: withdrawn once the token in place lapses, saying why.
             server.mode = Mode.REFUSE
+            lapses_at = server.issued[-1].at + LIFETIME_S
             refused = await wait_condition(
                 cluster,
                 INFERENCE_PROVIDERS,
@@ -167,6 +169,11 @@ async def test_the_operator_mints_refreshes_and_withdraws(
             )
             assert "HTTP 401 (invalid_client)" in refused["message"]
             await wait_phase(cluster, INFERENCE_PROVIDERS, "llama-a", "Unavailable")
+            withdrawn_after = time.time() - lapses_at
+            assert withdrawn_after < 5, withdrawn_after
+            print(
+                f"provider Unavailable in its status {withdrawn_after:.2f} s after its token lapsed"
+            )
             statuses = [
                 json.dumps((await cluster.get(INFERENCE_PROVIDERS, "llama-a")).get("status"))
             ]
@@ -218,7 +225,7 @@ async def test_a_secret_of_that_name_that_is_not_grids_is_left_alone(
         )
         await cluster.create(INFERENCE_PROVIDERS, oauth2_provider(endpoint, server.url))
         refused = await wait_condition(
-            cluster, INFERENCE_PROVIDERS, "llama-a", "CredentialsValid", "False", "TokenRefused"
+            cluster, INFERENCE_PROVIDERS, "llama-a", "CredentialsValid", "False", "TokenNotWritten"
         )
         assert "is not Grid's" in refused["message"]
         assert await token_in_secret(cluster) == "somebody-else"

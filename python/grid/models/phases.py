@@ -390,6 +390,8 @@ class CredentialState(StrEnum):
     """No valid token, and the token endpoint cannot be reached."""
     TOKEN_REFUSED = "TokenRefused"
     """No valid token, and the token endpoint refuses or answers with no usable token."""
+    TOKEN_NOT_WRITTEN = "TokenNotWritten"
+    """No valid token where the gateway reads it: a minted one could not be written there."""
 
 
 _CREDENTIAL_PROBLEMS = {
@@ -400,6 +402,7 @@ _CREDENTIAL_PROBLEMS = {
     CredentialState.MINTING: "no token minted yet",
     CredentialState.ISSUER_UNREACHABLE: "no valid token: the token endpoint cannot be reached",
     CredentialState.TOKEN_REFUSED: "no valid token: the token endpoint gives none",
+    CredentialState.TOKEN_NOT_WRITTEN: "no valid token: a minted one could not be written",
 }
 """States in which the provider has no usable credential, with what its condition says when
 the observation brings no message of its own."""

@@ -38,12 +38,15 @@ class FailureKind(StrEnum):
     """It answered with an error, or with something that is no token."""
     SECRET = "secret"
     """The Secret does not hold what the grant needs."""
+    OUTPUT = "output"
+    """A token was obtained but could not be written where the gateway reads it."""
 
 
 _NO_TOKEN_STATES = {
     FailureKind.UNREACHABLE: CredentialState.ISSUER_UNREACHABLE,
     FailureKind.REFUSED: CredentialState.TOKEN_REFUSED,
     FailureKind.SECRET: CredentialState.SECRET_UNUSABLE,
+    FailureKind.OUTPUT: CredentialState.TOKEN_NOT_WRITTEN,
 }
 
 

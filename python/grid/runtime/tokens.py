@@ -119,11 +119,11 @@ class TokenMinter:
             await self._sink(value)
         except OSError as error:
             self._failed(
-                FailureKind.REFUSED, f"the token could not be written: {error.strerror}", now
+                FailureKind.OUTPUT, f"the token could not be written: {error.strerror}", now
             )
             return
         except GridError as error:
-            self._failed(FailureKind.REFUSED, f"the token could not be written: {error}", now)
+            self._failed(FailureKind.OUTPUT, f"the token could not be written: {error}", now)
             return
         life = plan_refresh(now, expires_in, spread=self._draw() * 2 - 1)
         self.health = self.health.minted(life)
