@@ -9,6 +9,7 @@ tenant's spend is the sum of the slots it received.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterator
@@ -180,3 +181,75 @@ def test_a_renewal_the_network_would_refuse_raises_and_the_node_keeps_signing(
     c.spend(6)
     wait_until(lambda: all_observe(11, a, c), 10, "spend after the refusal is taken")
     assert c.stats()["renewals"] == 0
+
+
+LIFETIME_S = float(os.environ.get("GRID_RENEWAL_RUN_S", "60"))
+"""How long the mesh below runs: 60 s in the suite; GRID_RENEWAL_RUN_S=600 runs the ten
+minutes of certificates valid for 2 minutes renewed every minute."""
+
+
+def test_a_mesh_whose_certificates_are_renewed_every_half_lifetime_loses_nothing(
+    sites: list[Site],
+) -> None:
+    """Four sites spend all along while each one's certificate, valid for a fifth of the
+    run, is renewed every tenth of it (2 minutes and 1 minute over 10 minutes): no site is
+    ever declared down, no message or item from a renewed site is refused, and every site,
+    and a late joiner, ends with every unit spent."""
+    lifetime = timedelta(seconds=LIFETIME_S / 5)
+    every = LIFETIME_S / 10
+
+    def issued(name: str) -> IssuedCertificate:
+        return swim_ca().issue(
+            name, now=datetime.now(UTC), dns_names=("localhost",), valid_for=lifetime
+        )
+
+    names = ("site-a", "site-b", "site-c", "site-d")
+    first = start(sites, names[0], credentials_of(issued(names[0])))
+    mesh = [first] + [start(sites, n, credentials_of(issued(n)), first) for n in names[1:]]
+    spent = 0
+    for site in mesh:
+        site.spend(1)
+        spent += 1
+    wait_until(lambda: all_observe(spent, *mesh), 15, "every site observes the first spend")
+
+    taken: list[float] = []
+    started = time.monotonic()
+    renewals = 0
+    next_renewal = started + every
+    while time.monotonic() - started < LIFETIME_S:
+        for site in mesh:
+            site.spend(1)
+            spent += 1
+        if time.monotonic() >= next_renewal:
+            # Each site in turn, so every certificate is renewed once per `every`.
+            for site in mesh:
+                site.node.renew(credentials_of(issued(site.node.site)))
+                renewals += 1
+                before = time.monotonic()
+                site.spend(1)
+                spent += 1
+                wait_until(
+                    functools.partial(all_observe, spent, *mesh),
+                    10,
+                    "spend under the renewed key taken",
+                )
+                taken.append(time.monotonic() - before)
+            next_renewal += every
+        time.sleep(0.2)
+    wait_until(lambda: all_observe(spent, *mesh), 15, "every site observes every unit")
+    late = start(sites, "site-e", credentials_of(issued("site-e")), mesh[1])
+    wait_until(lambda: all_observe(spent, late), 20, "the late joiner observes every unit")
+
+    for site in mesh:
+        stats = site.stats()
+        assert stats["renewals"] == renewals // len(mesh)
+        assert stats["dropped_bad_signature"] == 0, site.node.site
+        assert stats["dropped_untrusted_certificate"] == 0, site.node.site
+        assert stats["refutations"] == 0, site.node.site
+        assert not [e for e in site.events if e.kind in ("member_down", "member_left")]
+    assert late.stats()["items_bad_signature"] == 0
+    taken.sort()
+    print(
+        f"\n{renewals} renewals over {LIFETIME_S:g} s: an item signed by the new key taken "
+        f"everywhere in median {taken[len(taken) // 2] * 1000:.0f} ms, max {taken[-1] * 1000:.0f} ms"
+    )

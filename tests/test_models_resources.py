@@ -639,3 +639,15 @@ def test_metric_aggregation_with_a_histogram_quantile_is_refused() -> None:
     with pytest.raises(ValidationError, match="buckets always sum"):
         MetricSelector.model_validate({"metric": "lat", "quantile": 0.99, "aggregation": "max"})
     assert MetricSelector.model_validate({"metric": "lat", "quantile": 0.99}).aggregation is None
+
+
+def test_revoked_certificates_are_fingerprints_stored_normalised_and_each_once() -> None:
+    colons = ":".join(FINGERPRINT[i : i + 2] for i in range(0, 64, 2)).upper()
+    loaded = load_resource(network(tls={"revokedCertificates": [colons, OLD_FINGERPRINT]}))
+    assert isinstance(loaded, GridNetwork)
+    assert loaded.spec.tls is not None
+    assert loaded.spec.tls.revoked_certificates == [FINGERPRINT, OLD_FINGERPRINT]
+    with pytest.raises(InvalidResourceError, match="SHA-256 certificate fingerprint"):
+        load_resource(network(tls={"revokedCertificates": ["site-c"]}))
+    with pytest.raises(InvalidResourceError, match="repeats an earlier item"):
+        load_resource(network(tls={"revokedCertificates": [colons, FINGERPRINT]}))

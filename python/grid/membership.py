@@ -404,9 +404,9 @@ class SwimNode:
         constructor checks them; refused with :class:`~grid.errors.SiteCredentialsError`,
         and the node keeps the credentials it has. Certificates newly listed in ``revoked``
         are refused at once: their sites are taken out of the membership as if they had
-        left, and what those certificates signed is dropped. A new certificate is introduced to every
-        member at once, and what the node signed under the previous one stays verifiable
-        until it has signed it again (docs/security.md, "Certificate renewal")."""
+        left, and what those certificates signed is dropped. A new certificate is introduced
+        to every member at once, and what the node signed under the previous one stays
+        verifiable until it has signed it again (docs/security.md, "Certificate renewal")."""
         self._node.renew(
             list(credentials.certificate_chain),
             credentials.private_key,

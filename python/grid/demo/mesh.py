@@ -139,13 +139,15 @@ class LocalMesh:
         self._changed = asyncio.Event()
         self.overlay_log: list[tuple[float, str, GatewayOverlay]] = []
         """(monotonic time, site, overlay) of every overlay written, in order."""
+        self.credentials: MeshCredentials | None = None
+        """The mesh's SWIM key and CA, once prepared (to certify a site again)."""
 
     # -- setting up -------------------------------------------------------------------------
 
     async def prepare(self) -> None:
         """Mint the PKI and the key, start the provider endpoints, write each site's
         resource directory."""
-        credentials = MeshCredentials(self.root / "swim.key", "Grid demo CA")
+        credentials = self.credentials = MeshCredentials(self.root / "swim.key", "Grid demo CA")
         pins: dict[str, str] = {}
         presented: dict[str, str] = {}
         for plan in self._plans:

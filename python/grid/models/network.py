@@ -19,6 +19,7 @@ from grid.models.fields import (
     DnsLabel,
     DnsSubdomain,
     Duration,
+    Fingerprint,
     HostPort,
     SecretKey,
     Topology,
@@ -254,6 +255,17 @@ class TlsSettings(GridModel):
     )
     swim_key_ref: SecretKeyRef | None = Field(
         None, description="32 random bytes that encrypt SWIM traffic (AES-256-GCM)."
+    )
+    revoked_certificates: Annotated[
+        list[Fingerprint], AfterValidator(unique_values), LIST_SET, Field(max_length=256)
+    ] = Field(
+        default_factory=list,
+        description=(
+            "SHA-256 fingerprints of site certificates the network no longer trusts: "
+            "every node refuses them, drops their sites from the membership as if they "
+            "had left and drops what they signed, until the site presents a new "
+            "certificate."
+        ),
     )
 
 

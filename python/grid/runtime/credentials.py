@@ -12,6 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from grid.errors import CertificateRejected, SiteCredentialsError, TrustConfigError
 from grid.membership import SwimCredentials
+from grid.models.network import GridNetwork
 from grid.trust.fingerprint import normalize_fingerprint
 from grid.trust.pem import certificate_ders
 
@@ -48,6 +49,13 @@ def swim_credentials(
         trust_anchors=anchors,
         pins=swim_pins(pins or {}),
     )
+
+
+def revoked_fingerprints(network: GridNetwork) -> tuple[bytes, ...]:
+    """The SHA-256 digests of the certificates ``network`` revoked, as a SWIM node compares
+    them (the model stored them as 64 lowercase hex digits)."""
+    tls = network.spec.tls
+    return tuple(bytes.fromhex(f) for f in tls.revoked_certificates) if tls else ()
 
 
 def swim_pins(pins: Mapping[str, Iterable[str]]) -> dict[str, tuple[bytes, ...]]:

@@ -221,6 +221,32 @@ FAMILIES: dict[str, Family] = {
             "Sync entries not applied because the node already held them.",
         ),
         _counter("grid_swim_leave_notices_total", "Leave notices received."),
+        _counter(
+            "grid_swim_certificate_renewals_total",
+            "Times this site's SWIM node took renewed credentials in place (no restart).",
+        ),
+        _counter(
+            "grid_swim_renewal_items_total",
+            "Items handled because a site's certificate changed, by what: earlier_key (taken "
+            "on the word of an earlier certificate of their origin), signature_renewed (a held "
+            "version's signature replaced by its origin's renewed one), signed_again (this "
+            "site's own, signed again under its current key), revoked (dropped: the only key "
+            "that signed them was revoked).",
+            "what",
+        ),
+        _gauge(
+            "grid_swim_earlier_certificates",
+            "Earlier certificates of sites kept to vouch for items their keys signed.",
+        ),
+        _counter(
+            "grid_swim_previous_key_messages_total",
+            "Messages taken under the key their site signed with before its latest HELLO "
+            "(within 10 s of the switch).",
+        ),
+        _counter(
+            "grid_swim_members_revoked_total",
+            "Live members taken out of the membership because their certificate was revoked.",
+        ),
         _counter("grid_swim_hellos_sent_total", "HELLO messages (certificate chains) sent."),
         _counter("grid_swim_hellos_received_total", "HELLO messages received."),
         _counter(
@@ -459,6 +485,14 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "items_repaired": ("grid_swim_items_repaired_total", ()),
     "sync_entries_known": ("grid_swim_sync_entries_known_total", ()),
     "leave_notices": ("grid_swim_leave_notices_total", ()),
+    "renewals": ("grid_swim_certificate_renewals_total", ()),
+    "items_earlier_key": ("grid_swim_renewal_items_total", ("earlier_key",)),
+    "items_signatures_renewed": ("grid_swim_renewal_items_total", ("signature_renewed",)),
+    "items_signed_again": ("grid_swim_renewal_items_total", ("signed_again",)),
+    "items_revoked": ("grid_swim_renewal_items_total", ("revoked",)),
+    "earlier_certificates": ("grid_swim_earlier_certificates", ()),
+    "previous_key_messages": ("grid_swim_previous_key_messages_total", ()),
+    "members_revoked": ("grid_swim_members_revoked_total", ()),
     "hellos_sent": ("grid_swim_hellos_sent_total", ()),
     "hellos_received": ("grid_swim_hellos_received_total", ()),
     "answers_withheld": ("grid_swim_answers_withheld_total", ()),

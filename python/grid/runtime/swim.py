@@ -35,7 +35,7 @@ from grid.membership import (
 )
 from grid.models.network import GridNetwork
 from grid.models.phases import MemberState
-from grid.runtime.credentials import swim_pins
+from grid.runtime.credentials import revoked_fingerprints, swim_pins
 from grid.runtime.keyring import Keyring
 from grid.runtime.metrics import SUSPICION_BUCKETS, Durations
 from grid.runtime.notices import Notices
@@ -209,7 +209,7 @@ class SwimDriver:
         New credentials the node would refuse leave the running node as it is. A node that
         gave way to an older node of its site stays stopped until the plan or the
         credentials change."""
-        identity = replace(credentials, pins={})
+        identity = replace(credentials, pins={}, revoked=revoked_fingerprints(engine.network))
         pins = swim_pins(engine.site_pins())
         if self.node is not None:
             identity = self._acceptable(engine.site, keyring, identity, pins)
