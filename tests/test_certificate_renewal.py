@@ -21,7 +21,7 @@ from grid.crdt.state import GridState
 from grid.errors import SiteCredentialsError
 from grid.membership import ItemEvent, MemberEvent, SwimConfig, SwimCredentials, SwimNode
 from grid.runtime.credentials import swim_credentials
-from grid.trust import IssuedCertificate
+from grid.trust import CertificateAuthority, IssuedCertificate
 from support.attacker import wait_until
 from support.swim import credentials
 from support.swim import test_ca as swim_ca
@@ -253,3 +253,79 @@ def test_a_mesh_whose_certificates_are_renewed_every_half_lifetime_loses_nothing
         f"\n{renewals} renewals over {LIFETIME_S:g} s: an item signed by the new key taken "
         f"everywhere in median {taken[len(taken) // 2] * 1000:.0f} ms, max {taken[-1] * 1000:.0f} ms"
     )
+
+
+def test_a_ca_rotated_in_three_steps_under_load_never_partitions_the_mesh(
+    sites: list[Site],
+) -> None:
+    """docs/security.md's rotation across four sites spending all along: trust both CAs,
+    re-issue every site from the new one, drop the old one. After each step every site is
+    alive everywhere, no message was refused and every unit spent is observed everywhere."""
+    old, new = (
+        swim_ca(),
+        CertificateAuthority.generate("Grid SWIM Test CA 2", now=datetime.now(UTC)),
+    )
+    both = old.certificate_pem + new.certificate_pem
+
+    def issued(ca: CertificateAuthority, name: str) -> IssuedCertificate:
+        return ca.issue(name, now=datetime.now(UTC), dns_names=("localhost",))
+
+    def credentials_from(held: IssuedCertificate, anchors: str) -> SwimCredentials:
+        return swim_credentials(
+            held.certificate_pem, held.private_key_pem().decode("ascii"), anchors
+        )
+
+    names = ("site-a", "site-b", "site-c", "site-d")
+    held = {name: issued(old, name) for name in names}
+    first = start(sites, names[0], credentials_from(held[names[0]], old.certificate_pem))
+    mesh = [first] + [
+        start(sites, n, credentials_from(held[n], old.certificate_pem), first) for n in names[1:]
+    ]
+    spent = 0
+
+    def load_and_check(step: str) -> None:
+        nonlocal spent
+        for site in mesh:
+            site.spend(3)
+            spent += 3
+        wait_until(functools.partial(all_observe, spent, *mesh), 15, f"{step}: all spend seen")
+        for viewer in mesh:
+            states = {m.site: m.state for m in viewer.node.members()}
+            assert all(states.get(s.node.site) == "alive" for s in mesh if s is not viewer), step
+            stats = viewer.stats()
+            assert stats["dropped_bad_signature"] == 0, (step, viewer.node.site)
+            assert stats["dropped_untrusted_certificate"] == 0, (step, viewer.node.site)
+            assert not [e for e in viewer.events if e.kind in ("member_down", "member_left")]
+
+    load_and_check("before")
+    for site in mesh:  # 1. trust both CAs
+        site.node.renew(credentials_from(held[site.node.site], both))
+        site.spend(1)
+        spent += 1
+    load_and_check("both trusted")
+    for site in mesh:  # 2. re-issue every site from the new CA
+        held[site.node.site] = issued(new, site.node.site)
+        site.node.renew(credentials_from(held[site.node.site], both))
+        site.spend(1)
+        spent += 1
+    load_and_check("re-issued")
+    for site in mesh:  # 3. drop the old CA
+        site.node.renew(credentials_from(held[site.node.site], new.certificate_pem))
+        site.spend(1)
+        spent += 1
+    load_and_check("old CA dropped")
+    # A site still holding a certificate of the old CA is refused from then on.
+    stray = start(sites, "site-e", credentials_from(issued(old, "site-e"), both), mesh[0])
+    wait_until(
+        lambda: mesh[0].stats()["dropped_untrusted_certificate"] > 0,
+        10,
+        "the old CA's certificate refused",
+    )
+    assert all(m.site != "site-e" for m in mesh[0].node.members())
+    stray.node.close()
+    sites.remove(stray)
+    late = start(
+        sites, "site-f", credentials_from(issued(new, "site-f"), new.certificate_pem), mesh[2]
+    )
+    wait_until(functools.partial(all_observe, spent, late), 20, "the late joiner sees all")
+    assert late.stats()["items_bad_signature"] == 0
