@@ -361,6 +361,40 @@ UNIT_TESTS.append(
 )
 
 
+STATE = "grid_budget_state"
+_budget = {"network": "mesh", "window": "month in Europe/Paris"}
+UNIT_TESTS.append(
+    {
+        # acme is at its warn level at site a from 2m and exhausted at a from 7m (site b,
+        # which has not heard everything, still says warn); globex stays ok. Site b has
+        # not heard from every site from the start, for 40 minutes.
+        "interval": "1m",
+        "input_series": [
+            _series(STATE, "_x2 1x4", instance="a", tenant="acme", state="warn", **_budget),
+            _series(STATE, "_x7 1x8", instance="a", tenant="acme", state="exhausted", **_budget),
+            _series(STATE, "_x2 1x20", instance="b", tenant="acme", state="warn", **_budget),
+            _series(STATE, "1x20", instance="a", tenant="globex", state="ok", **_budget),
+            _series("grid_budget_complete", "0x40 1x5", instance="b", network="mesh"),
+        ],
+        "alert_rule_test": [
+            _alert("GridBudgetWarning", "2m"),
+            _alert("GridBudgetWarning", "3m", {"severity": "warning", "tenant": "acme", **_budget}),
+            _alert("GridBudgetExhausted", "7m"),
+            _alert(
+                "GridBudgetExhausted", "8m", {"severity": "critical", "tenant": "acme", **_budget}
+            ),
+            _alert("GridBudgetSpendIncomplete", "29m"),
+            _alert(
+                "GridBudgetSpendIncomplete",
+                "31m",
+                {"severity": "warning", "job": "grid", "instance": "b", "network": "mesh"},
+            ),
+            _alert("GridBudgetSpendIncomplete", "42m"),
+        ],
+    }
+)
+
+
 def test_the_alerts_fire_when_they_should_and_not_before(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule_groups(annotations=False)))
     tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": UNIT_TESTS}

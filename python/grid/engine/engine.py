@@ -29,6 +29,7 @@ from enum import StrEnum
 from grid.crdt.snapshot import GATEWAY_LANE, SPEND_PREFIX, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
+from grid.engine.budgets import unheard_sites
 from grid.engine.certificates import KnownCertificates, SiteCertificate
 from grid.engine.egress import SourceRead
 from grid.engine.events import (
@@ -527,6 +528,9 @@ class SiteEngine:
             unreachable_sites=self._trust.unreachable(),
             connected_sites=len(self._trust.trusted),
             spend_sources=self._spend.statuses(),
+            unheard_sites=unheard_sites(
+                self._site, self._inputs.sites, self._members.view, self._state
+            ),
         )
         self._network_status = network_status(
             self._network_status,

@@ -10,10 +10,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from grid.crdt.state import GridState
-from grid.engine.budgets import budget_statuses
+from grid.engine.budgets import (
+    BUDGETS_CONDITION,
+    budget_condition,
+    budget_events,
+    budget_statuses,
+)
 from grid.engine.events import NETWORK_KIND, EventLog
 from grid.engine.inputs import SiteInputs
 from grid.engine.rendering import GatewayOverlay
+from grid.models.budgets import UnheardSite
+from grid.models.conditions import set_condition
 from grid.models.network import GatewayOverlayStatus, GridNetworkStatus
 from grid.models.phases import GatewayRender, NetworkObservation, evaluate_network
 from grid.models.spend import SpendSourceStatus
@@ -28,6 +35,8 @@ class NetworkView:
     unreachable_sites: tuple[str, ...]
     connected_sites: int
     spend_sources: Sequence[SpendSourceStatus] = ()
+    unheard_sites: Sequence[UnheardSite] = ()
+    """Sites whose spend this site may not hold (grid.engine.budgets.unheard_sites)."""
 
 
 def network_status(  # noqa: PLR0917 - the network, its state, and what the rooms report
@@ -54,6 +63,12 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
     )
     outcome = evaluate_network(network.model_copy(update={"status": current}), observation, now)
     events.record(NETWORK_KIND, network.metadata.name, outcome.events, now)
+    budgets = budget_statuses(network.spec.budgets, state, now, complete=not view.unheard_sites)
+    events.record(NETWORK_KIND, network.metadata.name, budget_events(current.budgets, budgets), now)
+    conditions = [c for c in outcome.conditions if c.type != BUDGETS_CONDITION]
+    if network.spec.budgets:
+        generation = network.metadata.generation
+        conditions = set_condition(conditions, budget_condition(budgets, generation), now)
     # Counted, not united: the union of 10,000 names on every pass would cost more than the
     # rest of this evaluation.
     published = state.provider_names()
@@ -64,7 +79,7 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
         phase=outcome.phase,
         phase_transition_time=outcome.phase_transition_time,
         observed_generation=network.metadata.generation,
-        conditions=outcome.conditions,
+        conditions=conditions,
         grid_id=view.grid_id,
         connected_sites=view.connected_sites,
         provider_count=provider_count,
@@ -79,6 +94,7 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
             )
             for _, o in sorted(overlays.items())
         ],
-        budgets=budget_statuses(network.spec.budgets, state, now),
+        budgets=budgets,
         spend_sources=list(view.spend_sources),
+        unheard_sites=list(view.unheard_sites),
     )

@@ -19,7 +19,7 @@ from typing import Annotated, Self
 from pydantic import AwareDatetime, ConfigDict, Field, field_validator, model_validator
 
 from grid.models.common import GridModel
-from grid.models.fields import DNS_LABEL_PATTERN, Duration, Token, within
+from grid.models.fields import DNS_LABEL_PATTERN, DnsSubdomain, Duration, Token, within
 from grid.models.validation_rules import ValidationRule, present, validations
 
 MAX_ROLLING_STEPS = 32
@@ -126,6 +126,12 @@ class TenantBudget(GridModel):
         max_length=63,
         description="What the cap counts (tokens, requests, microdollars, ...).",
     )
+    warn_at: int = Field(
+        80,
+        ge=1,
+        le=100,
+        description="Percent of the cap at which the tenant's budget turns from ok to warn.",
+    )
 
     @model_validator(mode="after")
     def _one_window(self) -> Self:
@@ -144,15 +150,40 @@ class TenantBudget(GridModel):
         return str(self.window)
 
 
+class BudgetState(StrEnum):
+    """Where a tenant's known spend stands against its budget."""
+
+    OK = "ok"
+    WARN = "warn"
+    """At least ``warnAt`` percent of the cap, below the cap."""
+    EXHAUSTED = "exhausted"
+    """The cap reached."""
+
+
 class TenantBudgetStatus(GridModel):
     """Spending of one tenant in the current window."""
 
     tenant: Token
     used: int = Field(ge=0, description="Units used in the current window (lower bound).")
     cap: int = Field(ge=0)
+    state: BudgetState | None = Field(None, description="ok, warn or exhausted.")
+    complete: bool | None = Field(
+        None,
+        description="Whether used is the mesh's whole spend (every site is heard from); "
+        "false: a lower bound, the network's unheardSites may have spent more.",
+    )
     window_start: AwareDatetime | None = None
     window_end: AwareDatetime | None = Field(
         None, description="When the current window ends and the next starts from zero."
     )
     exhausted: bool = False
     remaining: int | None = Field(None, ge=0, description="cap - used, 0 once exhausted.")
+
+
+class UnheardSite(GridModel):
+    """A site whose latest spend this site may not hold: it is not alive in SWIM here."""
+
+    site: DnsSubdomain
+    since: AwareDatetime | None = Field(
+        None, description="When it stopped being heard; null: never heard from."
+    )

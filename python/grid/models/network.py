@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal, Protocol, Self
 
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_validator
 
-from grid.models.budgets import TenantBudget, TenantBudgetStatus
+from grid.models.budgets import TenantBudget, TenantBudgetStatus, UnheardSite
 from grid.models.common import GridModel, ScoringConfig
 from grid.models.conditions import Conditions
 from grid.models.fields import (
@@ -374,6 +374,10 @@ class GridNetworkStatus(GridModel):
     )
     spend_sources: Annotated[list[SpendSourceStatus], unique_by("name"), list_map("name")] = Field(
         default_factory=list, description="This site's latest scrape of each spend source."
+    )
+    unheard_sites: Annotated[list[UnheardSite], unique_by("site"), list_map("site")] = Field(
+        default_factory=list,
+        description="Sites not heard from: while any is, budgets' used is a lower bound.",
     )
 
 

@@ -514,6 +514,7 @@ class NetworkRuntime:
             ),
             budgets=tuple(view.budgets),
             spend_sources=tuple(view.spend_sources),
+            unheard_sites=tuple(view.unheard_sites),
             swim_port=self._swim_port.describe() if self._swim_port is not None else "",
         )
 

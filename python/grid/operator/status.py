@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from grid.models.budgets import TenantBudgetStatus
+from grid.engine.budgets import BUDGETS_CONDITION, budget_condition, budget_events
+from grid.models.budgets import TenantBudgetStatus, UnheardSite
 from grid.models.conditions import Condition, ConditionUpdate, set_condition
 from grid.models.meta import ObjectMeta
 from grid.models.network import (
@@ -189,6 +190,7 @@ class NetworkReport:
     seeds: SeedReport = field(default_factory=SeedReport)
     budgets: tuple[TenantBudgetStatus, ...] = ()
     spend_sources: tuple[SpendSourceStatus, ...] = ()
+    unheard_sites: tuple[UnheardSite, ...] = ()
     swim_port: str = ""
     """The SWIM node's port and how it was chosen (``MembershipReady``'s message)."""
 
@@ -223,6 +225,12 @@ def network_status(
         conditions = set_condition(conditions, running, now)
     if report.membership_running:
         conditions = set_condition(conditions, _peers_condition(report, generation), now)
+    conditions = [c for c in conditions if c.type != BUDGETS_CONDITION]
+    if network.spec.budgets:
+        budgets = budget_condition(report.budgets, generation)
+        conditions = set_condition(conditions, budgets, now)
+    before = () if previous is None else previous.budgets
+    events = [*outcome.events, *budget_events(before, report.budgets)]
     status = GridNetworkStatus(
         phase=outcome.phase,
         phase_transition_time=outcome.phase_transition_time,
@@ -244,8 +252,9 @@ def network_status(
         ],
         budgets=list(report.budgets),
         spend_sources=list(report.spend_sources),
+        unheard_sites=list(report.unheard_sites),
     )
-    return status, list(outcome.events)
+    return status, events
 
 
 def rejected_network(name: str, generation: int | None) -> GridNetwork:

@@ -413,6 +413,19 @@ FAMILIES: dict[str, Family] = {
             "tenant",
             "window",
         ),
+        _gauge(
+            "grid_budget_state",
+            "1 for the state of a tenant's budget: ok, warn (from its warnAt percent of the "
+            "cap) or exhausted (other states have no sample).",
+            "tenant",
+            "window",
+            "state",
+        ),
+        _gauge(
+            "grid_budget_complete",
+            "1 while the spend this site knows is the mesh's whole spend (every site heard "
+            "from), 0 while it is a lower bound.",
+        ),
     )
 }
 
@@ -780,6 +793,10 @@ def add_budgets(
         out.add("grid_budget_spent", labels, budget.used)
         out.add("grid_budget_cap", labels, budget.cap)
         out.add("grid_budget_remaining", labels, max(budget.cap - budget.used, 0))
+        if budget.state is not None:
+            out.add("grid_budget_state", (*labels, str(budget.state)), 1)
+    if budgets:
+        out.add("grid_budget_complete", (network,), 0 if status.unheard_sites else 1)
 
 
 def peers_by_protocol(node: SwimNode) -> Counter[str]:
