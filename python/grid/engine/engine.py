@@ -412,6 +412,11 @@ class SiteEngine:
         """(provider, reason) for providers that yielded no candidate in the last pass."""
         return self._renderer.not_offered
 
+    @property
+    def network_status(self) -> GridNetworkStatus:
+        """The network's status as of the last :meth:`refresh`."""
+        return self._network_status
+
     def statuses(self) -> dict[tuple[str, str], ResourceStatus]:
         """The status of every resource of this network, keyed by (kind, name)."""
         result: dict[tuple[str, str], ResourceStatus] = {

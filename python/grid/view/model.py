@@ -16,6 +16,8 @@ Parts of a network's document:
 - ``certificates``: this site's certificate and each peer's advertised one, with its
   fingerprint, expiry and what vouches for it (:func:`certificates_part`, also in
   ``/status``);
+- ``budgets``: each tenant's spend, cap, state and window, and ``unheardSites``, the sites
+  whose spend may be missing (:func:`budgets_part`, as the network's status says);
 - ``gateways``: per gateway its overlay's revision, when it was rendered, why it was held
   back, and its candidates in order with each signal's weighted contribution, admission
   and tier, exactly as ``grid explain --json`` reports them (:func:`ranking_part`);
@@ -240,6 +242,31 @@ def certificates_part(engine: SiteEngine) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: (not row["self"], row["site"]))
 
 
+def budgets_part(engine: SiteEngine) -> dict[str, Any]:
+    """Each tenant's budget as the network's last status says (spend, cap, ``ok``,
+    ``warn`` or ``exhausted``, whether the spend is complete, the window), and the sites
+    not heard from, since when."""
+    status = engine.network_status
+    return {
+        "budgets": [
+            {
+                "tenant": budget.tenant,
+                "used": budget.used,
+                "cap": budget.cap,
+                "state": None if budget.state is None else str(budget.state),
+                "complete": budget.complete,
+                "windowStart": _time(budget.window_start),
+                "windowEnd": _time(budget.window_end),
+            }
+            for budget in status.budgets
+        ],
+        "unheardSites": [
+            {"site": unheard.site, "since": _time(unheard.since)}
+            for unheard in status.unheard_sites
+        ],
+    }
+
+
 def gateway_part(
     overlay: GatewayOverlay, ranking: Ranking | None, not_offered: Sequence[tuple[str, str]]
 ) -> dict[str, Any]:
@@ -421,6 +448,8 @@ def network_document(
             "history": history_part(history),
             "trust": [],
             "certificates": [],
+            "budgets": [],
+            "unheardSites": [],
             "trustedSites": [],
             "discoveredSites": [],
             "gateways": [],
@@ -442,6 +471,7 @@ def network_document(
         "history": history_part(history),
         "trust": trust_part(engine),
         "certificates": certificates_part(engine),
+        **budgets_part(engine),
         "trustedSites": sorted(engine.trusted_sites),
         "discoveredSites": list(engine.discovered_sites),
         **ranked,

@@ -190,6 +190,29 @@
       : el("p", { class: "muted", text: "no certificate known yet" })];
   }
 
+  function drawBudgets(part) {
+    if (!part.budgets.length) return [];
+    const rows = part.budgets.map((budget) => {
+      const share = budget.cap ? Math.min(budget.used / budget.cap, 1) : 1;
+      const bar = el("span", { class: "bar", title: `${(share * 100).toFixed(0)} % of the cap` },
+        el("i", { class: `budget-${budget.state}` }));
+      bar.firstChild.style.width = `${share * 100}%`;
+      return el("tr", { class: "budget", "data-tenant": budget.tenant, "data-state": budget.state },
+        el("td", { text: budget.tenant }),
+        el("td", { class: `budget-state-${budget.state}`, text: budget.state || "–" }),
+        el("td", { class: "num" }, budget.used, budget.complete === false ? el("span", { class: "muted", text: " at least" }) : null),
+        el("td", { class: "num", text: budget.cap }),
+        el("td", {}, bar),
+        el("td", { class: "mono", text: `${budget.windowStart} – ${budget.windowEnd}` }));
+    });
+    const unheard = part.unheardSites.map((s) => `${s.site} (${s.since ? `since ${s.since}` : "never heard"})`);
+    return [el("h3", { text: "Budgets" }),
+      table(["tenant", "state", "spent", "cap", "", "window"], rows, new Set([2, 3])),
+      unheard.length
+        ? el("p", { class: "muted unheard", text: `Lower bounds: not heard from ${unheard.join(", ")}` })
+        : el("p", { class: "muted", text: "Every site heard from: the spend is the mesh's whole spend." })];
+  }
+
   function breakdownBar(breakdown) {
     const total = SIGNALS.reduce((sum, name) => sum + Math.max(breakdown[name] || 0, 0), 0) || 1;
     const bar = el("span", { class: "bar", title: SIGNALS.map((n) => `${n} ${number(breakdown[n])}`).join("\n") });
@@ -291,6 +314,7 @@
     section(right, "history", network.history, drawHistory);
     section(container, "trust", network.trust, drawTrust);
     section(container, "certificates", network.certificates, drawCertificates);
+    section(container, "budgets", { budgets: network.budgets, unheardSites: network.unheardSites }, drawBudgets);
     const gateways = container.querySelector(":scope > .gateways") || container.appendChild(el("div", { class: "gateways", "data-network": network.name }));
     const seen = new Set();
     for (const gateway of network.gateways) {
