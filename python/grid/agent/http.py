@@ -201,7 +201,6 @@ AGENT_FAMILIES = (
         Kind.GAUGE,
         "Invalid resource documents in the agent's directory.",
     ),
-    CREDENTIAL_EXPIRY_FAMILY,
 )
 
 

@@ -116,7 +116,6 @@ class OperatorMetrics:
             GridCollector(
                 "operator",
                 lambda: [_view(runtime) for runtime in runtimes()],
-                extra_families=(CREDENTIAL_EXPIRY_FAMILY,),
                 extra=minted,
             )
         )

@@ -244,6 +244,10 @@ FAMILIES: dict[str, Family] = {
             "(within 10 s of the switch).",
         ),
         _counter(
+            "grid_swim_certificate_requests_total",
+            "HELLOs asked of sites whose items waited for their certificate.",
+        ),
+        _counter(
             "grid_swim_members_revoked_total",
             "Live members taken out of the membership because their certificate was revoked.",
         ),
@@ -348,6 +352,12 @@ FAMILIES: dict[str, Family] = {
             "When the gateway's current overlay revision was rendered (Unix time); absent "
             "while the gateway has no overlay.",
             _GATEWAY,
+        ),
+        _gauge(
+            "grid_provider_credential_expiry_timestamp_seconds",
+            "When the access token this site minted for a provider lapses (Unix time); none "
+            "while no valid token is in place.",
+            "provider",
         ),
         _gauge(
             "grid_resource_phase",
@@ -506,6 +516,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "earlier_certificates": ("grid_swim_earlier_certificates", ()),
     "previous_key_messages": ("grid_swim_previous_key_messages_total", ()),
     "members_revoked": ("grid_swim_members_revoked_total", ()),
+    "keys_asked": ("grid_swim_certificate_requests_total", ()),
     "hellos_sent": ("grid_swim_hellos_sent_total", ()),
     "hellos_received": ("grid_swim_hellos_received_total", ()),
     "answers_withheld": ("grid_swim_answers_withheld_total", ()),

@@ -29,18 +29,13 @@ from grid.oauth.requests import token_request
 from grid.oauth.responses import MAX_RESPONSE_BYTES, parse_token_response
 from grid.oauth.schedule import FailureKind, TokenHealth, plan_refresh
 from grid.observe._http import fetch
-from grid.runtime.metrics import Family, Kind
+from grid.runtime.metrics import FAMILIES
 
 DEFAULT_TIMEOUT_S = 10.0
 """How long one token request may take, connection and answer included."""
 
-CREDENTIAL_EXPIRY_FAMILY = Family(
-    "grid_provider_credential_expiry_timestamp_seconds",
-    Kind.GAUGE,
-    "When the access token this site minted for a provider lapses (Unix time); none while "
-    "no valid token is in place.",
-    ("network", "provider"),
-)
+CREDENTIAL_EXPIRY_FAMILY = FAMILIES["grid_provider_credential_expiry_timestamp_seconds"]
+"""Filled by each shell from its minters at scrape time."""
 
 IDLE_WAIT_S = 60.0
 """Longest wait between two looks at the minters (a change of providers wakes them sooner)."""

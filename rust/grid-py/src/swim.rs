@@ -413,6 +413,7 @@ impl SwimNode {
             ("renewals", d.renewals),
             ("earlier_certificates", d.earlier_certificates as u64),
             ("members_revoked", d.members_revoked),
+            ("keys_asked", d.keys_asked),
             ("previous_key_messages", d.session.previous_key_messages),
             ("name_conflicts", d.name_conflicts),
             ("members_unverified", d.members_unverified),

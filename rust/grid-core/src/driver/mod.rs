@@ -229,6 +229,8 @@ pub struct DriverStats {
     /// Live identities taken out of the membership because their site's certificate was
     /// revoked.
     pub members_revoked: u64,
+    /// `HELLO`s asked of sites whose items waited for their certificate.
+    pub keys_asked: u64,
     pub members: usize,
     /// Items waiting to be gossiped: in the relay queue and held by foca.
     pub broadcast_backlog: usize,
@@ -310,6 +312,11 @@ pub struct Driver {
     session: Session,
     /// The live identity of each site, as foca reported it up.
     holders: HashMap<Arc<str>, NodeId>,
+    /// The latest unverified identity gossip named for each site: asked for its `HELLO`
+    /// while items of its site wait for a certificate.
+    introductions: HashMap<Arc<str>, NodeId>,
+    /// An [`TimerEvent::AskForKeys`] is pending.
+    ask_armed: bool,
     /// Identities already reported in an [`Event::NameConflict`].
     conflicts: std::collections::HashSet<NodeId>,
     /// When this node began to hold each member suspect, and at which incarnation (a
@@ -402,6 +409,8 @@ impl Driver {
             yielded: false,
             session,
             holders: HashMap::new(),
+            introductions: HashMap::new(),
+            ask_armed: false,
             conflicts: std::collections::HashSet::new(),
             suspected: HashMap::new(),
             broadcast_pending: false,
@@ -611,6 +620,7 @@ impl Driver {
         if handled.is_err() {
             self.stats.bad_messages += 1;
         }
+        self.ask_for_waiting_keys(now, false, out);
         self.settle(now);
     }
 
@@ -654,6 +664,7 @@ impl Driver {
                     }
                 }
                 TimerEvent::SyncAnswerDue(sync_id) => self.answer_due(now, sync_id, out),
+                TimerEvent::AskForKeys => self.ask_again(now, out),
                 TimerEvent::SuspicionNotice {
                     target,
                     incarnation,

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use foca::{Member, State};
 
+use crate::driver::timers::TimerEvent;
 use crate::identity::auth::{Authority, Pins, FINGERPRINT_LEN, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::lanes::keys::Role;
 use crate::lanes::{encode_publish, lock, BroadcastKey};
-use crate::wire::session::Transmit;
+use crate::wire::session::{Transmit, ANSWER_INTERVAL};
 
 use super::Driver;
 
@@ -156,6 +157,44 @@ impl Driver {
             lock(&self.relays).queue.push(key, self.scratch.clone());
             self.stats.items_signed_again += 1;
             self.broadcast_pending = true;
+        }
+    }
+
+    /// Asks the sites whose items wait for their certificate for a `HELLO`: at once when
+    /// items start waiting (`always` false), and at every push/pull while any still wait, so
+    /// a lost introduction does not strand them until a sync walk comes round. A site is
+    /// asked at the last identity gossip named for it, within the answer budget.
+    pub(super) fn ask_for_waiting_keys<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        always: bool,
+        out: &mut O,
+    ) {
+        let origins = lock(&self.store).waiting_origins(always);
+        let mut held_back = false;
+        for origin in origins {
+            let Some(id) = self.introductions.get(&origin) else {
+                continue;
+            };
+            let to = id.socket_addr();
+            if self.session.may_answer(now, to) {
+                self.stats.keys_asked += 1;
+                self.session.send_hello(now, to, true, out);
+            } else {
+                held_back = true;
+            }
+        }
+        if held_back && !std::mem::replace(&mut self.ask_armed, true) {
+            self.timers
+                .push(now + ANSWER_INTERVAL, TimerEvent::AskForKeys);
+        }
+    }
+
+    /// The retry [`Driver::ask_for_waiting_keys`] armed.
+    pub(super) fn ask_again<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        self.ask_armed = false;
+        if !self.stopped() {
+            self.ask_for_waiting_keys(now, true, out);
         }
     }
 

@@ -21,7 +21,7 @@ use crate::identity::{validate_site, NodeId};
 use crate::lanes::keys::Role;
 use crate::lanes::lock;
 use crate::lanes::relay::{WINDOW_BYTES, WINDOW_ITEMS};
-use crate::wire::session::{hello_wants_reply, Session, Transmit};
+use crate::wire::session::{hello_wants_reply, Session, Transmit, MAX_SITES};
 use crate::wire::{Reader, WireError, KIND_FOCA};
 
 use super::{foca_error_index, Driver, GridFoca, MAX_LOCAL_HEALTH};
@@ -309,6 +309,15 @@ impl Driver {
         });
     }
 
+    /// Remembers `id` as the identity to ask for its site's `HELLO` if items of that site
+    /// wait for its certificate (the latest named, at most [`MAX_SITES`] sites).
+    fn remember_introduction(&mut self, id: &NodeId) {
+        if self.introductions.len() >= MAX_SITES && !self.introductions.contains_key(id.site()) {
+            self.introductions.clear();
+        }
+        self.introductions.insert(id.site().clone(), id.clone());
+    }
+
     /// Whether a member entry gossiped by someone else may reach foca: it concerns us, the
     /// live holder of a site, or an identity that proved itself to us and contests no
     /// site. Anything else alive is asked to introduce itself.
@@ -337,9 +346,11 @@ impl Driver {
             && !self.session.is_verified(id)
             && !self.session.is_refused(id)
             && validate_site(id.site()).is_ok()
-            && self.session.may_answer(now, id.socket_addr())
         {
-            self.session.send_hello(now, id.socket_addr(), true, out);
+            self.remember_introduction(id);
+            if self.session.may_answer(now, id.socket_addr()) {
+                self.session.send_hello(now, id.socket_addr(), true, out);
+            }
         }
         false
     }

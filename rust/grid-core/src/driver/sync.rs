@@ -185,6 +185,7 @@ impl Driver {
             return;
         }
         self.tidy_earlier_certificates(now);
+        self.ask_for_waiting_keys(now, true, out);
         if let Some(peer) = self.random_member() {
             self.start_sync(now, peer, out);
         }

@@ -34,6 +34,9 @@ pub enum TimerEvent {
         member: NodeId,
         incarnation: u16,
     },
+    /// Ask the sites whose items wait for their certificate again: an earlier ask was held
+    /// back by the answer budget.
+    AskForKeys,
     /// Tell a member we suspect so (again), if we still do.
     SuspicionNotice {
         target: NodeId,

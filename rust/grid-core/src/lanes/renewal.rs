@@ -245,6 +245,23 @@ impl ItemStore {
         unused
     }
 
+    /// The origins of the items waiting for a key, each once, if items were added to the
+    /// waiting ones since the last call or `always`; else none.
+    pub fn waiting_origins(&mut self, always: bool) -> Vec<Arc<str>> {
+        if !std::mem::take(&mut self.waiting_grew) && !always {
+            return Vec::new();
+        }
+        let mut origins: Vec<Arc<str>> = Vec::new();
+        for data in &self.waiting {
+            if let Ok(item) = decode_item(data) {
+                if !origins.iter().any(|known| **known == *item.origin) {
+                    origins.push(self.interner.intern(item.origin));
+                }
+            }
+        }
+        origins
+    }
+
     pub fn renewals(&self) -> Renewals {
         self.renewals
     }

@@ -94,13 +94,15 @@ pub struct ItemStore {
     pub(super) waiting: VecDeque<Vec<u8>>,
     /// Waiting items are being taken again (a key of their origin was just trusted).
     pub(super) retaking: bool,
+    /// Items were added to the waiting ones since the driver last asked for their keys.
+    pub(super) waiting_grew: bool,
     /// Origins with a live member (this node's own site included): only their forgotten
     /// items are taken back at the same version, so a down site's records do not bounce
     /// between nodes that forget them at different times.
     live: HashSet<Arc<str>>,
     len: usize,
     capacity: usize,
-    interner: Interner,
+    pub(super) interner: Interner,
     fresh: Vec<Item>,
     refused: Refusals,
     pub(super) renewals: Renewals,
@@ -136,6 +138,7 @@ impl ItemStore {
             own_stale: false,
             waiting: VecDeque::new(),
             retaking: false,
+            waiting_grew: false,
             live: HashSet::new(),
             len: 0,
             capacity,
@@ -189,6 +192,7 @@ impl ItemStore {
             self.waiting.pop_front();
         }
         self.waiting.push_back(data.to_vec());
+        self.waiting_grew = true;
     }
 
     /// Takes an encoded item if it is news (and, from a peer, authentic). Items from peers

@@ -299,3 +299,42 @@ fn a_revoked_certificate_drops_its_site_as_left_and_its_items_until_it_comes_bac
                 .all(|n| matches!(c.state_of(*n, s), Some((MemberState::Alive, g)) if g >= 2))
     });
 }
+
+#[test]
+fn items_waiting_for_their_certificate_are_taken_within_a_second_of_it_being_reachable() {
+    let mut c = Cluster::new();
+    let a = c.add(0, 1);
+    let b = c.add(1, 1);
+    c.join(b, a);
+    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    // The joiner hears nothing that carries b's certificate: its items wait.
+    let certificate = c.issued["site-1"].cert.clone();
+    let joiner = c.add(2, 1);
+    c.blocked = Some((joiner, certificate));
+    c.join(joiner, a);
+    c.run_until(Duration::from_secs(5), |c| {
+        c.nodes[&joiner]
+            .members()
+            .iter()
+            .any(|m| m.id.socket_addr() == a)
+    });
+    for k in 0..5 {
+        c.publish(b, Lane::State, &format!("provider/{k}"), 1, b"waits");
+    }
+    c.run_until(Duration::from_secs(5), |c| {
+        c.nodes[&joiner].stats().item_refusals.unverified_origin >= 5
+    });
+    assert!(!holds(&c, joiner, "provider/0", 1));
+
+    // b's certificate can reach the joiner again: the next item that waits makes the
+    // joiner ask b (at once, or as soon as the one-a-second answer budget for b's address
+    // allows), and everything waiting is taken as b's HELLO arrives, well before a sync.
+    c.blocked = None;
+    c.publish(b, Lane::State, "provider/5", 1, b"waits");
+    let bound = grid_core::wire::session::ANSWER_INTERVAL + Duration::from_millis(100);
+    let took = c.run_until(bound, |c| {
+        (0..6).all(|k| holds(c, joiner, &format!("provider/{k}"), 1))
+    });
+    assert!(took < config().push_pull_interval, "took {took:?}");
+    assert!(c.nodes[&joiner].stats().keys_asked >= 1);
+}
