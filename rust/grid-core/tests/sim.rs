@@ -392,3 +392,34 @@ fn a_slow_node_backs_off_instead_of_accusing_healthy_members() {
     assert!(slow.late_answers > 0, "{slow:?}");
     assert!(slow.probes_failed < 30, "{slow:?}");
 }
+
+/// The traces of fixed scenarios, pinned: a change that makes the simulator faster must not
+/// change what it computes. Re-pin only for a deliberate change of behaviour (the driver's
+/// protocol, the network model or the order of events), and say so.
+#[test]
+fn the_traces_of_fixed_scenarios_are_pinned() {
+    assert_eq!(eventful(7, 1).0, 6986916980564460545, "eventful, seed 7");
+    let mut sim = Simulation::new(100, 3, settings(2)).unwrap();
+    sim.set_net(NetModel {
+        loss: 0.02,
+        ..NetModel::default()
+    })
+    .unwrap();
+    let t0 = sim.now();
+    sim.run_until(t0 + secs(10.0)).unwrap();
+    let joiner = sim.add_node().unwrap();
+    sim.join(joiner, &[4]).unwrap();
+    sim.crash(9).unwrap();
+    sim.leave(20).unwrap();
+    sim.run_until(t0 + secs(30.0)).unwrap();
+    assert!(
+        sim.stats().drivers.syncs_completed > 100,
+        "{:?}",
+        sim.stats()
+    );
+    assert_eq!(
+        sim.trace_hash(),
+        2041106467614991038,
+        "100 members, 2 % loss, seed 3"
+    );
+}

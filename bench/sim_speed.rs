@@ -1,0 +1,110 @@
+//! How fast the simulator runs a converged cluster: virtual seconds per wall second.
+//!
+//! For each size, a converged cluster under the `grid` profile (probe 5 s, suspicion 10 s,
+//! 3 gossip nodes, push/pull every 30 s scaled by cluster size) on the default network is
+//! formed, warmed up for 10 virtual seconds, then run for `--span` virtual seconds (one
+//! push/pull period by default, so every node syncs once in it); the speed is virtual over
+//! wall time. With `--runs R` the timed span is cut into R equal parts and the median part
+//! is reported beside the whole. It prints one line per size, plus the trace fingerprint
+//! so that two builds can be checked for identical results.
+//!
+//! Run: `cargo run --release -p grid-core --example sim_speed -- --sizes 1000,10000`
+//! (options: `--threads T` (default 2), `--span S`, `--runs R` (default 5), `--seed N`).
+
+use std::time::{Duration, Instant};
+
+use grid_core::driver::config::SwimConfig;
+use grid_core::sim::{SimSettings, Simulation};
+
+const WARM_UP: Duration = Duration::from_secs(10);
+
+struct Options {
+    sizes: Vec<usize>,
+    threads: usize,
+    span: Option<f64>,
+    runs: u32,
+    seed: u64,
+}
+
+fn parse() -> Options {
+    let mut options = Options {
+        sizes: vec![1_000],
+        threads: 2,
+        span: None,
+        runs: 5,
+        seed: 1,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .unwrap_or_else(|| panic!("{flag} needs a value"));
+        match flag.as_str() {
+            "--sizes" => {
+                options.sizes = value
+                    .split(',')
+                    .map(|s| s.replace('_', "").parse().expect("a size"))
+                    .collect();
+            }
+            "--threads" => options.threads = value.parse().expect("a thread count"),
+            "--span" => options.span = Some(value.parse().expect("seconds")),
+            "--runs" => options.runs = value.parse().expect("a run count"),
+            "--seed" => options.seed = value.parse().expect("a seed"),
+            _ => panic!("unknown option {flag}"),
+        }
+    }
+    options
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let options = parse();
+    for &size in &options.sizes {
+        let swim = SwimConfig {
+            probe_interval: Duration::from_secs(5),
+            suspicion_timeout: Duration::from_secs(10),
+            gossip_nodes: 3,
+            push_pull_interval: Duration::from_secs(30),
+        };
+        let span = options
+            .span
+            .map_or_else(|| swim.push_pull_period(size), Duration::from_secs_f64);
+        let settings = SimSettings {
+            swim,
+            threads: options.threads,
+            ..SimSettings::default()
+        };
+        let formed = Instant::now();
+        let mut sim = Simulation::new(size, options.seed, settings).expect("valid settings");
+        let start = sim.now();
+        let form = formed.elapsed().as_secs_f64();
+        // Said at once: a profiler may attach to the steady state from here on.
+        eprintln!("size={size} formed in {form:.1} s");
+        sim.run_until(start + WARM_UP).expect("forward");
+        let events_before = sim.stats().events;
+        let part = span / options.runs.max(1);
+        let mut speeds = Vec::new();
+        let whole = Instant::now();
+        for _ in 0..options.runs.max(1) {
+            let tick = Instant::now();
+            let now = sim.now();
+            sim.run_until(now + part).expect("forward");
+            speeds.push(part.as_secs_f64() / tick.elapsed().as_secs_f64());
+        }
+        let wall = whole.elapsed().as_secs_f64();
+        let events = sim.stats().events - events_before;
+        println!(
+            "size={size} form_s={form:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
+             median_part_speed={:.2} events_per_s={:.0} trace={:016x}",
+            span.as_secs_f64(),
+            span.as_secs_f64() / wall,
+            median(speeds),
+            events as f64 / wall,
+            sim.trace_hash(),
+        );
+    }
+}
