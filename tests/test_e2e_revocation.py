@@ -17,11 +17,12 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from grid.demo.builder import NETWORK_FILE, SITES_FILE, write_documents
-from grid.demo.mesh import free_port
+from grid.demo.mesh import MeshSettings, free_port
 from grid.trust import fingerprint
 from support.agents import THREE_SITES, AgentMesh, AgentMeshes
 
 REVOKED = "site-c"
+NETWORK = MeshSettings().network
 OTHERS = ("site-a", "site-b")
 
 
@@ -49,6 +50,15 @@ def repin(mesh: AgentMesh, site: str, pinned: str, pin: str) -> None:
 
 def ranked_sites(mesh: AgentMesh, site: str) -> set[str]:
     return {candidate["site"] for candidate in mesh.overlay_candidates(site)}
+
+
+async def status(http: str) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://{http}/status") as response,
+    ):
+        document: dict[str, Any] = await response.json()
+    return document
 
 
 async def counter(http: str, family: str, **labels: str) -> float:
@@ -127,6 +137,15 @@ async def test_a_revoked_site_is_refused_everywhere_then_back_with_a_new_certifi
             lambda site=site: ranked_sites(mesh, site) == set(names),
             timeout=45,
         )
+    # Each site says its view of the mesh is complete once it has caught up.
+    for site in names:
+        deadline = time.monotonic() + 30
+        while not (await status(http[site]))["networks"][NETWORK]["membership"]["caughtUp"]:
+            processes[site].check_running("caught up")
+            assert time.monotonic() < deadline, f"{site} never caught up"
+            await asyncio.sleep(0.2)
+        membership = (await status(http[site]))["networks"][NETWORK]["membership"]
+        assert membership["itemsWaiting"] == 0
     print(
         f"\nrevocation written -> {REVOKED} dropped: "
         + ", ".join(f"{site} {seconds:.2f} s" for site, seconds in sorted(took.items()))

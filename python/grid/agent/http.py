@@ -51,6 +51,18 @@ class ServedAgent(Protocol):
         """Recent resource events, newest last."""
 
 
+def _catch_up(node: SwimNode | None) -> dict[str, object]:
+    """Whether the node's view of the mesh's items is complete (it walked a peer's whole
+    store since it joined, and no item waits for its origin's certificate)."""
+    if node is None or not node.running:
+        return {"caughtUp": False, "itemsWaiting": 0}
+    try:
+        stats = node.stats()
+    except GridError:
+        return {"caughtUp": False, "itemsWaiting": 0}  # stopped between the check and the call
+    return {"caughtUp": bool(stats["caught_up"]), "itemsWaiting": stats["items_waiting"]}
+
+
 def _protocols_spoken(node: SwimNode | None) -> dict[tuple[str, str, int], int | None]:
     """The protocol version spoken with each member identity the node knows."""
     if node is None or not node.running:
@@ -109,6 +121,7 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
             "generation": None if node is None else node.generation,
             "keyIds": [] if node is None else node.key_ids(),
             "swimError": runtime.swim_error,
+            **_catch_up(node),
             "protocols": list(PROTOCOLS),
             "members": [
                 {

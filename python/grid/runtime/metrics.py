@@ -243,6 +243,15 @@ FAMILIES: dict[str, Family] = {
             "Messages taken under the key their site signed with before its latest HELLO "
             "(within 10 s of the switch).",
         ),
+        _gauge(
+            "grid_swim_caught_up",
+            "1 once the node has walked a peer's whole store since it joined and no item waits "
+            "for its origin's certificate (its view of the mesh's items is complete), else 0.",
+        ),
+        _gauge(
+            "grid_swim_items_waiting",
+            "Items held back until their origin's certificate is verified.",
+        ),
         _counter(
             "grid_swim_certificate_requests_total",
             "HELLOs asked of sites whose items waited for their certificate.",
@@ -517,6 +526,8 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "previous_key_messages": ("grid_swim_previous_key_messages_total", ()),
     "members_revoked": ("grid_swim_members_revoked_total", ()),
     "keys_asked": ("grid_swim_certificate_requests_total", ()),
+    "caught_up": ("grid_swim_caught_up", ()),
+    "items_waiting": ("grid_swim_items_waiting", ()),
     "hellos_sent": ("grid_swim_hellos_sent_total", ()),
     "hellos_received": ("grid_swim_hellos_received_total", ()),
     "answers_withheld": ("grid_swim_answers_withheld_total", ()),

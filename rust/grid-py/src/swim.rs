@@ -414,6 +414,8 @@ impl SwimNode {
             ("earlier_certificates", d.earlier_certificates as u64),
             ("members_revoked", d.members_revoked),
             ("keys_asked", d.keys_asked),
+            ("caught_up", u64::from(d.caught_up)),
+            ("items_waiting", d.items_waiting as u64),
             ("previous_key_messages", d.session.previous_key_messages),
             ("name_conflicts", d.name_conflicts),
             ("members_unverified", d.members_unverified),

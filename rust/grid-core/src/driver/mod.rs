@@ -75,6 +75,7 @@ pub mod timers;
 
 mod chunks;
 mod membership;
+mod positions;
 mod renewal;
 mod repair;
 mod swim;
@@ -84,6 +85,7 @@ pub use renewal::Unsigned;
 
 use swim::ProbeHealth;
 use sync::{CatchUp, PullAnswer, SyncBaseline};
+use positions::Positions;
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 
@@ -231,6 +233,12 @@ pub struct DriverStats {
     pub members_revoked: u64,
     /// `HELLO`s asked of sites whose items waited for their certificate.
     pub keys_asked: u64,
+    /// Whether this node has walked a peer's whole store since it joined (or found members
+    /// again after having none) and no item waits for its origin's certificate: its view
+    /// of the mesh's items is complete, not partial.
+    pub caught_up: bool,
+    /// Items waiting for their origin's certificate.
+    pub items_waiting: usize,
     pub members: usize,
     /// Items waiting to be gossiped: in the relay queue and held by foca.
     pub broadcast_backlog: usize,
@@ -327,6 +335,7 @@ pub struct Driver {
     tuned_for: u8,
     /// foca's member states as of the first chunk of the sync being received.
     sync_baseline: Option<SyncBaseline>,
+    positions: Positions,
     /// Where peers resume their answers to this node's next sync: successive syncs walk
     /// the whole store, whichever peers answer.
     pull_resume: Option<ItemName>,
@@ -417,6 +426,7 @@ impl Driver {
             membership_changed: false,
             tuned_for,
             sync_baseline: None,
+            positions: Positions::default(),
             pull_resume: None,
             pull_sync: None,
             pull_answer: None,
@@ -526,6 +536,8 @@ impl Driver {
             late_answers: self.probe.late_answers,
             session: self.session.stats(),
             earlier_certificates: self.session.sites().earlier_count(),
+            caught_up: self.catch_up == CatchUp::Done && store.waiting_len() == 0,
+            items_waiting: store.waiting_len(),
             ..self.stats
         }
     }

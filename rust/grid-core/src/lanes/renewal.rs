@@ -262,6 +262,11 @@ impl ItemStore {
         origins
     }
 
+    /// How many items wait for their origin's certificate.
+    pub fn waiting_len(&self) -> usize {
+        self.waiting.len()
+    }
+
     pub fn renewals(&self) -> Renewals {
         self.renewals
     }

@@ -325,6 +325,9 @@ fn items_waiting_for_their_certificate_are_taken_within_a_second_of_it_being_rea
         c.nodes[&joiner].stats().item_refusals.unverified_origin >= 5
     });
     assert!(!holds(&c, joiner, "provider/0", 1));
+    // Its view is partial, and says so.
+    let stats = c.nodes[&joiner].stats();
+    assert!(!stats.caught_up && stats.items_waiting >= 5);
 
     // b's certificate can reach the joiner again: the next item that waits makes the
     // joiner ask b (at once, or as soon as the one-a-second answer budget for b's address
@@ -337,4 +340,6 @@ fn items_waiting_for_their_certificate_are_taken_within_a_second_of_it_being_rea
     });
     assert!(took < config().push_pull_interval, "took {took:?}");
     assert!(c.nodes[&joiner].stats().keys_asked >= 1);
+    c.run_until(Duration::from_secs(10), |c| c.nodes[&joiner].stats().caught_up);
+    assert_eq!(c.nodes[&joiner].stats().items_waiting, 0);
 }
