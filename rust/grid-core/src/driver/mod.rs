@@ -75,7 +75,6 @@ pub mod timers;
 
 mod chunks;
 mod membership;
-mod positions;
 mod renewal;
 mod repair;
 mod swim;
@@ -85,7 +84,6 @@ pub use renewal::Unsigned;
 
 use swim::ProbeHealth;
 use sync::{CatchUp, PullAnswer, SyncBaseline};
-use positions::Positions;
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 
@@ -335,7 +333,6 @@ pub struct Driver {
     tuned_for: u8,
     /// foca's member states as of the first chunk of the sync being received.
     sync_baseline: Option<SyncBaseline>,
-    positions: Positions,
     /// Where peers resume their answers to this node's next sync: successive syncs walk
     /// the whole store, whichever peers answer.
     pull_resume: Option<ItemName>,
@@ -426,7 +423,6 @@ impl Driver {
             membership_changed: false,
             tuned_for,
             sync_baseline: None,
-            positions: Positions::default(),
             pull_resume: None,
             pull_sync: None,
             pull_answer: None,
