@@ -340,6 +340,8 @@ fn items_waiting_for_their_certificate_are_taken_within_a_second_of_it_being_rea
     });
     assert!(took < config().push_pull_interval, "took {took:?}");
     assert!(c.nodes[&joiner].stats().keys_asked >= 1);
-    c.run_until(Duration::from_secs(10), |c| c.nodes[&joiner].stats().caught_up);
+    c.run_until(Duration::from_secs(10), |c| {
+        c.nodes[&joiner].stats().caught_up
+    });
     assert_eq!(c.nodes[&joiner].stats().items_waiting, 0);
 }
