@@ -38,14 +38,20 @@ use std::time::Duration;
 use bytes::BufMut;
 
 use crate::identity::auth::{
-    Authority, Pins, PublicKey, ReplayWindow, FINGERPRINT_LEN, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
+    Authority, PublicKey, ReplayWindow, FINGERPRINT_LEN, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
 };
 use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
-use crate::wire::sites::{Certificate, KnownSites, Learned};
+use crate::wire::sites::{Certificate, KnownSites};
 use crate::wire::versions::ProtocolRange;
 
 pub use crate::wire::sites::KEY_SWITCH_GRACE;
 use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
+
+mod counts;
+mod trust;
+
+use counts::count_kind;
+pub use counts::{KindCount, SessionStats, MESSAGE_KINDS};
 
 /// Where outgoing messages go (a socket, a simulated network). Each message is a whole
 /// signed plaintext message of at most [`crate::wire::MAX_MESSAGE_LEN`] bytes; delivery is
@@ -122,71 +128,6 @@ pub struct RenewedAuthority {
     pub key: Option<PublicKey>,
     /// Certificates the new policy refuses: site, fingerprint, whether it was current.
     pub forgotten: Vec<(Arc<str>, [u8; FINGERPRINT_LEN], bool)>,
-}
-
-/// Counts of what the session refused or sent, each named for `stats()`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SessionStats {
-    /// Too short for a trailer, or no decodable sender identity.
-    pub dropped_malformed: u64,
-    /// A sender site name that breaks the resource name rules.
-    pub dropped_bad_identity: u64,
-    /// Addressed to another node: captured elsewhere and replayed here.
-    pub dropped_misdirected: u64,
-    /// Sent more than [`MAX_CLOCK_SKEW`] away from our clock.
-    pub dropped_stale: u64,
-    /// A sequence number its sender's window has seen, or one older than the window.
-    pub dropped_replayed: u64,
-    /// From a site whose certificate we have not verified (it is asked for a `HELLO`).
-    pub dropped_unknown_sender: u64,
-    /// A signature that is not the sender site's (its sender is asked for a `HELLO`: it may
-    /// have renewed its certificate).
-    pub dropped_bad_signature: u64,
-    /// Messages taken under the key their site signed with before its latest `HELLO`
-    /// (within [`KEY_SWITCH_GRACE`] of the switch).
-    pub previous_key_messages: u64,
-    /// A `HELLO` whose certificate does not prove the claimed site.
-    pub dropped_untrusted_certificate: u64,
-    /// From an identity whose `HELLO` named protocol versions we share none of.
-    pub dropped_incompatible_version: u64,
-    pub hellos_sent: u64,
-    pub hellos_received: u64,
-    /// On-demand answers not sent because the second's budget was spent.
-    pub answers_withheld: u64,
-    /// Messages sent, and their bytes (sealed, before encryption), by kind: indexed like
-    /// [`MESSAGE_KINDS`].
-    pub sent: [KindCount; MESSAGE_KINDS.len()],
-    /// Messages accepted (verified), by kind.
-    pub accepted: [KindCount; MESSAGE_KINDS.len()],
-}
-
-/// The message kinds, in order of their kind byte (0x01 first), as stats name them.
-pub const MESSAGE_KINDS: [&str; 8] = [
-    "foca",
-    "sync_request",
-    "sync_response",
-    "leave",
-    "hello",
-    "conflict",
-    "digest",
-    "repair",
-];
-
-/// How many messages of one kind, and their bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KindCount {
-    pub messages: u64,
-    pub bytes: u64,
-}
-
-fn count_kind(counts: &mut [KindCount; MESSAGE_KINDS.len()], message: &[u8]) {
-    if let Some(count) = message
-        .first()
-        .and_then(|kind| counts.get_mut(usize::from(*kind).wrapping_sub(1)))
-    {
-        count.messages += 1;
-        count.bytes += message.len() as u64;
-    }
 }
 
 struct Sender {
@@ -299,117 +240,6 @@ impl Session {
     /// Wall-clock milliseconds at the driver's `now`.
     pub fn wall(&self, now: Duration) -> Duration {
         self.wall_offset + now
-    }
-
-    /// Replaces the pins; returns the certificates that no longer match their site's pin:
-    /// site, fingerprint and whether it was the site's current one (then the site is
-    /// forgotten and must introduce itself again).
-    pub fn set_pins(&mut self, pins: Pins) -> Vec<(Arc<str>, [u8; FINGERPRINT_LEN], bool)> {
-        let Authority::Certified { policy, .. } = &mut self.authority else {
-            return Vec::new();
-        };
-        policy.set_pins(pins);
-        let local = self.local.site().clone();
-        self.sites.forget_where(|site, certificate| {
-            *site != *local && !policy.admits_fingerprint(site, &certificate.fingerprint())
-        })
-    }
-
-    /// Whether the network revoked the certificate with this fingerprint.
-    pub fn is_revoked(&self, fingerprint: &[u8; FINGERPRINT_LEN]) -> bool {
-        match &self.authority {
-            Authority::Certified { policy, .. } => policy.is_revoked(fingerprint),
-            Authority::Unsigned => false,
-        }
-    }
-
-    /// Forgets every identity of `site` this session verified: gossip about them is not
-    /// taken until they introduce themselves again with a certificate that passes.
-    pub fn forget_identities(&mut self, site: &str) {
-        if let Some(identities) = self.identities.remove(site) {
-            for id in identities {
-                self.senders.remove(&id);
-            }
-        }
-    }
-
-    /// The key verified for `site`'s current certificate, if any.
-    pub fn key(&self, site: &str) -> Option<&PublicKey> {
-        self.sites.get(site).map(|known| &known.current.key)
-    }
-
-    /// The sites this session knows certificates for, and their certificates.
-    pub fn sites(&self) -> &KnownSites {
-        &self.sites
-    }
-
-    /// Forgets an earlier certificate of `site` (nothing held is signed by its key any
-    /// more, or it no longer passes the policy).
-    pub fn forget_earlier(&mut self, site: &str, fingerprint: &[u8; FINGERPRINT_LEN]) {
-        self.sites.forget_earlier(site, fingerprint);
-    }
-
-    /// Signs and verifies with `authority` from now on: the site's certificate renewed,
-    /// the network's trust anchors or pins changed, or both. A new certificate of this
-    /// node's stays with the previous one as an earlier one (it vouches for what it
-    /// signed), and every address is introduced to it before its next message. Other
-    /// sites' certificates that the new policy refuses are forgotten; returns them as
-    /// [`Session::set_pins`] does. `None` (nothing changed) for a session that signs
-    /// nothing.
-    pub fn renew(&mut self, now: Duration, authority: Authority) -> Option<RenewedAuthority> {
-        let Authority::Certified {
-            credentials,
-            policy,
-        } = &authority
-        else {
-            return None;
-        };
-        if self.authority.is_unsigned() {
-            return None;
-        }
-        let key = credentials.public_key().clone();
-        let certificate = Certificate::new(key.clone(), credentials.chain().to_vec());
-        let wall = self.wall_offset + now;
-        let local = self.local.site().clone();
-        let forgotten = self.sites.forget_where(|site, known| {
-            let chain: Vec<&[u8]> = known.chain.iter().map(Vec::as_slice).collect();
-            *site != *local && policy.certify(site, &chain, wall).is_err()
-        });
-        let renewed = self.sites.presented(&local, certificate, now) == Learned::Current;
-        self.authority = authority;
-        if renewed {
-            self.introduced.clear();
-        }
-        Some(RenewedAuthority {
-            key: renewed.then_some(key),
-            forgotten,
-        })
-    }
-
-    /// Earlier certificates that no longer pass the trust policy at `now` (expired, or
-    /// refused otherwise), forgotten here; returns each as site and fingerprint.
-    pub fn forget_untrusted_earlier(
-        &mut self,
-        now: Duration,
-    ) -> Vec<(Arc<str>, [u8; FINGERPRINT_LEN])> {
-        let Authority::Certified { policy, .. } = &self.authority else {
-            return Vec::new();
-        };
-        let wall = self.wall_offset + now;
-        let untrusted: Vec<_> = self
-            .sites
-            .all_earlier()
-            .into_iter()
-            .filter(|(site, certificate)| {
-                let chain: Vec<&[u8]> = certificate.chain.iter().map(Vec::as_slice).collect();
-                policy.certify(site, &chain, wall).is_err()
-            })
-            .map(|(site, certificate)| (site, certificate.fingerprint()))
-            .collect();
-        for (site, fingerprint) in &untrusted {
-            self.sites.forget_earlier(site, fingerprint);
-        }
-        untrusted
     }
 
     /// Whether this identity was refused for the protocol versions it speaks.
@@ -639,96 +469,6 @@ impl Session {
         }
         let first = self.refused.insert(envelope.sender.clone(), theirs) != Some(theirs);
         Err(Unauthenticated::Incompatible(theirs, first))
-    }
-
-    /// The key `chain` proves for `site`: checked against the policy, or taken from the
-    /// site's known chain when it is the same certificate and was checked lately.
-    fn certified(&self, now: Duration, site: &str, chain: &[&[u8]]) -> Option<PublicKey> {
-        let Authority::Certified { policy, .. } = &self.authority else {
-            return None;
-        };
-        let leaf = ring::digest::digest(&ring::digest::SHA256, chain.first()?);
-        match self.sites.get(site) {
-            Some(known)
-                if known.current.fingerprint()[..] == *leaf.as_ref()
-                    && now.saturating_sub(known.checked) < RECHECK_CERTIFICATES =>
-            {
-                Some(known.current.key.clone())
-            }
-            _ => policy.certify(site, chain, self.wall_offset + now).ok(),
-        }
-    }
-
-    /// Keeps `key` (proved by `chain`, presented by the site itself) as `site`'s current
-    /// key; false when the table of sites is full.
-    fn remember_site(
-        &mut self,
-        now: Duration,
-        site: &Arc<str>,
-        key: PublicKey,
-        chain: &[&[u8]],
-    ) -> bool {
-        if site == self.local.site() {
-            // This node's own certificate is the one it holds, whatever peers relay.
-            return true;
-        }
-        let chain = chain.iter().map(|der| der.to_vec()).collect();
-        self.sites
-            .presented(site, Certificate::new(key, chain), now)
-            != Learned::Full
-    }
-
-    /// Learns a certificate of `site` as a peer relayed it (in a sync): the certificate
-    /// vouches for itself, whoever carries it. It is the site's current one if none is
-    /// known or it was issued after the current one, else an earlier one (this node's own
-    /// earlier certificates included: they vouch for what an earlier life of this node
-    /// signed). Returns the key and which it is, `None` if it does not pass.
-    pub fn learn_certificate(
-        &mut self,
-        now: Duration,
-        site: &Arc<str>,
-        chain: &[&[u8]],
-    ) -> Option<(PublicKey, Learned)> {
-        let own = site == self.local.site();
-        if own
-            && chain.first().is_some_and(|leaf| {
-                let found = ring::digest::digest(&ring::digest::SHA256, leaf);
-                self.key(site)
-                    .is_some_and(|key| key.fingerprint()[..] == *found.as_ref())
-            })
-        {
-            return None;
-        }
-        let Some(key) = self.certified(now, site, chain) else {
-            self.stats.dropped_untrusted_certificate += 1;
-            return None;
-        };
-        let certificate = Certificate::new(key.clone(), chain.iter().map(|d| d.to_vec()).collect());
-        let learned = if own {
-            self.sites.relayed_earlier(site, certificate)
-        } else {
-            self.sites.relayed(site, certificate, now)
-        };
-        let learned = match learned {
-            Learned::Full => return None,
-            Learned::Known if self.key(site) == Some(&key) => Learned::Current,
-            Learned::Known => Learned::Earlier,
-            learned => learned,
-        };
-        Some((key, learned))
-    }
-
-    /// The current certificate chain of `site` (this node's own included), for syncs.
-    pub fn certificate_chain(&self, site: &str) -> Option<&[Vec<u8>]> {
-        self.sites
-            .get(site)
-            .map(|known| known.current.chain.as_slice())
-    }
-
-    /// The certificate chain of `site` whose leaf has this fingerprint (current or
-    /// earlier), for syncs that carry items it signed.
-    pub fn chain_of(&self, site: &str, fingerprint: &[u8; FINGERPRINT_LEN]) -> Option<&[Vec<u8>]> {
-        self.sites.chain(site, fingerprint)
     }
 
     fn record(&mut self, now: Duration, envelope: &Envelope<'_>) {
