@@ -8,6 +8,7 @@ shows the exact sum of what the counters grew, and its ``/metrics`` the same."""
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -19,8 +20,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from grid.demo import MeshSettings
-from grid.demo.builder import NETWORK_FILE, SITE_LABEL
+from grid.demo.builder import GATEWAY_NAME, GATEWAY_NAMESPACE, NETWORK_FILE, SITE_LABEL
 from grid.demo.mesh import free_port
+from grid.render.budgets import verify_budget_document
 from support.agents import THREE_SITES, AgentMesh, AgentMeshes, AgentProcess
 from support.servers import ProviderEndpoint
 
@@ -85,6 +87,25 @@ class SpendMesh:
     async def spent(self, http: aiohttp.ClientSession, site: str) -> dict[str, int]:
         status = await self.network_status(http, site)
         return {b["tenant"]: b["used"] for b in status.get("budgets", [])}
+
+    def documented(self, site: str) -> dict[str, int]:
+        """What ``site``'s budget document for its gateway says each tenant spent, once a
+        whole one is written (``grid budget verify``'s rules)."""
+        path = (
+            self.mesh.sites[site].state_dir
+            / "overlays"
+            / self.mesh.settings.network
+            / GATEWAY_NAMESPACE
+            / GATEWAY_NAME
+            / "budgets.json"
+        )
+        if not path.exists():
+            return {}
+        data = path.read_bytes()
+        if not verify_budget_document(data, {"local_site": site}).accepted:
+            return {}
+        tenants = json.loads(data)["budgets"]["tenants"]
+        return {t["tenant"]: t["used"] for t in tenants}
 
     async def scraped(self, exporter: str, times: int) -> None:
         """Until ``exporter`` has answered ``times`` more scrapes: the first of them read
@@ -210,6 +231,12 @@ async def test_every_site_shows_the_exact_sum_of_what_the_counters_grew(
         print(f"restarted site's spend in every site's status: {time.monotonic() - started:.2f} s")
         await mesh.scraped("vllm-c", 3)
         assert await everywhere()  # counted once, and only once
+
+        # Each site's budget document, beside its gateway's overlay, says the same.
+        async def documented_everywhere() -> bool:
+            return all(mesh.documented(site) == expected for site in mesh.http)
+
+        await mesh.wait("every site's budget document", documented_everywhere)
 
         # What /metrics says.
         async with http.get(f"http://{mesh.http['site-b']}/metrics") as response:

@@ -16,6 +16,7 @@ from grid import __version__
 COMMAND_MODULES: tuple[str, ...] = (
     "grid.commands.crds",
     "grid.commands.overlay",
+    "grid.commands.budget",
     "grid.commands.render",
     "grid.commands.agent",
     "grid.commands.demo",

@@ -28,6 +28,7 @@ from grid.models.network import GridNetwork
 from grid.models.phases import CredentialState, EventType
 from grid.models.provider import InferenceProvider
 from grid.models.site import GridSite
+from grid.render.budgets import BudgetScope, render_budget_document
 from grid.runtime.keyring import Keyring
 from grid.runtime.notices import Notices
 from grid.runtime.observers import Observers
@@ -103,6 +104,8 @@ class NetworkRuntime:
         """Whether something other than received items woke the refresh loop."""
         self._tasks = Tasks(_log, self.where)
         self.spend_store = SpendStore(shared.writer.state_dir, self.name, engine.site)
+        self._budgets_written: object = None
+        """The budget figures the gateways' budget documents were last rendered from."""
         self.swim = SwimDriver(
             Notices(_log, self.where),
             _log,
@@ -365,6 +368,7 @@ class NetworkRuntime:
         moment = time.monotonic()
         for (kind, name), status in self.engine.statuses().items():
             self._shared.writer.write_status(kind, name, status, moment, force=final)
+        self._write_budgets(now)
         if result.next_render_at is None:
             return None
         return moment + (result.next_render_at - now).total_seconds()
@@ -389,6 +393,23 @@ class NetworkRuntime:
         )
         for listener in self._shared.overlay_listeners:
             listener(self.name, overlay, path)
+
+    def _write_budgets(self, now: datetime) -> None:
+        """Each gateway's budget document, when the figures changed (a pass that changed
+        nothing renders nothing)."""
+        network, status = self.engine.network, self.engine.network_status
+        spec = network.spec
+        figures = (spec.budgets, spec.gateway_refs, status.budgets, status.unheard_sites)
+        if not spec.budgets or figures == self._budgets_written:
+            return
+        writer = self._shared.writer
+        failures = writer.failures
+        for gateway in spec.gateway_refs:
+            scope = BudgetScope(self.name, gateway.name, gateway.namespace, self.engine.site)
+            rendered = render_budget_document(scope, spec.budgets, status, now)
+            writer.write_budgets(self.name, gateway, rendered)
+        if writer.failures == failures:  # else the next pass tries again
+            self._budgets_written = figures
 
     def _report_event(
         self, kind: str, name: str, type_: EventType, reason: str, message: str

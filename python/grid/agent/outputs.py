@@ -8,6 +8,7 @@ Layout::
 
     <state>/overlays/<network>/<namespace>/<gateway>/<configMapKey>   (grid-config.json)
     <state>/overlays/<network>/<namespace>/<gateway>/<consumer key>   (praxis.yaml)
+    <state>/overlays/<network>/<namespace>/<gateway>/budgets.json     (the budget document)
     <state>/status/<Kind>/<name>.json
 """
 
@@ -22,6 +23,9 @@ from typing import Any
 from grid.engine import GatewayOverlay, ResourceStatus
 from grid.fsutil import write_atomically
 from grid.models.meta import API_VERSION
+from grid.models.network import GatewayRef
+from grid.render.budgets import FILE_NAME as BUDGETS_FILE
+from grid.render.budgets import RenderedBudgets
 
 _log = logging.getLogger("grid.agent")
 
@@ -34,7 +38,10 @@ class _Written:
 
 
 def overlay_dir(state_dir: Path, network: str, overlay: GatewayOverlay) -> Path:
-    gateway = overlay.gateway
+    return gateway_dir(state_dir, network, overlay.gateway)
+
+
+def gateway_dir(state_dir: Path, network: str, gateway: GatewayRef) -> Path:
     return state_dir / "overlays" / network / gateway.namespace / gateway.name
 
 
@@ -74,6 +81,19 @@ class OutputWriter:
         consumer = overlay.gateway.consumer_config
         if overlay.consumer_config is not None and consumer is not None:
             self._write(path.with_name(consumer.config_map_key), overlay.consumer_config.encode())
+        return path
+
+    def write_budgets(
+        self, network: str, gateway: GatewayRef, rendered: RenderedBudgets
+    ) -> Path | None:
+        """Write a gateway's budget document if its revision is new to this writer; the
+        path written, or None."""
+        path = gateway_dir(self._state_dir, network, gateway) / BUDGETS_FILE
+        if self._overlays.get(path) == rendered.revision:
+            return None
+        if not self._write(path, rendered.text.encode()):
+            return None
+        self._overlays[path] = rendered.revision
         return path
 
     def write_status(
