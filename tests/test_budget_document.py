@@ -105,6 +105,21 @@ def test_the_revision_moves_with_the_figures_and_not_with_the_time() -> None:
     assert rendered(moved).revision != rendered().revision
 
 
+def test_figures_past_the_exact_range_of_json_are_written_as_its_top() -> None:
+    # A cap may be 2**53 and a sum of slots more: RFC 8785 (and JSON readers) are exact
+    # to 2**53 - 1 only.
+    budget = TenantBudget.model_validate({"tenant": "huge", "cap": 2**53, "window": "24h"})
+    figures = GridNetworkStatus(
+        budgets=[
+            TenantBudgetStatus(tenant="huge", used=2**54, cap=2**53, state=BudgetState.EXHAUSTED)
+        ]
+    )
+    document = render_budget_document(SCOPE, [budget], figures, T0)
+    (tenant,) = json.loads(document.text)["budgets"]["tenants"]
+    assert (tenant["used"], tenant["cap"], tenant["remaining"]) == (2**53 - 1, 2**53 - 1, 0)
+    assert verify_budget_document(document.text.encode()).tenants == (("huge", "exhausted"),)
+
+
 def edited(change: Any) -> bytes:
     document = json.loads(rendered().text)
     change(document)
