@@ -193,6 +193,12 @@ class GatewayRef(GridModel):
         return self.config_map_name or f"{self.name}-grid-config"
 
     @property
+    def budget_config_map(self) -> str:
+        """The ConfigMap the budget document is written to, while the network has budgets
+        (as long a name as the overlay's default)."""
+        return f"{self.name}-grid-budget"
+
+    @property
     def consumer_config_map(self) -> str:
         """The ConfigMap the rendered gateway configuration is written to."""
         explicit = self.consumer_config.config_map_name if self.consumer_config else None

@@ -1,8 +1,9 @@
 """The ConfigMaps Grid writes for a gateway, as pure functions: what each must hold, how it is
 labelled and owned, and whether an existing one may be overwritten or needs a write at all.
 
-Each gatewayRef gets its overlay ConfigMap (``grid-config.json`` by default) and, when
-``consumerConfig`` is enabled, the complete gateway configuration in a second one. Both carry
+Each gatewayRef gets its overlay ConfigMap (``grid-config.json`` by default), when
+``consumerConfig`` is enabled, the complete gateway configuration in a second one, and while
+the network has budgets, the budget document (``budgets.json``) in a third. Each carries
 Grid's labels, which is how Grid recognises what it wrote (it never overwrites or deletes a
 ConfigMap without them), and an ownerReference to the GridNetwork, so that the API server's
 garbage collector removes them with the network even if the operator is not running (an
@@ -22,6 +23,8 @@ from typing import Any, Final
 from grid.engine import GatewayOverlay
 from grid.models.meta import API_VERSION
 from grid.models.network import GatewayRef, GridNetworkSpec
+from grid.render.budgets import FILE_NAME as BUDGETS_KEY
+from grid.render.budgets import RenderedBudgets
 
 JsonObject = dict[str, Any]
 
@@ -38,6 +41,7 @@ MAX_LABEL_VALUE: Final = 63
 class Role(StrEnum):
     OVERLAY = "overlay"
     CONSUMER_CONFIG = "consumer-config"
+    BUDGETS = "budgets"
 
 
 Target = tuple[str, str]
@@ -63,9 +67,10 @@ class DesiredConfigMap:
 
     @property
     def digest(self) -> str:
-        """Identifies the content: the overlay's revision (the same routing content keeps
-        its revision even when re-rendered at another time), else a hash of the text."""
-        if self.role is Role.OVERLAY and self.revision is not None:
+        """Identifies the content: the overlay's or the budget document's revision (the
+        same content keeps its revision even when re-rendered at another time), else a hash
+        of the text."""
+        if self.role in (Role.OVERLAY, Role.BUDGETS) and self.revision is not None:
             return f"{self.key}:{self.revision}"
         return f"{self.key}:sha256:{hashlib.sha256(self.text.encode()).hexdigest()}"
 
@@ -167,18 +172,42 @@ def desired_configmaps(network: str, overlay: GatewayOverlay) -> list[DesiredCon
     return found
 
 
-def gateway_targets(gateway: GatewayRef) -> set[Target]:
-    """Every ConfigMap Grid may write for a gateway."""
+def budget_configmap(
+    network: str, gateway: GatewayRef, rendered: RenderedBudgets
+) -> DesiredConfigMap:
+    """The gateway's budget document, as its ConfigMap holds it."""
+    return DesiredConfigMap(
+        gateway.namespace,
+        gateway.budget_config_map,
+        BUDGETS_KEY,
+        rendered.text,
+        Role.BUDGETS,
+        network,
+        gateway.name,
+        rendered.revision,
+    )
+
+
+def gateway_targets(gateway: GatewayRef, *, budgets: bool = False) -> set[Target]:
+    """Every ConfigMap Grid may write for a gateway (the budget document's with
+    ``budgets``)."""
     targets = {(gateway.namespace, gateway.overlay_config_map)}
     consumer = gateway.consumer_config
     if consumer is not None and consumer.enabled:
         targets.add((gateway.namespace, gateway.consumer_config_map))
+    if budgets:
+        targets.add((gateway.namespace, gateway.budget_config_map))
     return targets
 
 
 def spec_targets(spec: GridNetworkSpec) -> set[Target]:
     """Every ConfigMap Grid may write for a network."""
-    return {target for gateway in spec.gateway_refs for target in gateway_targets(gateway)}
+    budgets = bool(spec.budgets)
+    return {
+        target
+        for gateway in spec.gateway_refs
+        for target in gateway_targets(gateway, budgets=budgets)
+    }
 
 
 def is_managed(configmap: Mapping[str, Any], network: str) -> bool:

@@ -1,6 +1,7 @@
 """The operator's writes through the API: each gateway's ConfigMaps (written only when their
 content changed, never over a ConfigMap Grid did not write, deleted when their gatewayRef
-goes) and the statuses of Grid's resources (written only when they changed)."""
+goes, the budget document's when the network has no budgets left) and the statuses of
+Grid's resources (written only when they changed)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from grid.engine import SiteEngine
@@ -16,6 +18,7 @@ from grid.models.network import GridNetwork
 from grid.operator.configmaps import (
     DesiredConfigMap,
     Target,
+    budget_configmap,
     desired_configmaps,
     is_managed,
     matches,
@@ -24,6 +27,7 @@ from grid.operator.configmaps import (
 from grid.operator.kube import KubeApi
 from grid.operator.metrics import OperatorMetrics
 from grid.operator.status import StatusMemory
+from grid.render.budgets import BudgetScope, render_budget_document
 from grid.runtime.notices import Notices
 
 _log = logging.getLogger("grid.operator")
@@ -59,6 +63,8 @@ class ConfigMapWriter:
         self._written: dict[Target, _Written] = {}
         self._retired: set[Target] = set()
         self._messages: dict[tuple[str, str], str] = {}
+        self._budgets: tuple[object, list[DesiredConfigMap]] = (None, [])
+        """The figures the budget documents were last rendered from, and them."""
 
     @property
     def targets(self) -> set[Target]:
@@ -82,6 +88,8 @@ class ConfigMapWriter:
         for overlay in engine.overlays.values():
             for configmap in desired_configmaps(self._network, overlay):
                 desired[configmap.target] = (configmap, overlay.key)
+        for configmap in self._budget_configmaps(engine, network):
+            desired[configmap.target] = (configmap, (configmap.namespace, configmap.gateway))
         moment = time.monotonic()
         messages: dict[tuple[str, str], list[str]] = {}
         for target, (configmap, gateway) in sorted(desired.items()):
@@ -101,6 +109,33 @@ class ConfigMapWriter:
                 self._notices.say(f"configmap {target[0]}/{target[1]}", "ConfigMap removed")
                 self._written.pop(target, None)
                 self._retired.discard(target)
+
+    def _budget_configmaps(
+        self, engine: SiteEngine, network: GridNetwork
+    ) -> list[DesiredConfigMap]:
+        """Each gateway's budget document while the network has budgets, rendered again
+        only when a figure changed."""
+        spec, status = network.spec, engine.network_status
+        if not spec.budgets:
+            return []
+        figures = (spec.budgets, spec.gateway_refs, status.budgets, status.unheard_sites)
+        if figures != self._budgets[0]:
+            now = datetime.now(UTC)
+            rendered = [
+                budget_configmap(
+                    self._network,
+                    gateway,
+                    render_budget_document(
+                        BudgetScope(self._network, gateway.name, gateway.namespace, engine.site),
+                        spec.budgets,
+                        status,
+                        now,
+                    ),
+                )
+                for gateway in spec.gateway_refs
+            ]
+            self._budgets = (figures, rendered)
+        return self._budgets[1]
 
     async def _put(self, configmap: DesiredConfigMap, owner: Mapping[str, Any]) -> _Written:
         namespace, name = configmap.target
