@@ -996,7 +996,7 @@ def frame_reason(datagram: bytes) -> str:
 
 def session_reason(plaintext: bytes, node: Node) -> str:
     """Why a node refuses an opened message that is neither signed nor fresh, in the order
-    of the session's checks (rust/grid-core/src/wire/session.rs)."""
+    of the session's checks (rust/grid-core/src/wire/session/mod.rs)."""
     try:
         envelope = Envelope.decode(plaintext)
     except WireError:
