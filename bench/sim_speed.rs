@@ -5,7 +5,8 @@
 //! formed, warmed up for 10 virtual seconds, then run for `--span` virtual seconds (one
 //! push/pull period by default, so every node syncs once in it); the speed is virtual over
 //! wall time. With `--runs R` the timed span is cut into R equal parts and the median part
-//! is reported beside the whole. It prints one line per size, plus the trace fingerprint
+//! is reported beside the whole, and so is the speed per CPU second (virtual seconds over
+//! the CPU time of all threads), which other load on the machine hardly moves. It prints one line per size, plus the trace fingerprint
 //! so that two builds can be checked for identical results.
 //!
 //! Run: `cargo run --release -p grid-core --example sim_speed -- --sizes 1000,10000`
@@ -56,6 +57,19 @@ fn parse() -> Options {
     options
 }
 
+/// CPU seconds this process has used, all threads: unlike wall time, hardly moved by
+/// other load on the machine.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    seconds(usage.ru_utime) + seconds(usage.ru_stime)
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -89,6 +103,7 @@ fn main() {
         let part = span / options.runs.max(1);
         let mut speeds = Vec::new();
         let whole = Instant::now();
+        let cpu_before = cpu_seconds();
         for _ in 0..options.runs.max(1) {
             let tick = Instant::now();
             let now = sim.now();
@@ -96,13 +111,16 @@ fn main() {
             speeds.push(part.as_secs_f64() / tick.elapsed().as_secs_f64());
         }
         let wall = whole.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu_before;
         let events = sim.stats().events - events_before;
         println!(
             "size={size} form_s={form:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
-             median_part_speed={:.2} events_per_s={:.0} trace={:016x}",
+             median_part_speed={:.2} cpu_s={cpu:.2} cpu_speed={:.2} events_per_s={:.0} \
+             trace={:016x}",
             span.as_secs_f64(),
             span.as_secs_f64() / wall,
             median(speeds),
+            span.as_secs_f64() / cpu,
             events as f64 / wall,
             sim.trace_hash(),
         );

@@ -75,6 +75,7 @@ pub mod timers;
 
 mod chunks;
 mod membership;
+mod positions;
 mod renewal;
 mod repair;
 mod swim;
@@ -82,6 +83,7 @@ mod sync;
 
 pub use renewal::Unsigned;
 
+use positions::Positions;
 use swim::ProbeHealth;
 use sync::{CatchUp, PullAnswer, SyncBaseline};
 
@@ -333,6 +335,7 @@ pub struct Driver {
     tuned_for: u8,
     /// foca's member states as of the first chunk of the sync being received.
     sync_baseline: Option<SyncBaseline>,
+    positions: Positions,
     /// Where peers resume their answers to this node's next sync: successive syncs walk
     /// the whole store, whichever peers answer.
     pull_resume: Option<ItemName>,
@@ -423,6 +426,7 @@ impl Driver {
             membership_changed: false,
             tuned_for,
             sync_baseline: None,
+            positions: Positions::default(),
             pull_resume: None,
             pull_sync: None,
             pull_answer: None,

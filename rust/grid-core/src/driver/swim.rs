@@ -360,7 +360,7 @@ impl Driver {
     /// above the one we carry, and another member's can only be a few steps above what we
     /// know. A claim far ahead (a suspicion at the last incarnation, which cannot be
     /// refuted) would force its subject to rejoin under a new identity.
-    fn plausible_incarnation(&self, member: &Member<NodeId>) -> bool {
+    fn plausible_incarnation(&mut self, member: &Member<NodeId>) -> bool {
         let id = member.id();
         if id == self.foca.identity() {
             return member.incarnation() <= self.probe.incarnation;
@@ -467,12 +467,10 @@ impl Driver {
         }
     }
 
-    /// foca's current view of one member: O(N), for rare events only.
-    pub(super) fn member_state(&self, id: &NodeId) -> Option<(u16, State)> {
-        self.foca
-            .iter_membership_state()
-            .find(|m| m.id() == id)
-            .map(|m| (m.incarnation(), m.state()))
+    /// foca's current view of one member: a hash lookup (see [`super::positions`]).
+    pub(super) fn member_state(&mut self, id: &NodeId) -> Option<(u16, State)> {
+        let foca = &self.foca;
+        self.positions.state(|| foca.iter_membership_state(), id)
     }
 
     /// Lifeguard's buddy system: tells a member we suspect so, directly, in a foca `Ping`

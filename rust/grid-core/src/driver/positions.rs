@@ -1,0 +1,143 @@
+//! Where each member sits in foca's member list, so that reading one member's state is a
+//! hash lookup rather than a scan.
+//!
+//! foca keeps its members in a `Vec` and offers no lookup by identity; the driver reads a
+//! member's state for every entry a sync or a gossip message carries, and a scan per entry
+//! makes a sync O(N²) (a cluster of 10,000 spent most of its time there). The index only
+//! remembers positions and checks each one it uses against foca's list, which it reads by
+//! position in O(1), so it never has to follow foca's changes (inserts, removals and the
+//! shuffle at the end of each probe round move members about): a position found stale is
+//! looked up again by a scan. foca keeps at most one entry per [`SiteAddr`], so the answer
+//! is always the scan's.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use foca::{Member, State};
+
+use crate::identity::{NodeId, SiteAddr};
+
+/// Positions in foca's member list by [`key`] of the member's [`SiteAddr`].
+#[derive(Default)]
+pub(super) struct Positions {
+    at: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
+}
+
+impl Positions {
+    /// The incarnation and state foca holds for exactly `id`, if it holds it; `members`
+    /// reads foca's list (`Foca::iter_membership_state`, whose `nth` is O(1)).
+    pub(super) fn state<'a, I>(
+        &mut self,
+        members: impl Fn() -> I,
+        id: &NodeId,
+    ) -> Option<(u16, State)>
+    where
+        I: ExactSizeIterator<Item = &'a Member<NodeId>>,
+    {
+        let site_addr = id.site_addr();
+        let key = key(&site_addr);
+        let cached = self
+            .at
+            .get(&key)
+            .and_then(|&at| members().nth(at as usize))
+            .filter(|m| m.id().site_addr() == site_addr);
+        let member = match cached {
+            Some(member) => member,
+            None => {
+                let (at, member) = members()
+                    .enumerate()
+                    .find(|(_, m)| m.id().site_addr() == site_addr)?;
+                self.at.insert(key, at as u32);
+                member
+            }
+        };
+        (member.id() == id).then(|| (member.incarnation(), member.state()))
+    }
+}
+
+/// A 64-bit key of a site at an address. Two sites may share one (then each lookup of the
+/// other scans again); the answer never depends on it.
+fn key(site_addr: &SiteAddr) -> u64 {
+    let raw = site_addr.addr.to_raw();
+    let low = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
+    let high = u64::from_le_bytes(raw[8..16].try_into().expect("8 bytes"));
+    let port = u64::from(u16::from_le_bytes([raw[16], raw[17]]));
+    [low, high, port]
+        .into_iter()
+        .fold(site_addr.site_key, |hash, word| {
+            (hash ^ word)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .rotate_left(29)
+        })
+}
+
+/// The keys are hashes already: the map uses them as they are.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    fn id(site: &str, port: u16, generation: u64) -> NodeId {
+        let addr: SocketAddr = format!("10.0.0.1:{port}").parse().unwrap();
+        NodeId::new(Arc::from(site), addr, generation)
+    }
+
+    fn scan(members: &[Member<NodeId>], id: &NodeId) -> Option<(u16, State)> {
+        members
+            .iter()
+            .find(|m| m.id() == id)
+            .map(|m| (m.incarnation(), m.state()))
+    }
+
+    #[test]
+    fn answers_as_a_scan_would_while_members_move() {
+        let mut members: Vec<Member<NodeId>> = (0..50)
+            .map(|i| Member::new(id(&format!("s{i}"), 7000 + i, 1), i, State::Alive))
+            .collect();
+        let mut positions = Positions::default();
+        let check = |members: &[Member<NodeId>], positions: &mut Positions| {
+            for i in 0..60 {
+                for generation in [1, 2] {
+                    let probe = id(&format!("s{i}"), 7000 + i, generation);
+                    assert_eq!(
+                        positions.state(|| members.iter(), &probe),
+                        scan(members, &probe),
+                        "{probe:?}"
+                    );
+                }
+            }
+        };
+        check(&members, &mut positions);
+        members.reverse();
+        members.swap_remove(3);
+        let renamed = members
+            .iter()
+            .position(|m| &**m.id().site() == "s40")
+            .unwrap();
+        members[renamed] = Member::new(id("s40", 7040, 2), 0, State::Suspect);
+        members.push(Member::new(id("s55", 7055, 1), 2, State::Down));
+        check(&members, &mut positions);
+        members.rotate_left(17);
+        check(&members, &mut positions);
+    }
+}
