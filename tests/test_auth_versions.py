@@ -1,6 +1,8 @@
 """A mixed mesh with the previous release (compat/previous.txt): the provider items of a
-Custom provider (with its header) and of an Oauth2 provider (with its token settings) are
-decoded by the previous release's own code, with the same strategy and Secret reference.
+Custom provider (with its header), of an Oauth2 provider (with its token settings) and of a
+ServiceAccount provider (with its ServiceAccount and STS exchange) are decoded by the
+previous release's own code, with the same strategy and Secret reference (none for the
+ServiceAccount provider, as 0.2.0 published it).
 The new settings never travel: a peer reaches such a provider through this site's egress,
 which injects the credential, so the item has no field the previous release does not
 know."""
@@ -38,6 +40,19 @@ AUTH = {
             "clientAuthentication": "PrivateKeyJwt",
         },
     },
+    "federated": {
+        "strategy": "ServiceAccount",
+        "serviceAccount": {
+            "name": "vertex-caller",
+            "namespace": "gateways",
+            "audience": "//iam.googleapis.com/projects/1/locations/global/workloadIdentityPools/p",
+            "expirationSeconds": 900,
+            "exchange": {
+                "tokenUrl": "https://sts.googleapis.com/v1/token",
+                "scopes": ["https://www.googleapis.com/auth/cloud-platform"],
+            },
+        },
+    },
 }
 DECODE = """
 import base64, json, sys
@@ -46,7 +61,7 @@ for entry in json.load(sys.stdin):
     fragment = decode_item("site-a", "state", entry["key"], entry["version"],
                            base64.b64decode(entry["payload"]))
     credential = fragment.spec.value.credential
-    print(json.dumps([fragment.name, credential.to_wire()]))
+    print(json.dumps([fragment.name, None if credential is None else credential.to_wire()]))
 """
 
 
@@ -70,7 +85,7 @@ def provider(name: str, auth: dict[str, Any]) -> InferenceProvider:
     return loaded
 
 
-def test_the_previous_release_decodes_custom_and_oauth2_provider_items(
+def test_the_previous_release_decodes_custom_oauth2_and_service_account_provider_items(
     previous_release: PreviousRelease,
 ) -> None:
     items = []
@@ -100,4 +115,5 @@ def test_the_previous_release_decodes_custom_and_oauth2_provider_items(
         ["custom", {"strategy": "Custom", **SECRET}],
         ["vertex", {"strategy": "Oauth2", **SECRET}],
         ["azure", {"strategy": "Oauth2", **SECRET}],
+        ["federated", None],
     ]

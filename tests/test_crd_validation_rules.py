@@ -51,6 +51,7 @@ from grid.models.provider import (
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
+    SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
     URL_OR_PORT,
 )
 from grid.models.selectors import VALUES_FORBIDDEN, VALUES_NEEDED
@@ -130,7 +131,9 @@ INVENTORY: dict[tuple[str, str], tuple[ValidationRule, ...]] = {
         SECRET_REF_NEEDED,
         HEADER_WITH_HEADER_STRATEGIES,
         OAUTH2_WITH_OAUTH2_ONLY,
+        SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
     ),
+    ("InferenceProvider", ".spec.auth.serviceAccount.exchange.tokenUrl"): (*URL, TOKEN_URL_HTTPS),
     ("InferenceProvider", ".spec.auth.oauth2"): (
         CLIENT_CREDENTIALS_NEEDS_CLIENT,
         JWT_BEARER_TAKES_NO_CLIENT,

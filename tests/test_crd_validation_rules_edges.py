@@ -39,6 +39,7 @@ from grid.models.provider import (
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
+    SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
     URL_OR_PORT,
 )
 from grid.models.selectors import VALUES_FORBIDDEN, VALUES_NEEDED
@@ -411,6 +412,39 @@ def rule_cases() -> Iterator[Case]:
             TOKEN_URL_HTTPS,
             provider(auth={**oauth2, "oauth2": {**client, "clientId": "g", "tokenUrl": url}}),
         )
+    account = {"name": "vertex-caller", "namespace": "gateways", "audience": "//iam.example/p"}
+    yield refused(
+        "serviceAccount settings with MtlsOnly",
+        SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
+        provider(auth={"strategy": "MtlsOnly", "serviceAccount": account}),
+        "serviceAccount goes with strategy ServiceAccount only",
+    )
+    yield passes(
+        "serviceAccount settings with ServiceAccount",
+        SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
+        provider(auth={"strategy": "ServiceAccount", "serviceAccount": account}),
+    )
+    for url in ("http://sts.example/v1/token", "http://10.0.0.1/token"):
+        yield refused(
+            f"the STS URL {url}",
+            TOKEN_URL_HTTPS,
+            provider(
+                auth={
+                    "strategy": "ServiceAccount",
+                    "serviceAccount": {**account, "exchange": {"tokenUrl": url}},
+                }
+            ),
+        )
+    yield passes(
+        "the STS URL on loopback",
+        TOKEN_URL_HTTPS,
+        provider(
+            auth={
+                "strategy": "ServiceAccount",
+                "serviceAccount": {**account, "exchange": {"tokenUrl": "http://127.0.0.1:9/t"}},
+            }
+        ),
+    )
     yield passes(
         "a header with Custom",
         HEADER_WITH_HEADER_STRATEGIES,

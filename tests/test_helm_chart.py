@@ -29,6 +29,7 @@ MONITORING = REPO / "deploy" / "monitoring"
 BASE_NAMESPACE = "grid-system"
 OPERATOR = "grid-operator"
 TOKEN_WRITER_ROLE = "grid-operator-token-writer"
+TOKEN_REQUESTER_ROLE = "grid-operator-token-requester"
 NAMESPACED_ROLE = "grid-operator-namespaced"
 # The labels the chart adds to every object, after Helm's conventions.
 RELEASE_LABELS = frozenset(
@@ -252,6 +253,7 @@ def test_each_watched_namespace_gets_one_rolebinding_to_the_namespaced_role(helm
         OPERATOR,
         NAMESPACED_ROLE,
         TOKEN_WRITER_ROLE,
+        TOKEN_REQUESTER_ROLE,
     }
 
 
@@ -272,6 +274,34 @@ def test_each_token_namespace_gets_one_rolebinding_to_the_token_writer(helm: Hel
     ]
     default = helm.template(namespace="grid-example")
     assert all(b["roleRef"]["name"] != TOKEN_WRITER_ROLE for b in of_kind(default, "RoleBinding"))
+
+
+def test_each_service_account_token_namespace_gets_one_rolebinding_to_the_requester(
+    helm: Helm,
+) -> None:
+    rendered = helm.template(
+        {"serviceAccountTokenNamespaces": ["gateways", "vertex", "gateways"]},
+        namespace="grid-example",
+    )
+    bindings = [
+        b for b in of_kind(rendered, "RoleBinding") if b["roleRef"]["name"] == TOKEN_REQUESTER_ROLE
+    ]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["gateways", "vertex"]
+    assert all(
+        b["subjects"] == [{"kind": "ServiceAccount", "name": OPERATOR, "namespace": "grid-example"}]
+        for b in bindings
+    )
+    requester = next(
+        r for r in of_kind(rendered, "ClusterRole") if r["metadata"]["name"] == TOKEN_REQUESTER_ROLE
+    )
+    # Least privilege: creating tokens, nothing else (no get of ServiceAccounts or Secrets).
+    assert requester["rules"] == [
+        {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]}
+    ]
+    default = helm.template(namespace="grid-example")
+    assert all(
+        b["roleRef"]["name"] != TOKEN_REQUESTER_ROLE for b in of_kind(default, "RoleBinding")
+    )
 
 
 def test_the_image_values_land_in_the_deployment(helm: Helm) -> None:

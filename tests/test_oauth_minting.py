@@ -19,7 +19,7 @@ from grid.errors import CredentialMaterialError
 from grid.models.oauth2 import OAuth2Settings
 from grid.models.phases import CredentialState
 from grid.models.resources import load_resource
-from grid.runtime.tokens import MintingPlan, TokenMinter, TokenMinters
+from grid.runtime.tokens import MintingPlan, TokenMinter, TokenMinters, oauth2_mint
 from support.canary import Canaries
 from support.oauth_keys import SERVICE_ACCOUNT, ec_key, pem, rsa_key, service_account_file
 from support.token_server import Mode, TokenServer
@@ -70,9 +70,8 @@ def minter(
     made = TokenMinter(
         "llama",
         MintingPlan(settings, SECRET_REF, OUTPUT),
-        source,
+        oauth2_mint(settings, source, timeout_s),
         output,
-        timeout_s=timeout_s,
         draw=lambda: 0.5,  # the middle of every jitter: refresh at 80 %, retries at 3/4
     )
     return made, output
@@ -287,14 +286,15 @@ async def test_the_minters_loop_survives_an_attempt_that_breaks(server: TokenSer
 
     def io(plan: MintingPlan) -> tuple[Any, Any]:
         async def source() -> bytes:
-            if plan.secret[1] == "broken":
+            if plan.secret is not None and plan.secret[1] == "broken":
                 raise RuntimeError(SECRET)  # a bug whose message quotes a secret
             return SECRET.encode()
 
         async def sink(token: str) -> None:
             written[plan.output[1]] = token
 
-        return source, sink
+        assert isinstance(plan.settings, OAuth2Settings)
+        return oauth2_mint(plan.settings, source), sink
 
     changes = asyncio.Event()
     minters = TokenMinters(

@@ -183,7 +183,7 @@ def test_a_credential_the_gateway_cannot_inject_is_not_offered(tmp_path: Path) -
         "openai",
         "auth strategy Sigv4 cannot be injected by the gateway "
         "(it sends BearerToken, ApiKey and Custom credentials, and the tokens a site mints "
-        "for Oauth2, only)",
+        "for Oauth2 and ServiceAccount, only)",
     ) in plan.not_offered
     assert not any(candidate.provider == "openai" for candidate in plan.candidates)
 

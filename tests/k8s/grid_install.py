@@ -36,8 +36,9 @@ INSTALLED_KINDS = frozenset(
 
 def shipped_manifests(scratch: Path) -> list[Manifest]:
     """``deploy/base`` as kustomize builds it, plus the RoleBindings docs/install.md has a
-    user create in each gateway namespace (and that namespace): the namespaced role's, and
-    the token writer's (the gateways' namespace holds the tests' Oauth2 Secrets)."""
+    user create in each gateway namespace (and that namespace): the namespaced role's, the
+    token writer's (the gateways' namespace holds the tests' Oauth2 Secrets) and the token
+    requester's (and the ServiceAccounts of the tests' ServiceAccount providers)."""
     base = build(installable_copy(REPO, scratch) / "deploy" / "base")
     gateways: Manifest = {
         "apiVersion": "v1",
@@ -66,7 +67,18 @@ def shipped_manifests(scratch: Path) -> list[Manifest]:
         },
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
     }
-    return [*base, gateways, binding, writer]
+    requester: Manifest = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "grid-operator-token-requester", "namespace": GATEWAY_NAMESPACE},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "grid-operator-token-requester",
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": NAMESPACE}],
+    }
+    return [*base, gateways, binding, writer, requester]
 
 
 def shipped_permissions(scratch: Path) -> Permissions:

@@ -2,8 +2,10 @@
 client sends as an authorization server would and answers as the test tells it to.
 
 It serves the client-credentials grant (RFC 6749 section 4.4) to a client authenticated by
-HTTP Basic with its secret or by a private-key JWT (RFC 7523 section 2.2), and the JWT-bearer
-grant (RFC 7523 section 2.1) to a Google-style service account. Assertions are verified with
+HTTP Basic with its secret or by a private-key JWT (RFC 7523 section 2.2), the JWT-bearer
+grant (RFC 7523 section 2.1) to a Google-style service account, and, as a security token
+service, the token exchange of RFC 8693 for a JWT subject token (kept in
+:attr:`TokenServer.subjects` for the test to check who issued it). Assertions are verified with
 PyJWT against the public keys the test registers: signature, ``iss``/``sub``, ``aud`` (the
 endpoint's own URL), ``exp``, and ``jti`` never seen before (a replay is refused).
 
@@ -29,6 +31,8 @@ from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 CLIENT_ASSERTION_TYPE = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"
 
 
 class Mode(StrEnum):
@@ -69,6 +73,8 @@ class TokenServer:
     refusals: list[str] = field(default_factory=list)
     """Why each refused request was refused (the server's own view, for assertions)."""
     requests: int = 0
+    subjects: list[str] = field(default_factory=list)
+    """The subject tokens of the exchanges served, in order."""
     _seen_jti: set[str] = field(default_factory=set)
     _runner: web.AppRunner | None = None
     url: str = ""
@@ -143,7 +149,22 @@ class TokenServer:
         if grant == JWT_BEARER:
             claims = self._verify(form.get("assertion", ""), self.service_accounts, "iss")
             return str(claims["iss"]), str(claims.get("scope", "")), audience
+        if grant == TOKEN_EXCHANGE:
+            return self._exchange(form), form.get("scope", ""), audience
         raise Refused("unsupported_grant_type", f"grant {grant!r}")
+
+    def _exchange(self, form: dict[str, str]) -> str:
+        """RFC 8693 section 2.1: a JWT subject token, decoded (its issuer's signature is for
+        the test to check, with the issuer); the client is the token's subject."""
+        if form.get("subject_token_type") != JWT_TOKEN_TYPE:
+            raise Refused("invalid_request", "subject_token_type is not a JWT")
+        subject = form.get("subject_token", "")
+        try:
+            claims = jwt.decode(subject, options={"verify_signature": False})
+        except jwt.PyJWTError as error:
+            raise Refused("invalid_request", f"subject_token: {error}") from None
+        self.subjects.append(subject)
+        return str(claims.get("sub", ""))
 
     def _client(self, request: web.Request, form: dict[str, str]) -> str:
         header = request.headers.get("Authorization", "")

@@ -439,11 +439,13 @@ class NetworkRuntime:
     def _check_credentials(self) -> None:
         base = self._shared.secrets_dir
         now = utc_now()
+        for provider in self.tokens.providers():
+            # Judged at this pass: a token that lapsed since withdraws the provider now.
+            self.engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
         for provider, (namespace, name, key) in self.engine.credential_refs().items():
             if self.tokens.minting(provider):
-                # Judged at this pass: a token that lapsed since withdraws the provider now.
-                self.engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
-            elif base is not None:
+                continue
+            if base is not None:
                 state = credential_state(base, namespace, name, key)
                 self.engine.observe_credentials(provider, state)
 

@@ -3,18 +3,31 @@ an Oauth2 provider's Secret from ``--secrets-dir`` (``<namespace>/<name>/<key>``
 provider's Secret), and its token to ``<state-dir>/credentials/<namespace>/grid-token-
 <provider>/token`` (the same layout), where the gateway reads it as the overlay's reference
 says. A token file is replaced in one step (readers see the old token or the new one, never
-a mix) and is readable by its owner only."""
+a mix) and is readable by its owner only.
+
+A ServiceAccount provider's tokens are not minted here: the TokenRequest API is the
+operator's, and the agent has no Kubernetes API. Such a provider is withdrawn at an agent's
+site, its ``CredentialsValid`` saying so (SecretUnusable, :data:`NO_TOKEN_REQUEST`)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
+
+import aiohttp
 
 from grid.errors import CredentialMaterialError
 from grid.fsutil import write_atomically
-from grid.runtime.tokens import MinterIo, MintingPlan, SecretSource, TokenSink
+from grid.models.service_account import ServiceAccountSettings
+from grid.oauth.responses import AccessToken
+from grid.runtime.tokens import Mint, MinterIo, MintingPlan, SecretSource, TokenSink, oauth2_mint
 
 TOKEN_FILE_MODE = 0o600
 CREDENTIALS_DIR = "credentials"
+NO_TOKEN_REQUEST = (
+    "ServiceAccount tokens are minted by the operator (TokenRequest); the agent has no "
+    "Kubernetes API"
+)
 
 
 def token_path(state_dir: Path, plan: MintingPlan) -> Path:
@@ -23,10 +36,18 @@ def token_path(state_dir: Path, plan: MintingPlan) -> Path:
 
 
 def agent_io(state_dir: Path, secrets_dir: Path | None) -> MinterIo:
-    def io(plan: MintingPlan) -> tuple[SecretSource, TokenSink]:
-        return secret_source(secrets_dir, *plan.secret), token_sink(token_path(state_dir, plan))
+    def io(plan: MintingPlan) -> tuple[Mint, TokenSink]:
+        sink = token_sink(token_path(state_dir, plan))
+        if isinstance(plan.settings, ServiceAccountSettings) or plan.secret is None:
+            return no_token_request, sink
+        return oauth2_mint(plan.settings, secret_source(secrets_dir, *plan.secret)), sink
 
     return io
+
+
+async def no_token_request(now: datetime, session: aiohttp.ClientSession | None) -> AccessToken:
+    del now, session
+    raise CredentialMaterialError(NO_TOKEN_REQUEST)
 
 
 def secret_source(secrets_dir: Path | None, namespace: str, name: str, key: str) -> SecretSource:

@@ -54,6 +54,7 @@ from grid.models.provider import (
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
+    SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
     URL_OR_PORT,
 )
 from grid.models.selectors import VALUES_FORBIDDEN, VALUES_NEEDED
@@ -117,6 +118,8 @@ REVIEWED: Review = Review(
             HEADER_WITH_HEADER_STRATEGIES,
             # oauth2 is new: 0.2.0 dropped it as an unknown field, so no stored object has it
             OAUTH2_WITH_OAUTH2_ONLY,
+            # serviceAccount is new too: no object 0.2.0 stored has it
+            SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
             HEADER_NOT_AUTHORIZATION,
             HEADER_NOT_THE_GATEWAYS,
             URL_OR_PORT,

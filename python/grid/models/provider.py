@@ -33,6 +33,7 @@ from grid.models.meta import API_VERSION, ObjectMeta, SecretKeyRef
 from grid.models.oauth2 import OAuth2Settings
 from grid.models.offers import Cost, ModelOffer
 from grid.models.selectors import LabelSelector
+from grid.models.service_account import ServiceAccountSettings
 from grid.models.urls import HttpUrl
 from grid.models.validation_rules import Reason, ValidationRule, cel_string, present, validations
 
@@ -227,6 +228,12 @@ OAUTH2_WITH_OAUTH2_ONLY = ValidationRule(
     field_path=".oauth2",
     reason=Reason.FORBIDDEN,
 )
+SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY = ValidationRule(
+    f"!({present('serviceAccount')}) || self.strategy == 'ServiceAccount'",
+    "serviceAccount goes with strategy ServiceAccount only",
+    field_path=".serviceAccount",
+    reason=Reason.FORBIDDEN,
+)
 
 
 class ProviderAuth(GridModel):
@@ -235,7 +242,10 @@ class ProviderAuth(GridModel):
 
     model_config = ConfigDict(
         json_schema_extra=validations(
-            SECRET_REF_NEEDED, HEADER_WITH_HEADER_STRATEGIES, OAUTH2_WITH_OAUTH2_ONLY
+            SECRET_REF_NEEDED,
+            HEADER_WITH_HEADER_STRATEGIES,
+            OAUTH2_WITH_OAUTH2_ONLY,
+            SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
         )
     )
 
@@ -254,6 +264,12 @@ class ProviderAuth(GridModel):
         description="Oauth2 only: where and how the site that owns the provider mints its "
         "access tokens; without it an Oauth2 provider is not offered.",
     )
+    service_account: ServiceAccountSettings | None = Field(
+        None,
+        description="ServiceAccount only: the ServiceAccount whose tokens the operator of the "
+        "site that owns the provider mints for it (TokenRequest), and an optional exchange at "
+        "a security token service; without it the gateway sends no credential.",
+    )
 
     @model_validator(mode="after")
     def _secret_when_needed(self) -> Self:
@@ -266,6 +282,8 @@ class ProviderAuth(GridModel):
             )
         if self.oauth2 is not None and self.strategy is not AuthStrategy.OAUTH2:
             raise ValueError(OAUTH2_WITH_OAUTH2_ONLY.message)
+        if self.service_account is not None and self.strategy is not AuthStrategy.SERVICE_ACCOUNT:
+            raise ValueError(SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY.message)
         return self
 
 

@@ -65,7 +65,7 @@ def parse_token_response(status: int, body: bytes) -> AccessToken:
     token = document.get("access_token")
     if not isinstance(token, str) or not token:
         raise TokenEndpointError("the token endpoint's answer has no access_token")
-    if len(token) > MAX_TOKEN_BYTES or not _B64TOKEN.fullmatch(token):
+    if not is_bearer_token(token):
         raise TokenEndpointError(
             "the token endpoint's access_token is not a bearer token (RFC 6750 characters, "
             f"at most {MAX_TOKEN_BYTES} bytes)"
@@ -74,6 +74,12 @@ def parse_token_response(status: int, body: bytes) -> AccessToken:
     if not isinstance(token_type, str) or token_type.lower() != "bearer":
         raise TokenEndpointError("the token endpoint's answer is not a Bearer token_type")
     return AccessToken(token, _lifetime(document.get("expires_in")))
+
+
+def is_bearer_token(token: str) -> bool:
+    """Whether ``token`` can go in an ``Authorization`` header as it is: RFC 6750's
+    b64token characters, at most :data:`MAX_TOKEN_BYTES`."""
+    return len(token) <= MAX_TOKEN_BYTES and _B64TOKEN.fullmatch(token) is not None
 
 
 def _json_object(body: bytes) -> dict[str, object]:

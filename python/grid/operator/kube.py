@@ -1,7 +1,7 @@
 """The few Kubernetes API calls the operator makes itself (kopf makes the others: watches,
 finalizers, Events): read Secrets, write and delete ConfigMaps, read the Service or Gateway
-a site's egress address comes from, patch the status of Grid's resources and create
-auto-discovered GridSites.
+a site's egress address comes from, patch the status of Grid's resources, create
+auto-discovered GridSites, and ask for the ServiceAccount tokens of providers that use one.
 
 The client is ``kubernetes_asyncio``, the maintained asyncio port of the official client
 (same generated API, models and authentication): the operator lives on kopf's event loop,
@@ -204,6 +204,28 @@ class KubeApi:
                 {"data": dict(data)},
                 _content_type=MERGE_PATCH,
                 _request_timeout=timeout,
+            ),
+        )
+
+    # -- ServiceAccount tokens (for the providers that authenticate with one) -------------
+
+    async def request_token(
+        self, namespace: str, name: str, audience: str, expiration_s: int
+    ) -> JsonObject | None:
+        """A token of the ServiceAccount for ``audience`` (the TokenRequest API), as the
+        answer holds it (``status.token``, ``status.expirationTimestamp``), or None when the
+        ServiceAccount does not exist. A retried request just issues another token."""
+        core = self._core()
+        body: JsonObject = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"audiences": [audience], "expirationSeconds": expiration_s},
+        }
+        return await self._call(
+            "create",
+            f"serviceaccounts/token {namespace}/{name}",
+            lambda timeout: core.create_namespaced_service_account_token(
+                name, namespace, body, _request_timeout=timeout
             ),
         )
 

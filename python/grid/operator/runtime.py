@@ -305,10 +305,9 @@ class NetworkRuntime:
         engine.set_config_error(self._config_error(entry))
         await self._credentials.check(engine, moment)
         self.tokens.follow(engine.own_providers)
-        for provider in engine.credential_refs():
-            if self.tokens.minting(provider):
-                # Judged at each pass: a token that lapsed since withdraws the provider now.
-                engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
+        for provider in self.tokens.providers():
+            # Judged at each pass: a token that lapsed since withdraws the provider now.
+            engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
         self._observers.follow(engine)
         self._observers.probe_due_sites(engine, now)
         self.mesh.sync_members(engine, now)

@@ -1,18 +1,35 @@
-"""Where the operator's minters (:class:`~grid.runtime.tokens.TokenMinters`) read and
-write: an Oauth2 provider's Secret through the Kubernetes API, and its token to the Secret
-``grid-token-<provider>`` beside it (the namespace the gateway mounts its credentials from),
-key ``token``, which the overlay's reference names. The operator creates that Secret with
-Grid's labels and replaces its data at each refresh; a Secret of that name without the
-labels is never overwritten (the provider's ``CredentialsValid`` says so)."""
+"""How the operator's minters (:class:`~grid.runtime.tokens.TokenMinters`) obtain and
+write tokens: an Oauth2 provider's from its Secret, read through the Kubernetes API; a
+ServiceAccount provider's from the TokenRequest API (``serviceaccounts/token``, for the
+provider's audience), exchanged at its STS when it names one. The token goes to the Secret
+``grid-token-<provider>`` (beside the Oauth2 provider's Secret, in the ServiceAccount's
+namespace: where the gateway mounts its credentials from), key ``token``, which the
+overlay's reference names. The operator creates that Secret with Grid's labels and replaces
+its data at each refresh; a Secret of that name without the labels is never overwritten
+(the provider's ``CredentialsValid`` says so)."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+from datetime import datetime
 
-from grid.errors import CredentialMaterialError, KubernetesApiError
+import aiohttp
+
+from grid.errors import CredentialMaterialError, KubernetesApiError, TokenEndpointError
+from grid.models.service_account import ServiceAccountSettings
+from grid.oauth.exchange import parse_token_request
+from grid.oauth.responses import AccessToken
 from grid.operator.kube import KubeApi
-from grid.runtime.tokens import MinterIo, MintingPlan, SecretSource, TokenSink
+from grid.runtime.tokens import (
+    Mint,
+    MinterIo,
+    MintingPlan,
+    SecretSource,
+    TokenSink,
+    exchange_token,
+    oauth2_mint,
+)
 
 MINTED_LABELS = {
     "app.kubernetes.io/managed-by": "grid",
@@ -22,10 +39,47 @@ MINTED_LABELS = {
 
 
 def operator_io(kube: KubeApi) -> MinterIo:
-    def io(plan: MintingPlan) -> tuple[SecretSource, TokenSink]:
-        return secret_source(kube, *plan.secret), token_sink(kube, *plan.output)
+    def io(plan: MintingPlan) -> tuple[Mint, TokenSink]:
+        sink = token_sink(kube, *plan.output)
+        if isinstance(plan.settings, ServiceAccountSettings):
+            return service_account_mint(kube, plan.settings), sink
+        if plan.secret is None:
+            raise ValueError("an Oauth2 plan names the Secret it mints from")
+        return oauth2_mint(plan.settings, secret_source(kube, *plan.secret)), sink
 
     return io
+
+
+def service_account_mint(kube: KubeApi, settings: ServiceAccountSettings) -> Mint:
+    """Asks the API server for a token of the ServiceAccount, for its audience and life,
+    and trades it at the STS when ``settings.exchange`` names one."""
+    account = f"{settings.namespace}/{settings.name}"
+
+    async def mint(now: datetime, session: aiohttp.ClientSession | None) -> AccessToken:
+        try:
+            answer = await kube.request_token(
+                settings.namespace,
+                settings.name,
+                settings.audience,
+                settings.expiration_seconds,
+            )
+        except KubernetesApiError as error:
+            # No answer, or the server's own trouble: the issuer cannot be asked. Any other
+            # refusal (403: no grid-operator-token-requester binding) is the issuer's word.
+            unreachable = error.status == 0 or error.status >= 500
+            hint = ""
+            if error.status == 403:
+                hint = " (bind grid-operator-token-requester in that namespace)"
+            raise TokenEndpointError(f"{error}{hint}", unreachable=unreachable) from None
+        if answer is None:
+            raise TokenEndpointError(f"the ServiceAccount {account} does not exist")
+        subject = parse_token_request(answer, now)
+        del answer
+        if settings.exchange is None:
+            return subject
+        return await exchange_token(settings.exchange, subject, session)
+
+    return mint
 
 
 def secret_source(kube: KubeApi, namespace: str, name: str, key: str) -> SecretSource:

@@ -299,7 +299,13 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
     """The credential reference to project (with how the gateway sends it), or the reason
     the provider cannot be offered."""
     auth = provider.spec.auth
-    if auth is None or auth.strategy in NO_SECRET_STRATEGIES:
+    if auth is None:
+        return None, None
+    if auth.strategy is AuthStrategy.SERVICE_ACCOUNT and auth.service_account is not None:
+        # The owning site's operator mints the token into the ServiceAccount's namespace.
+        name = minted_token_secret(provider.metadata.name)
+        return SecretRef(name, auth.service_account.namespace, MINTED_TOKEN_KEY), None
+    if auth.strategy in NO_SECRET_STRATEGIES:
         return None, None
     if auth.strategy is AuthStrategy.OAUTH2 and auth.secret_ref is not None:
         if auth.oauth2 is None:
@@ -324,7 +330,7 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
     return None, (
         f"auth strategy {auth.strategy} cannot be injected by the gateway "
         "(it sends BearerToken, ApiKey and Custom credentials, and the tokens a site mints "
-        "for Oauth2, only)"
+        "for Oauth2 and ServiceAccount, only)"
     )
 
 

@@ -1,7 +1,8 @@
-"""Minting a provider's OAuth 2.0 access tokens, the I/O part: reading the Secret, asking
-the token endpoint (one bounded POST, :func:`grid.observe._http.fetch`), writing the token
-where the gateway reads it, and keeping :class:`~grid.oauth.schedule.TokenHealth`. When to
-ask, what to send and what an answer means are decided in :mod:`grid.oauth`.
+"""Minting a provider's tokens, the I/O part: obtaining a token (an OAuth 2.0 token
+endpoint asked with one bounded POST, :func:`grid.observe._http.fetch`; for a ServiceAccount,
+the shell's TokenRequest and an optional RFC 8693 exchange), writing it where the gateway
+reads it, and keeping :class:`~grid.oauth.schedule.TokenHealth`. When to ask, what to send
+and what an answer means are decided in :mod:`grid.oauth`.
 
 A token, a client secret or a private key is never logged, never put in an exception and
 never kept beyond the attempt that uses it; a token endpoint's error body is reduced to its
@@ -25,8 +26,10 @@ from grid.models.common import AuthStrategy
 from grid.models.oauth2 import MINTED_TOKEN_KEY, OAuth2Settings, minted_token_secret
 from grid.models.phases import CredentialState
 from grid.models.provider import InferenceProvider
-from grid.oauth.requests import token_request
-from grid.oauth.responses import MAX_RESPONSE_BYTES, parse_token_response
+from grid.models.service_account import ServiceAccountSettings, TokenExchange
+from grid.oauth.exchange import exchange_request
+from grid.oauth.requests import TokenRequest, token_request
+from grid.oauth.responses import MAX_RESPONSE_BYTES, AccessToken, parse_token_response
 from grid.oauth.schedule import FailureKind, TokenHealth, plan_refresh
 from grid.observe._http import fetch
 from grid.runtime.metrics import FAMILIES
@@ -43,6 +46,10 @@ IDLE_WAIT_S = 60.0
 SecretSource = Callable[[], Awaitable[bytes]]
 """Reads the provider's Secret entry; raises :class:`CredentialMaterialError` saying what is
 wrong (missing, empty) without its content."""
+Mint = Callable[[datetime, aiohttp.ClientSession | None], Awaitable[AccessToken]]
+"""Obtains a token at the given moment; raises :class:`CredentialMaterialError` (what the
+site proves itself with is unusable) or :class:`TokenEndpointError` (the issuer gives none),
+both secret-free."""
 TokenSink = Callable[[str], Awaitable[None]]
 """Puts a token where the gateway reads it, replacing the previous one in one step; raises
 :class:`OSError` or a :class:`~grid.errors.GridError` whose message holds no secret."""
@@ -55,25 +62,76 @@ _random = SystemRandom()
 class MintingPlan:
     """What a minter is built from; a change of any part starts a new minter."""
 
-    settings: OAuth2Settings
-    secret: tuple[str, str, str]
-    """(namespace, name, key) of the Secret entry."""
+    settings: OAuth2Settings | ServiceAccountSettings
+    secret: tuple[str, str, str] | None
+    """(namespace, name, key) of the Secret entry an Oauth2 token is minted from."""
     output: tuple[str, str, str]
     """(namespace, name, key) the token is written under: the overlay's reference."""
 
 
 def minting_plan(provider: InferenceProvider) -> MintingPlan | None:
     """What minting ``provider``'s tokens takes, or None when its site mints none for it.
-    The token goes beside the Secret it is minted from (the namespace the gateway mounts
-    its credentials from), under :func:`~grid.models.oauth2.minted_token_secret`."""
+    The token goes under :func:`~grid.models.oauth2.minted_token_secret`, in the namespace
+    the gateway mounts its credentials from: beside an Oauth2 provider's Secret, in a
+    ServiceAccount's own namespace."""
     auth = provider.spec.auth
-    if auth is None or auth.strategy is not AuthStrategy.OAUTH2:
+    if auth is None:
+        return None
+    name = minted_token_secret(provider.metadata.name)
+    if auth.strategy is AuthStrategy.SERVICE_ACCOUNT and auth.service_account is not None:
+        account = auth.service_account
+        return MintingPlan(account, None, (account.namespace, name, MINTED_TOKEN_KEY))
+    if auth.strategy is not AuthStrategy.OAUTH2:
         return None
     if auth.oauth2 is None or auth.secret_ref is None:
         return None
     ref = auth.secret_ref
-    output = (ref.namespace, minted_token_secret(provider.metadata.name), MINTED_TOKEN_KEY)
+    output = (ref.namespace, name, MINTED_TOKEN_KEY)
     return MintingPlan(auth.oauth2, (ref.namespace, ref.name, ref.key), output)
+
+
+async def post_token_request(
+    request: TokenRequest, session: aiohttp.ClientSession | None, timeout_s: float
+) -> AccessToken:
+    """Send ``request`` to its token endpoint and read the answer. Raises
+    :class:`TokenEndpointError` (``unreachable`` when no answer came)."""
+    reply = await fetch(
+        request.url,
+        timeout=timeout_s,
+        max_body_bytes=MAX_RESPONSE_BYTES,
+        headers=request.headers,
+        session=session,
+        form=request.form,
+    )
+    if reply.error is not None and reply.status is None:
+        raise TokenEndpointError(f"the token endpoint: {reply.error}", unreachable=True)
+    if reply.error is not None or reply.status is None:
+        raise TokenEndpointError(f"the token endpoint's answer: {reply.error}")
+    return parse_token_response(reply.status, reply.body)
+
+
+def oauth2_mint(
+    settings: OAuth2Settings, source: SecretSource, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> Mint:
+    """Mints an Oauth2 provider's tokens from the Secret entry ``source`` reads."""
+
+    async def mint(now: datetime, session: aiohttp.ClientSession | None) -> AccessToken:
+        secret = await source()
+        request = token_request(settings, secret, now, secrets.token_urlsafe(24))
+        del secret  # kept no longer than it takes to build the request
+        return await post_token_request(request, session, timeout_s)
+
+    return mint
+
+
+async def exchange_token(
+    settings: TokenExchange,
+    subject: AccessToken,
+    session: aiohttp.ClientSession | None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> AccessToken:
+    """The STS's token for ``subject`` (RFC 8693), with the life the STS gives it."""
+    return await post_token_request(exchange_request(settings, subject.value), session, timeout_s)
 
 
 class TokenMinter:
@@ -84,17 +142,15 @@ class TokenMinter:
         self,
         provider: str,
         plan: MintingPlan,
-        source: SecretSource,
+        mint: Mint,
         sink: TokenSink,
         *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
         draw: Callable[[], float] = _random.random,
     ) -> None:
         self.provider = provider
         self.plan = plan
-        self._source = source
+        self._mint = mint
         self._sink = sink
-        self._timeout_s = timeout_s
         self._draw = draw
         self.health = TokenHealth()
 
@@ -102,7 +158,7 @@ class TokenMinter:
         """Ask for a token at ``now``; on success write it and plan its refresh, else plan
         the retry. Never raises for the endpoint's or the Secret's trouble."""
         try:
-            value, expires_in = await self._mint(now, session)
+            token = await self._mint(now, session)
         except CredentialMaterialError as error:
             self._failed(FailureKind.SECRET, str(error), now)
             return
@@ -111,7 +167,7 @@ class TokenMinter:
             self._failed(kind, str(error), now)
             return
         try:
-            await self._sink(value)
+            await self._sink(token.value)
         except OSError as error:
             self._failed(
                 FailureKind.OUTPUT, f"the token could not be written: {error.strerror}", now
@@ -120,7 +176,7 @@ class TokenMinter:
         except GridError as error:
             self._failed(FailureKind.OUTPUT, f"the token could not be written: {error}", now)
             return
-        life = plan_refresh(now, expires_in, spread=self._draw() * 2 - 1)
+        life = plan_refresh(now, token.expires_in_s, spread=self._draw() * 2 - 1)
         self.health = self.health.minted(life)
         _log.info(
             "provider %s: token minted, valid until %s, refreshed from %s",
@@ -128,27 +184,6 @@ class TokenMinter:
             life.expires_at.isoformat(),
             life.refresh_at.isoformat(),
         )
-
-    async def _mint(
-        self, now: datetime, session: aiohttp.ClientSession | None
-    ) -> tuple[str, float]:
-        secret = await self._source()
-        request = token_request(self.plan.settings, secret, now, secrets.token_urlsafe(24))
-        del secret  # kept no longer than it takes to build the request
-        reply = await fetch(
-            request.url,
-            timeout=self._timeout_s,
-            max_body_bytes=MAX_RESPONSE_BYTES,
-            headers=request.headers,
-            session=session,
-            form=request.form,
-        )
-        if reply.error is not None and reply.status is None:
-            raise TokenEndpointError(f"the token endpoint: {reply.error}", unreachable=True)
-        if reply.error is not None or reply.status is None:
-            raise TokenEndpointError(f"the token endpoint's answer: {reply.error}")
-        token = parse_token_response(reply.status, reply.body)
-        return token.value, token.expires_in_s
 
     def fail_unexpectedly(self, error: str, now: datetime) -> None:
         """An attempt ended with an unexpected ``error`` (a bug): counted as a failure, so
@@ -165,8 +200,8 @@ class TokenMinter:
         )
 
 
-MinterIo = Callable[[MintingPlan], tuple[SecretSource, TokenSink]]
-"""Where a shell reads a plan's Secret and writes its token."""
+MinterIo = Callable[[MintingPlan], tuple[Mint, TokenSink]]
+"""How a shell obtains a plan's tokens and where it writes them."""
 
 
 class TokenMinters:
@@ -204,14 +239,18 @@ class TokenMinters:
             if current is not None and current.plan == plan:
                 minters[name] = current
                 continue
-            source, sink = self._io(plan)
-            minters[name] = TokenMinter(f"{self._where} {name}", plan, source, sink)
+            mint, sink = self._io(plan)
+            minters[name] = TokenMinter(f"{self._where} {name}", plan, mint, sink)
         if minters != self._minters:
             self._minters = minters
             self._changed.set()
 
     def minting(self, provider: str) -> bool:
         return provider in self._minters
+
+    def providers(self) -> tuple[str, ...]:
+        """The providers minted for, whose credential state is :meth:`verdict`'s."""
+        return tuple(self._minters)
 
     def verdict(self, provider: str, now: datetime) -> tuple[CredentialState, str]:
         return self._minters[provider].health.verdict(now)
