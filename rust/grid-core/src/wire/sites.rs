@@ -105,6 +105,8 @@ pub enum Learned {
     Known,
     /// Not kept: the table of sites is full.
     Full,
+    /// Not kept: not a certificate of an earlier life of this node's own site.
+    Refused,
 }
 
 /// Every site's certificates, at most `capacity` sites.
@@ -178,10 +180,12 @@ impl KnownSites {
     }
 
     /// An earlier certificate of a site whose current one is not to be replaced by relays
-    /// (this node's own).
+    /// (this node's own). Only one issued before the current one can be an earlier life's:
+    /// a later one (or one whose dates cannot be read) is refused, so a certificate issued
+    /// for this site's name after its own never makes it sign anything again.
     pub fn relayed_earlier(&mut self, site: &Arc<str>, certificate: Certificate) -> Learned {
         let Some(known) = self.sites.get_mut(site) else {
-            return Learned::Full;
+            return Learned::Refused;
         };
         if known.current.key == certificate.key
             || known
@@ -189,6 +193,13 @@ impl KnownSites {
                 .any(|earlier| earlier.key == certificate.key)
         {
             return Learned::Known;
+        }
+        let issued_before = match (certificate.not_before, known.current.not_before) {
+            (Some(relayed), Some(current)) => relayed <= current,
+            _ => false,
+        };
+        if !issued_before {
+            return Learned::Refused;
         }
         known.push_earlier(certificate, Duration::ZERO);
         Learned::Earlier
@@ -275,5 +286,75 @@ impl KnownSites {
                     .map(move |certificate| (site.clone(), certificate.clone()))
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::auth::test_key;
+
+    fn issued(key: u8, not_before: u64) -> Certificate {
+        Certificate {
+            key: test_key(key).1,
+            chain: vec![vec![key]],
+            not_before: Some(Duration::from_secs(not_before)),
+        }
+    }
+
+    #[test]
+    fn the_newest_relayed_certificate_is_current_and_an_older_one_earlier() {
+        let mut sites = KnownSites::new(8);
+        let site: Arc<str> = Arc::from("site-a");
+        assert_eq!(
+            sites.relayed(&site, issued(1, 100), Duration::ZERO),
+            Learned::Current
+        );
+        assert_eq!(
+            sites.relayed(&site, issued(2, 200), Duration::ZERO),
+            Learned::Current
+        );
+        // A peer that has not heard of the renewal relays the old one: it stays earlier.
+        assert_eq!(
+            sites.relayed(&site, issued(1, 100), Duration::ZERO),
+            Learned::Known
+        );
+        assert_eq!(
+            sites.relayed(&site, issued(3, 150), Duration::ZERO),
+            Learned::Earlier
+        );
+        let known = sites.get(&site).unwrap();
+        assert_eq!(known.current.key, test_key(2).1);
+        assert_eq!(sites.earlier_count(), 2);
+    }
+
+    #[test]
+    fn only_a_certificate_issued_before_its_own_is_an_earlier_life_of_this_site() {
+        let mut sites = KnownSites::new(8);
+        let own: Arc<str> = Arc::from("me");
+        sites.presented(&own, issued(1, 100), Duration::ZERO);
+        assert_eq!(sites.relayed_earlier(&own, issued(2, 50)), Learned::Earlier);
+        assert_eq!(
+            sites.relayed_earlier(&own, issued(3, 150)),
+            Learned::Refused
+        );
+        let undated = Certificate {
+            not_before: None,
+            ..issued(4, 0)
+        };
+        assert_eq!(sites.relayed_earlier(&own, undated), Learned::Refused);
+        assert_eq!(sites.earlier_count(), 1);
+    }
+
+    #[test]
+    fn messages_under_a_replaced_key_are_taken_only_within_the_grace() {
+        let mut sites = KnownSites::new(8);
+        let site: Arc<str> = Arc::from("site-a");
+        sites.presented(&site, issued(1, 100), Duration::ZERO);
+        let switch = Duration::from_secs(60);
+        sites.presented(&site, issued(2, 200), switch);
+        let known = sites.get(&site).unwrap();
+        assert_eq!(known.message_keys(switch + KEY_SWITCH_GRACE / 2).count(), 2);
+        assert_eq!(known.message_keys(switch + KEY_SWITCH_GRACE).count(), 1);
     }
 }

@@ -197,7 +197,7 @@ impl Session {
             self.sites.relayed(site, certificate, now)
         };
         let learned = match learned {
-            Learned::Full => return None,
+            Learned::Full | Learned::Refused => return None,
             Learned::Known if self.key(site) == Some(&key) => Learned::Current,
             Learned::Known => Learned::Earlier,
             learned => learned,
