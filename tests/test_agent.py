@@ -625,6 +625,8 @@ async def test_a_rotated_site_certificate_is_advertised_and_presented(
         assert runtime.node is signing_node and signing_node.running
         engine.refresh(datetime.now(UTC))
         assert engine.state.cert_pem(SITE) == second.certificate_pem
+        # The egress listener keeps presenting the certificate the node signs with.
+        assert await presented() == second.fingerprint
     finally:
         await agent.stop()
 

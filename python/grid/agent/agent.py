@@ -44,7 +44,13 @@ from grid.agent.outputs import OutputWriter
 from grid.agent.probes import SiteTls
 from grid.agent.report import ResourceReport
 from grid.engine import SiteEngine
-from grid.errors import AgentConfigError, ConfigError, GridError, ResourceError
+from grid.errors import (
+    AgentConfigError,
+    ConfigError,
+    GridError,
+    ResourceError,
+    SiteCredentialsError,
+)
 from grid.membership import SwimCredentials
 from grid.models.limits import LOAD_TIME_LIMIT_S, MAX_DIRECTORY_FILES
 from grid.models.network import GridNetwork, generate_grid_id
@@ -369,7 +375,7 @@ class Agent:
             if self._egress is not None:
                 if tls.certificate is None or tls.private_key is None:
                     raise AgentConfigError("the egress listener needs tls.crt and tls.key")
-                self._egress.reload(tls.certificate, tls.private_key)
+                self._reload_egress(tls.certificate, tls.private_key, credentials)
         except GridError as error:
             _log.error("%s: new TLS files not used, the old ones stay: %s", self.site, error)
             return
@@ -381,6 +387,20 @@ class Agent:
             runtime.use_prober(prober)
             runtime.wake()
         _log.info("%s: TLS files reloaded", self.site)
+
+    def _reload_egress(
+        self, certificate: Path, private_key: Path, credentials: SwimCredentials
+    ) -> None:
+        """Present the new certificate at the egress listener, unless the SWIM node would
+        refuse it (another site's, not from the CA): the listener then keeps presenting the
+        one the node signs with, and the node reports why."""
+        assert self._egress is not None
+        try:
+            credentials.check(self.site)
+        except SiteCredentialsError as error:
+            _log.error("%s: the egress listener keeps its certificate: %s", self.site, error)
+            return
+        self._egress.reload(certificate, private_key)
 
     async def _apply(self, resources: LoadedResources) -> None:
         shared = self._shared
