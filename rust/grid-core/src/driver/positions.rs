@@ -53,6 +53,12 @@ impl Positions {
         };
         (member.id() == id).then(|| (member.incarnation(), member.state()))
     }
+
+    /// Where `site_addr` was last found in foca's list: a hint, to be checked against the
+    /// list it is used on.
+    pub(super) fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {
+        self.at.get(&key(site_addr)).map(|&at| at as usize)
+    }
 }
 
 /// A 64-bit key of a site at an address. Two sites may share one (then each lookup of the

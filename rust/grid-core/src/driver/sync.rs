@@ -5,7 +5,6 @@
 //! Held apart because a sync's state (the walk, the answer being received, the baseline
 //! that keeps a converged sync O(N)) matters only to syncs.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +32,7 @@ use super::chunks::{
     encode_walk_end, read_chunk_header, read_entry, ChunkHeader, ChunkWriter, ENTRY_CERTIFICATE,
     ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_WALK_END, WALK_END_ROOM,
 };
+use super::positions::Positions;
 use super::swim::Screened;
 
 /// Member entries fill at most this many chunks of a sync (the rest of the view is covered
@@ -162,17 +162,27 @@ pub(super) struct SyncBaseline {
     sync_id: u32,
     sender: SiteAddr,
     chunks_left: u16,
-    states: HashMap<SiteAddr, (NodeId, u16, State)>,
+    /// foca's list as it stood, in its order: a copy is cheaper than an index, and the
+    /// positions the driver knows find members in it (see [`Positions::hint`]).
+    states: Vec<Member<NodeId>>,
 }
 
 impl SyncBaseline {
-    fn holds(&self, member: &Member<NodeId>) -> bool {
-        self.states
-            .get(&member.id().site_addr())
-            .is_some_and(|(id, incarnation, state)| {
-                id == member.id()
-                    && *incarnation == member.incarnation()
-                    && *state == member.state()
+    fn holds(&self, positions: &Positions, member: &Member<NodeId>) -> bool {
+        let site_addr = member.id().site_addr();
+        positions
+            .hint(&site_addr)
+            .and_then(|at| self.states.get(at))
+            .filter(|known| known.id().site_addr() == site_addr)
+            .or_else(|| {
+                self.states
+                    .iter()
+                    .find(|known| known.id().site_addr() == site_addr)
+            })
+            .is_some_and(|known| {
+                known.id() == member.id()
+                    && known.incarnation() == member.incarnation()
+                    && known.state() == member.state()
             })
     }
 }
@@ -483,10 +493,16 @@ impl Driver {
         for id in &left {
             self.remember_left(id);
         }
-        let baseline = self.sync_baseline_for(sync_id, sender.site_addr(), count);
+        self.sync_baseline_for(sync_id, sender.site_addr(), count);
+        let Driver {
+            sync_baseline,
+            positions,
+            ..
+        } = self;
+        let baseline = sync_baseline.as_mut().expect("set above");
         let received = loud.len() + quiet.len();
-        loud.retain(|member| !baseline.holds(member));
-        quiet.retain(|member| !baseline.holds(member));
+        loud.retain(|member| !baseline.holds(positions, member));
+        quiet.retain(|member| !baseline.holds(positions, member));
         baseline.chunks_left = baseline.chunks_left.saturating_sub(1);
         if baseline.chunks_left == 0 {
             self.sync_baseline = None;
@@ -547,35 +563,19 @@ impl Driver {
         Ok(())
     }
 
-    /// The baseline for this sync's chunks, taken from foca on its first chunk to arrive.
-    fn sync_baseline_for(
-        &mut self,
-        sync_id: u32,
-        sender: SiteAddr,
-        count: u16,
-    ) -> &mut SyncBaseline {
+    /// Takes the baseline for this sync's chunks from foca on its first chunk to arrive.
+    fn sync_baseline_for(&mut self, sync_id: u32, sender: SiteAddr, count: u16) {
         let current = self
             .sync_baseline
             .as_ref()
             .is_some_and(|b| b.sync_id == sync_id && b.sender == sender);
         if !current {
-            let states = self
-                .foca
-                .iter_membership_state()
-                .map(|m| {
-                    (
-                        m.id().site_addr(),
-                        (m.id().clone(), m.incarnation(), m.state()),
-                    )
-                })
-                .collect();
             self.sync_baseline = Some(SyncBaseline {
                 sync_id,
                 sender,
                 chunks_left: count,
-                states,
+                states: self.foca.iter_membership_state().cloned().collect(),
             });
         }
-        self.sync_baseline.as_mut().expect("set above")
     }
 }
