@@ -182,6 +182,8 @@ def fake_agent(engine: SiteEngine) -> Any:
         observers=SimpleNamespace(durations=durations),
         overlay_writes=Counter({GATEWAY: 12}),
         swim_error=None,
+        # No provider mints tokens here: the scrape reads their expiries all the same.
+        tokens=SimpleNamespace(expiries=lambda now: {}),
     )
     return SimpleNamespace(networks={NETWORK: runtime}, report=SimpleNamespace(errors=[]))
 
