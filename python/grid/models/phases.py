@@ -368,7 +368,7 @@ def evaluate_site(
 
 class CredentialState(StrEnum):
     """What was found where ``spec.auth.secretRef`` points and, for a strategy whose
-    tokens the site mints (Oauth2), how the token in place stands."""
+    tokens the site mints (Oauth2, ServiceAccount), how the token in place stands."""
 
     NOT_REQUIRED = "NotRequired"
     VALID = "Valid"
