@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,11 @@ import jwt
 import pytest
 from kubernetes import client as k8s
 
+from grid.models.phases import CredentialState
+from grid.models.service_account import ServiceAccountSettings
 from grid.operator.kube import KubeApi
+from grid.operator.tokens import service_account_mint
+from grid.runtime.tokens import MintingPlan, TokenMinter
 from k8s.cluster import Cluster
 from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
 from k8s.grid_install import ACCOUNT as OPERATOR_ACCOUNT
@@ -193,6 +198,47 @@ async def test_the_operators_token_requests_are_the_api_servers_tokens(
         f"TokenRequest on the real API server: median {statistics.median(took) * 1000:.1f} ms, "
         f"max {max(took) * 1000:.1f} ms over {len(took)}"
     )
+
+
+async def test_a_minter_refreshes_the_accounts_token_at_80_percent_of_its_life(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Real tokens, the clock driven by the test: the first lives as the API server says,
+    the refresh is due at 80 % of that (the middle of the spread), and brings a new token."""
+    await prepare_network(cluster, tmp_path)
+    await ensure_account(cluster)
+    settings = ServiceAccountSettings.model_validate(
+        {"name": CALLER, "namespace": GATEWAY_NAMESPACE, "audience": AUDIENCE}
+    )
+    plan = MintingPlan(settings, None, (GATEWAY_NAMESPACE, TOKEN_SECRET, "token"))
+    login = await cluster.service_account_token(NAMESPACE, OPERATOR_ACCOUNT)
+    kube = KubeApi(cluster.configuration(login))
+    await kube.start()
+    written: list[str] = []
+
+    async def sink(token: str) -> None:
+        written.append(token)
+
+    made = TokenMinter("vertex", plan, service_account_mint(kube, settings), sink, draw=lambda: 0.5)
+    now = datetime.now(UTC)
+    try:
+        await made.attempt(now)
+        first = made.health.token
+        assert first is not None and len(written) == 1
+        expires = jwt.decode(written[0], options={"verify_signature": False})["exp"]
+        assert first.expires_at.timestamp() == expires
+        assert abs(first.lifetime_s - 3600) < 5
+        refresh = now + timedelta(seconds=first.lifetime_s * 0.8)
+        assert first.refresh_at == refresh
+        assert not made.health.due(refresh - timedelta(seconds=1))
+        assert made.health.due(refresh)
+        await made.attempt(refresh)
+    finally:
+        await kube.close()
+    assert len(written) == 2 and written[0] != written[1]
+    assert made.health.verdict(refresh)[0] is CredentialState.MINTED
+    for token in written:
+        await assert_issued_by_the_api_server(cluster, token)
 
 
 async def test_the_operator_mints_the_accounts_token_for_the_audience(

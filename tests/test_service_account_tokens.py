@@ -1,14 +1,14 @@
 """ServiceAccount providers without a Kubernetes API: the ``auth.serviceAccount`` model and
 its twin checks, what a TokenRequest answer means, the RFC 8693 exchange against a real STS
-(tests/support/token_server.py) in each way it can fail, the refresh of a ServiceAccount
-token with the clock the test drives, the candidate's reference, the records a 0.2.0 peer
-reads, and the agent, which mints none. No token reaches a message or a log."""
+(tests/support/token_server.py) in each way it can fail, the candidate's reference, the
+records a 0.2.0 peer reads, and the agent, which mints none. No token reaches a message or
+a log. Minting and refreshing against a real API server: tests/test_operator_service_account.py."""
 
 from __future__ import annotations
 
 import logging
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -143,42 +143,6 @@ def test_a_token_request_answer_without_a_usable_token_is_refused(
     with pytest.raises(TokenEndpointError, match=complaint) as caught:
         parse_token_request(answer, T0)
     assert SUBJECT not in str(caught.value)
-
-
-class Issuer:
-    """TokenRequest answers of ``life_s`` seconds, a new token each time (the API
-    server's part; the real one is in tests/test_operator_service_account.py)."""
-
-    def __init__(self, life_s: int) -> None:
-        self.life_s = life_s
-        self.issued: list[str] = []
-
-    async def __call__(self, now: datetime, session: object) -> AccessToken:
-        del session
-        token = f"{SUBJECT}x{len(self.issued)}"
-        self.issued.append(token)
-        expires = (now + timedelta(seconds=self.life_s)).isoformat()
-        return parse_token_request(
-            {"status": {"token": token, "expirationTimestamp": expires}}, now
-        )
-
-
-async def test_a_service_account_token_is_refreshed_at_80_percent_of_its_life() -> None:
-    plan = minting_plan(provider({"strategy": "ServiceAccount", "serviceAccount": ACCOUNT}))
-    assert plan is not None
-    issuer, written = Issuer(600), []
-
-    async def sink(token: str) -> None:
-        written.append(token)
-
-    made = TokenMinter("vertex", plan, issuer, sink, draw=lambda: 0.5)
-    await made.attempt(T0)
-    token = made.health.token
-    assert token is not None and token.refresh_at == T0 + timedelta(seconds=480)
-    assert not made.health.due(T0 + timedelta(seconds=479))
-    await made.attempt(T0 + timedelta(seconds=480))
-    assert written == issuer.issued and len(set(written)) == 2
-    assert made.health.verdict(T0 + timedelta(seconds=480))[0] is CredentialState.MINTED
 
 
 def test_the_plan_and_the_candidate_name_the_token_in_the_accounts_namespace(
