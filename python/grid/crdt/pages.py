@@ -192,6 +192,10 @@ class PageBook:
         self._unpaged: set[str] = set()
         self._stale: set[int] = set()
         """Pages that still carry a dropped register."""
+        self._left: dict[str, int] = {}
+        """The page each register waiting for a page was in last: the mesh's copy of that
+        page still carries its earlier version until the register lands in a page again,
+        or, if it is dropped first, that page is written again without it."""
 
     @property
     def pending(self) -> bool:
@@ -201,15 +205,20 @@ class PageBook:
 
     def written(self, name: str) -> None:
         """``name`` has a new register: it goes into the next pages written."""
-        self._leave(name)
+        number = self._leave(name)
+        if number is not None:
+            self._left[name] = number
         self._unpaged.add(name)
 
     def dropped(self, name: str) -> None:
-        """``name``'s register is gone (a pruned tombstone): its page is written again
-        without it."""
+        """``name``'s register is gone (a pruned tombstone): the page it is in, or the one
+        it was in while it waits for a page, is written again without it."""
         number = self._leave(name)
+        if number is None:
+            number = self._left.get(name)
         if number is not None:
             self._stale.add(number)
+        self._left.pop(name, None)
         self._unpaged.discard(name)
 
     def recovered(self, number: int, version: int, current: Iterable[SignalsState]) -> None:
@@ -227,6 +236,7 @@ class PageBook:
         for state in current:
             self._leave(state.name)
             self._unpaged.discard(state.name)
+            self._left.pop(state.name, None)
             size = len(entry_bytes(state)) + 1
             page.carried[state.name] = size
             page.used += size
@@ -256,6 +266,7 @@ class PageBook:
                 page.used += sizes[name]
                 self._home[name] = number
                 self._unpaged.discard(name)
+                self._left.pop(name, None)
             items.append(self._rewrite(number, registers, tick))
         while self._stale:
             items.append(self._rewrite(min(self._stale), registers, tick))
