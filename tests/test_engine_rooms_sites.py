@@ -169,6 +169,31 @@ def test_a_failed_probe_makes_a_trusted_peer_unreachable_and_untrusted() -> None
     assert any(e.event.reason == "ProbeFailed" for e in t.events.take())
 
 
+def test_a_peer_whose_certificate_the_network_revoked_is_no_longer_trusted() -> None:
+    t = Trust()
+    t.probed("site-b", FINGERPRINTS["site-b"])
+    t.evaluate()
+    assert t.trust.trusted == {"site-b"}
+    revoking = network(tls={"revokedCertificates": [FINGERPRINTS["site-b"]]})
+    t.inputs.set_resources(revoking, SITES, [])
+    later = T0 + timedelta(seconds=10)
+    t.probes.observe(
+        "site-b",
+        ProbeResult(True, FINGERPRINTS["site-b"], None, 0.001),
+        later,
+        EgressTlsMode.MUTUAL_TLS,
+    )
+    assert t.evaluate(later) is True
+    assert t.trust.trusted == frozenset()
+    status = t.status("site-b")
+    assert status.phase is GridSitePhase.CONNECTING
+    trusted = find_condition(status.conditions, "Trusted")
+    assert trusted is not None and trusted.status is ConditionStatus.FALSE
+    assert trusted.reason == "CertificateRevoked"
+    assert "spec.tls.revokedCertificates" in trusted.message
+    assert any(e.event.reason == "CertificateRevoked" for e in t.events.take())
+
+
 def test_a_site_removed_from_the_resources_loses_its_status_and_trust() -> None:
     t = Trust()
     t.probed("site-b", FINGERPRINTS["site-b"])

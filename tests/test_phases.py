@@ -71,11 +71,13 @@ EXPECTED_SITE = {
     (S.CONNECTING, "MemberLeft"): S.LEFT,
     (S.ACTIVE, "ProbeFailed"): S.UNREACHABLE,
     (S.ACTIVE, "FingerprintMismatch"): S.CONNECTING,
+    (S.ACTIVE, "CertificateRevoked"): S.CONNECTING,
     (S.ACTIVE, "TrustNotConfigured"): S.CONNECTING,
     (S.ACTIVE, "EgressRemoved"): S.PENDING,
     (S.ACTIVE, "MemberLeft"): S.LEFT,
     (S.UNREACHABLE, "TrustVerified"): S.ACTIVE,
     (S.UNREACHABLE, "FingerprintMismatch"): S.CONNECTING,
+    (S.UNREACHABLE, "CertificateRevoked"): S.CONNECTING,
     (S.UNREACHABLE, "TrustNotConfigured"): S.CONNECTING,
     (S.UNREACHABLE, "EgressRemoved"): S.PENDING,
     (S.UNREACHABLE, "MemberLeft"): S.LEFT,
@@ -224,6 +226,10 @@ SITE_SCENARIOS: dict[tuple[GridSitePhase, str], tuple[dict[str, Any], SiteObserv
         {},
         SiteObservation(egress_address=EGRESS, probe=probe(fingerprint=OTHER)),
     ),
+    (S.ACTIVE, "CertificateRevoked"): (
+        {},
+        SiteObservation(egress_address=EGRESS, probe=probe(), revoked=frozenset({PIN})),
+    ),
     (S.ACTIVE, "TrustNotConfigured"): (
         {"pins": ()},
         SiteObservation(egress_address=EGRESS, probe=probe()),
@@ -237,6 +243,10 @@ SITE_SCENARIOS: dict[tuple[GridSitePhase, str], tuple[dict[str, Any], SiteObserv
     (S.UNREACHABLE, "FingerprintMismatch"): (
         {},
         SiteObservation(egress_address=EGRESS, probe=probe(fingerprint=None)),
+    ),
+    (S.UNREACHABLE, "CertificateRevoked"): (
+        {},
+        SiteObservation(egress_address=EGRESS, probe=probe(), revoked=frozenset({PIN})),
     ),
     (S.UNREACHABLE, "TrustNotConfigured"): (
         {"pins": ()},

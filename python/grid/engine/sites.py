@@ -89,6 +89,8 @@ class SiteTrust:
         """Advance every site's phase; returns whether the trusted sites changed.
         ``certificates``: the known ones, whose expiry each GridSite's status reports."""
         trusted: set[str] = set()
+        tls = inputs.network.spec.tls
+        revoked = frozenset(tls.revoked_certificates) if tls else frozenset()
         for name in set(self._status) - set(inputs.sites):
             del self._status[name]
             self._settled.pop(name, None)
@@ -111,6 +113,7 @@ class SiteTrust:
                 member=member,
                 egress_address=None if egress is None else egress.address,
                 probe=None if probe is None else probe.observation(presented),
+                revoked=revoked,
             )
             resolution = inputs.egress_resolution if name == self._site else None
             certificate = certificates.get(name)

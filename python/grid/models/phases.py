@@ -230,6 +230,8 @@ class SiteObservation:
     member: MemberState | None = None
     egress_address: str | None = None
     probe: ProbeObservation | None = None
+    revoked: frozenset[str] = frozenset()
+    """Fingerprints of the certificates the network revoked (never trusted)."""
 
 
 _S = GridSitePhase
@@ -243,10 +245,12 @@ SITE_TRANSITIONS: PhaseTable[GridSitePhase] = PhaseTable(
         Transition(_S.CONNECTING, "EgressRemoved", _S.PENDING, EventType.WARNING),
         Transition(_S.ACTIVE, "ProbeFailed", _S.UNREACHABLE, EventType.WARNING),
         Transition(_S.ACTIVE, "FingerprintMismatch", _S.CONNECTING, EventType.WARNING),
+        Transition(_S.ACTIVE, "CertificateRevoked", _S.CONNECTING, EventType.WARNING),
         Transition(_S.ACTIVE, "TrustNotConfigured", _S.CONNECTING, EventType.WARNING),
         Transition(_S.ACTIVE, "EgressRemoved", _S.PENDING, EventType.WARNING),
         Transition(_S.UNREACHABLE, "TrustVerified", _S.ACTIVE),
         Transition(_S.UNREACHABLE, "FingerprintMismatch", _S.CONNECTING, EventType.WARNING),
+        Transition(_S.UNREACHABLE, "CertificateRevoked", _S.CONNECTING, EventType.WARNING),
         Transition(_S.UNREACHABLE, "TrustNotConfigured", _S.CONNECTING, EventType.WARNING),
         Transition(_S.UNREACHABLE, "EgressRemoved", _S.PENDING, EventType.WARNING),
         *(
@@ -268,7 +272,16 @@ class _TrustCheck:
     message: str
 
 
-def _check_trust(site: GridSite, presented: str | None) -> _TrustCheck:
+def _check_trust(
+    site: GridSite, presented: str | None, revoked: frozenset[str] = frozenset()
+) -> _TrustCheck:
+    if presented is not None and presented in revoked:
+        return _TrustCheck(
+            None,
+            "CertificateRevoked",
+            f"the certificate {presented} is revoked by the network "
+            "(spec.tls.revokedCertificates); the site needs a new one",
+        )
     trust = site.spec.trust
     if trust.cert_fingerprint is None:
         return _TrustCheck(
@@ -303,7 +316,7 @@ def _site_verdicts(
             if not probe.reachable:
                 found.append(Verdict("ProbeFailed", probe.error or "egress probe failed"))
             else:
-                check = _check_trust(site, probe.presented_fingerprint)
+                check = _check_trust(site, probe.presented_fingerprint, seen.revoked)
                 reason = "TrustVerified" if check.pin is not None else check.reason
                 found.append(Verdict(reason, f"egress probe passed; {check.message}"))
         if site.auto_discover and seen.member is MemberState.ALIVE:
@@ -349,7 +362,7 @@ def evaluate_site(
         reachable = condition_update(
             "Reachable", True, "ProbeSucceeded", "egress probe passed", generation
         )
-        check = _check_trust(site, probe.presented_fingerprint)
+        check = _check_trust(site, probe.presented_fingerprint, observation.revoked)
         trusted = condition_update(
             "Trusted", check.pin is not None, check.reason, check.message, generation
         )
