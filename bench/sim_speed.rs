@@ -70,6 +70,22 @@ fn cpu_seconds() -> f64 {
     seconds(usage.ru_utime) + seconds(usage.ru_stime)
 }
 
+/// This process's peak resident memory in GiB (VmHWM; 0 where /proc is not available).
+fn peak_gib() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0.0, |kib| kib / (1024.0 * 1024.0))
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -116,12 +132,13 @@ fn main() {
         println!(
             "size={size} form_s={form:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
              median_part_speed={:.2} cpu_s={cpu:.2} cpu_speed={:.2} events_per_s={:.0} \
-             trace={:016x}",
+             peak_gib={:.2} trace={:016x}",
             span.as_secs_f64(),
             span.as_secs_f64() / wall,
             median(speeds),
             span.as_secs_f64() / cpu,
             events as f64 / wall,
+            peak_gib(),
             sim.trace_hash(),
         );
     }
