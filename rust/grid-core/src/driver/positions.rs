@@ -47,7 +47,15 @@ impl Positions {
                 let (at, member) = members()
                     .enumerate()
                     .find(|(_, m)| m.id().site_addr() == site_addr)?;
-                self.at.insert(key, at as u32);
+                if self.at.len() < members().len() / 2 {
+                    // Mostly unknown (a fresh node, or a cluster that grew): one pass
+                    // learns every position, instead of one scan per member looked up.
+                    for (at, m) in members().enumerate() {
+                        self.at.insert(self::key(&m.id().site_addr()), at as u32);
+                    }
+                } else {
+                    self.at.insert(key, at as u32);
+                }
                 member
             }
         };
