@@ -50,7 +50,7 @@ impl Simulation {
         let at = (0..n)
             .map(|_| Duration::from_nanos(rng.random_range(0..nanos(spread))))
             .collect();
-        let phantom = NodeId::new(self.interner.intern("bootstrap"), net::phantom_addr(), 1);
+        let phantom = NodeId::new(self.interner(0).intern("bootstrap"), net::phantom_addr(), 1);
         let mut header = vec![KIND_SYNC_RESPONSE];
         phantom.encode(&mut header);
         header.extend_from_slice(&[0; 8]);

@@ -170,6 +170,8 @@ pub struct Declaration {
 
 /// Sync entry tag of a member (see `wire/mod.rs`: `tag u8 (1 member, 2 item)`).
 const ENTRY_MEMBER: u8 = 1;
+/// Interners the nodes share (see [`Simulation`]'s `interners`).
+const INTERNER_SHARDS: usize = 16;
 /// The default of [`SimSettings::parallel_work`].
 pub const PARALLEL_WORK: u64 = 200_000;
 const ONE_NS: Duration = Duration::from_nanos(1);
@@ -202,7 +204,11 @@ fn nanos(at: Duration) -> u64 {
 pub struct Simulation {
     seed: u64,
     swim: SwimConfig,
-    interner: Interner,
+    /// Site names, shared by the nodes of one shard (node index modulo [`INTERNER_SHARDS`]):
+    /// every decoded identity passes through one, and a single table for all nodes would
+    /// have the threads queue on its lock. Which shard a name comes from changes nothing
+    /// but memory.
+    interners: Vec<Interner>,
     world: World,
     slots: Vec<Mutex<Slot>>,
     queue: Queue,
@@ -225,7 +231,7 @@ impl Simulation {
         let mut sim = Simulation {
             seed,
             swim: settings.swim,
-            interner: Interner::default(),
+            interners: (0..INTERNER_SHARDS).map(|_| Interner::default()).collect(),
             world: World {
                 status: Vec::with_capacity(nodes),
                 life: Vec::with_capacity(nodes),
@@ -260,8 +266,12 @@ impl Simulation {
         Ok(sim)
     }
 
+    fn interner(&self, node: u32) -> &Interner {
+        &self.interners[node as usize % INTERNER_SHARDS]
+    }
+
     fn identity(&self, node: u32, life: u32) -> NodeId {
-        let site = self.interner.intern(&format!("n{node}"));
+        let site = self.interner(node).intern(&format!("n{node}"));
         NodeId::new(site, node_addr(node), generation_for(life))
     }
 
@@ -273,7 +283,7 @@ impl Simulation {
             self.identity(node, life),
             self.swim.clone(),
             seed,
-            self.interner.clone(),
+            self.interner(node).clone(),
             Authority::Unsigned,
             SIM_WALL_EPOCH,
         )
@@ -298,7 +308,7 @@ impl Simulation {
             outbox: Vec::new(),
             seen: Seen::default(),
             traffic: Traffic::default(),
-            codec: WireCodec::new(self.interner.clone()),
+            codec: WireCodec::new(self.interner(node).clone()),
             events: 0,
             retired: DriverTotals::default(),
         }));
