@@ -25,6 +25,9 @@ from support.oauth_keys import SERVICE_ACCOUNT, ec_key, pem, rsa_key, service_ac
 from support.token_server import Mode, TokenServer
 
 T0 = datetime.now(UTC).replace(microsecond=0)
+"""The clock of the tests that drive time; a test whose client assertion the server checks
+against its own clock signs as of the moment it runs instead (the suite may reach it long
+after this module was imported)."""
 """The test's clock starts now: the server checks the assertions' expiry by its own."""
 CLIENT = "grid-app"
 SECRET = "cs-" + "s3cr3t" * 6
@@ -108,8 +111,10 @@ async def test_a_private_key_jwt_client_is_verified_and_never_replays(
     server: TokenServer,
 ) -> None:
     made, output = minter(server, pem(ec_key()), clientAuthentication="PrivateKeyJwt")
-    await made.attempt(T0)
-    await made.attempt(T0)  # the same second: only a fresh jti keeps it from being a replay
+    # The server checks the assertion's dates against its clock: sign it as of now.
+    now = datetime.now(UTC).replace(microsecond=0)
+    await made.attempt(now)
+    await made.attempt(now)  # the same second: only a fresh jti keeps it from being a replay
     assert server.refusals == []
     assert len(output.tokens) == 2
 
@@ -124,7 +129,7 @@ async def test_the_jwt_bearer_grant_mints_with_a_service_account_key(server: Tok
         clientId=None,
         scopes=["https://www.googleapis.com/auth/cloud-platform"],
     )
-    await made.attempt(T0)
+    await made.attempt(datetime.now(UTC))  # the server checks the assertion's dates
     assert server.refusals == []
     assert server.issued[0].client == SERVICE_ACCOUNT
     assert server.issued[0].scope == "https://www.googleapis.com/auth/cloud-platform"

@@ -427,7 +427,7 @@ async def test_a_second_node_of_a_site_gives_way_to_the_first_which_refuses_it()
     assert second.conflict is None
 
 
-async def test_new_credentials_restart_the_node_unless_it_would_refuse_them() -> None:
+async def test_new_credentials_are_taken_in_place_unless_the_node_would_refuse_them() -> None:
     keyring = Keyring((secrets.token_bytes(KEY_BYTES),))
     engine = SiteEngine(network(), "site-a", sites=SITES, providers=[])
     driver = _driver(engine, [])
@@ -454,15 +454,15 @@ async def test_new_credentials_restart_the_node_unless_it_would_refuse_them() ->
         await driver.ensure(engine, plan, keyring, renewed_credentials)
         assert driver.node is first and driver.error is not None
         assert "pinned fingerprint" in driver.error
-        # ...and taken once it does: the node restarts with it.
+        # ...and taken once it does, in place: the same node signs with it, no restart.
         engine.set_resources(network(), [site("site-a", pin=renewed.fingerprint), SITES[1]], [])
         await driver.ensure(engine, plan, keyring, renewed_credentials)
-        assert driver.node is not first and driver.running and driver.error is None
-        assert not first.running
+        assert driver.node is first and first.running and driver.error is None
+        await eventually("the node renewed", lambda: first.stats()["renewals"] == 1)
+        assert driver.signs_with(renewed_credentials)
         # The same credentials again change nothing.
-        second = driver.node
         await driver.ensure(engine, plan, keyring, renewed_credentials)
-        assert driver.node is second
+        assert driver.node is first and first.stats()["renewals"] == 1
     finally:
         await driver.stop(leave=False)
 
