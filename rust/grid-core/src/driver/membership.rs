@@ -19,7 +19,8 @@ use crate::lanes::repair::REPAIR_INTERVAL;
 use crate::wire::session::Transmit;
 use crate::wire::{Reader, WireError, KIND_CONFLICT, MAX_MESSAGE_LEN};
 
-use super::{foca_error_index, Driver, Event, MemberState};
+use super::report::foca_error_index;
+use super::{Driver, Event, MemberState};
 
 use super::sync::CatchUp;
 

@@ -24,7 +24,8 @@ use crate::lanes::relay::{WINDOW_BYTES, WINDOW_ITEMS};
 use crate::wire::session::{hello_wants_reply, Session, Transmit, MAX_SITES};
 use crate::wire::{Reader, WireError, KIND_FOCA};
 
-use super::{foca_error_index, Driver, GridFoca, MAX_LOCAL_HEALTH};
+use super::report::foca_error_index;
+use super::{Driver, GridFoca, MAX_LOCAL_HEALTH};
 
 /// What screening does with one gossiped member entry.
 pub(super) enum Screened {
