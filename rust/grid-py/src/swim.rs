@@ -62,39 +62,49 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
         })
 }
 
+/// A SHA-256 certificate fingerprint; `what` names it in the error.
+fn fingerprint(bytes: &[u8], what: impl FnOnce() -> String) -> PyResult<[u8; FINGERPRINT_LEN]> {
+    <[u8; FINGERPRINT_LEN]>::try_from(bytes).map_err(|_| {
+        SiteCredentialsError::new_err(format!(
+            "{} must be a {FINGERPRINT_LEN}-byte SHA-256, got {} bytes",
+            what(),
+            bytes.len()
+        ))
+    })
+}
+
 fn pins(pins: HashMap<String, Vec<Vec<u8>>>) -> PyResult<Pins> {
     pins.into_iter()
         .map(|(site, pins)| {
             let pins = pins
                 .iter()
-                .map(|pin| {
-                    <[u8; FINGERPRINT_LEN]>::try_from(pin.as_slice()).map_err(|_| {
-                        SiteCredentialsError::new_err(format!(
-                            "a pin of site {site:?} must be a {FINGERPRINT_LEN}-byte SHA-256, \
-                             got {} bytes",
-                            pin.len()
-                        ))
-                    })
-                })
+                .map(|pin| fingerprint(pin, || format!("a pin of site {site:?}")))
                 .collect::<PyResult<Vec<_>>>()?;
             Ok((site, pins))
         })
         .collect()
 }
 
-fn revoked(fingerprints: Vec<Vec<u8>>) -> PyResult<Vec<[u8; FINGERPRINT_LEN]>> {
-    fingerprints
+/// What a node signs with and trusts, as Python hands it over (the constructor, `renew`
+/// and `check_site_credentials` take the same five).
+fn node_trust(
+    chain: Vec<Vec<u8>>,
+    private_key: Vec<u8>,
+    anchors: Vec<Vec<u8>>,
+    pinned: HashMap<String, Vec<Vec<u8>>>,
+    revoked: Vec<Vec<u8>>,
+) -> PyResult<NodeTrust> {
+    let revoked = revoked
         .iter()
-        .map(|fingerprint| {
-            <[u8; FINGERPRINT_LEN]>::try_from(fingerprint.as_slice()).map_err(|_| {
-                SiteCredentialsError::new_err(format!(
-                    "a revoked certificate's fingerprint must be a {FINGERPRINT_LEN}-byte \
-                     SHA-256, got {} bytes",
-                    fingerprint.len()
-                ))
-            })
-        })
-        .collect()
+        .map(|revoked| fingerprint(revoked, || "a revoked certificate's fingerprint".to_owned()))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(NodeTrust {
+        chain,
+        private_key,
+        anchors,
+        pins: pins(pinned)?,
+        revoked,
+    })
 }
 
 fn lane(name: &str) -> PyResult<Lane> {
@@ -226,13 +236,7 @@ impl SwimNode {
             event_capacity,
             item_capacity,
         };
-        let trust = NodeTrust {
-            chain: certificate_chain,
-            private_key,
-            anchors: trust_anchors,
-            pins: self::pins(pins)?,
-            revoked: self::revoked(revoked)?,
-        };
+        let trust = node_trust(certificate_chain, private_key, trust_anchors, pins, revoked)?;
         let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         let node = Node::bind(settings, &keys, trust).map_err(node_error)?;
         Ok(SwimNode { node })
@@ -256,13 +260,7 @@ impl SwimNode {
         pins: HashMap<String, Vec<Vec<u8>>>,
         revoked: Vec<Vec<u8>>,
     ) -> PyResult<()> {
-        let trust = NodeTrust {
-            chain: certificate_chain,
-            private_key,
-            anchors: trust_anchors,
-            pins: self::pins(pins)?,
-            revoked: self::revoked(revoked)?,
-        };
+        let trust = node_trust(certificate_chain, private_key, trust_anchors, pins, revoked)?;
         self.node.renew(trust).map_err(node_error)
     }
 
@@ -606,14 +604,7 @@ fn check_site_credentials(
     pins: HashMap<String, Vec<Vec<u8>>>,
     revoked: Vec<Vec<u8>>,
 ) -> PyResult<()> {
-    let trust = NodeTrust {
-        chain: certificate_chain,
-        private_key,
-        anchors: trust_anchors,
-        pins: self::pins(pins)?,
-        revoked: self::revoked(revoked)?,
-    };
-    trust
+    node_trust(certificate_chain, private_key, trust_anchors, pins, revoked)?
         .check(site, wall_clock())
         .map(drop)
         .map_err(node_error)

@@ -66,6 +66,11 @@ impl KnownSite {
         self.earlier.iter().map(|(certificate, _)| certificate)
     }
 
+    /// Whether `key` is this site's current key or one of its earlier ones.
+    fn knows(&self, key: &PublicKey) -> bool {
+        self.current.key == *key || self.earlier().any(|earlier| earlier.key == *key)
+    }
+
     /// The keys a message of this site may be signed with at `now`: the current one, and
     /// one replaced within [`KEY_SWITCH_GRACE`].
     pub fn message_keys(&self, now: Duration) -> impl Iterator<Item = &PublicKey> {
@@ -159,11 +164,7 @@ impl KnownSites {
         let Some(known) = self.sites.get_mut(site) else {
             return self.insert(site, certificate, now);
         };
-        if known.current.key == certificate.key
-            || known
-                .earlier()
-                .any(|earlier| earlier.key == certificate.key)
-        {
+        if known.knows(&certificate.key) {
             return Learned::Known;
         }
         let newer = match (certificate.not_before, known.current.not_before) {
@@ -187,11 +188,7 @@ impl KnownSites {
         let Some(known) = self.sites.get_mut(site) else {
             return Learned::Refused;
         };
-        if known.current.key == certificate.key
-            || known
-                .earlier()
-                .any(|earlier| earlier.key == certificate.key)
-        {
+        if known.knows(&certificate.key) {
             return Learned::Known;
         }
         let issued_before = match (certificate.not_before, known.current.not_before) {

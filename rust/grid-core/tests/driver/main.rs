@@ -190,6 +190,19 @@ impl Cluster {
         }
     }
 
+    /// `at` signs and verifies with `authority` from now on (a renewal in place); what
+    /// it sends is delivered.
+    fn renew(&mut self, at: SocketAddr, authority: grid_core::identity::auth::Authority) {
+        let mut out = Outbox::default();
+        let now = self.now;
+        self.nodes
+            .get_mut(&at)
+            .unwrap()
+            .renew(now, authority, &mut out)
+            .unwrap();
+        self.deliver(out);
+    }
+
     fn leave(&mut self, at: SocketAddr) {
         let mut out = Outbox::default();
         let now = self.now;

@@ -113,15 +113,7 @@ fn a_certificate_renewed_in_place_is_taken_without_a_suspicion_and_loses_nothing
     });
 
     let renewed = c.ca.renew(&site, 3);
-    let authority = c.ca.authority_of(&site, renewed.clone());
-    let mut out = Outbox::default();
-    let now = c.now;
-    c.nodes
-        .get_mut(&s)
-        .unwrap()
-        .renew(now, authority, &mut out)
-        .unwrap();
-    c.deliver(out);
+    c.renew(s, c.ca.authority_of(&site, renewed.clone()));
     c.issued.insert(site.clone(), renewed);
     c.publish(s, Lane::State, "provider/after", 1, b"after");
 
@@ -167,15 +159,7 @@ fn messages_under_the_previous_key_are_taken_for_the_grace_then_refused_with_a_h
     let (mut c, [a, _, s]) = three_sites();
     let old = c.authority(SITE);
     let renewed = c.ca.renew(SITE, 2);
-    let authority = c.ca.authority_of(SITE, renewed);
-    let mut out = Outbox::default();
-    let now = c.now;
-    c.nodes
-        .get_mut(&s)
-        .unwrap()
-        .renew(now, authority, &mut out)
-        .unwrap();
-    c.deliver(out);
+    c.renew(s, c.ca.authority_of(SITE, renewed));
 
     // A digest signed by the old key, as if sent just before the renewal.
     let digest = |c: &Cluster, seq: u64| {
@@ -256,15 +240,7 @@ fn a_revoked_certificate_drops_its_site_as_left_and_its_items_until_it_comes_bac
     let identity = c.nodes[&s].identity().clone();
     for (at, site) in [(a, "site-0"), (b, "site-1")] {
         let issued = c.issued[site].clone();
-        let authority = c.ca.authority_revoking(site, issued, &[stolen]);
-        let mut out = Outbox::default();
-        let now = c.now;
-        c.nodes
-            .get_mut(&at)
-            .unwrap()
-            .renew(now, authority, &mut out)
-            .unwrap();
-        c.deliver(out);
+        c.renew(at, c.ca.authority_revoking(site, issued, &[stolen]));
     }
     for at in [a, b] {
         let stats = c.nodes[&at].stats();
