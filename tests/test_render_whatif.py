@@ -173,19 +173,22 @@ def edit_provider(directory: Path, name: str, change: Any) -> None:
     path.write_text(yaml.safe_dump_all(documents))
 
 
-def test_a_credential_the_gateway_cannot_inject_is_not_offered(tmp_path: Path) -> None:
+def test_a_sigv4_provider_is_offered_with_the_key_its_site_signs(tmp_path: Path) -> None:
     directory = copy_mesh(tmp_path)
     edit_provider(
         directory, "openai", lambda doc: doc["spec"]["auth"].update({"strategy": "Sigv4"})
     )
     plan = what_if(directory=directory)
-    assert (
-        "openai",
-        "auth strategy Sigv4 cannot be injected by the gateway "
-        "(it sends BearerToken, ApiKey and Custom credentials, and the tokens a site mints "
-        "for Oauth2 and ServiceAccount, only)",
-    ) in plan.not_offered
-    assert not any(candidate.provider == "openai" for candidate in plan.candidates)
+    assert not any(name == "openai" for name, _ in plan.not_offered)
+    candidate = next(c for c in plan.candidates if c.provider == "openai")
+    # The site writes the Bedrock API key it signs beside the AWS credentials' Secret.
+    assert candidate.credential is not None
+    credential = candidate.credential
+    assert (credential.name, credential.namespace, credential.key) == (
+        "grid-token-openai",
+        "grid-system",
+        "token",
+    )
 
 
 def test_a_site_without_egress_cannot_be_reached(tmp_path: Path) -> None:

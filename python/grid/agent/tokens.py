@@ -1,6 +1,7 @@
 """Where the agent's minters (:class:`~grid.runtime.tokens.TokenMinters`) read and write:
-an Oauth2 provider's Secret from ``--secrets-dir`` (``<namespace>/<name>/<key>``, as every
-provider's Secret), and its token to ``<state-dir>/credentials/<namespace>/grid-token-
+an Oauth2 or Sigv4 provider's Secret from ``--secrets-dir`` (``<namespace>/<name>/<key>``,
+as every provider's Secret; a Sigv4 provider's AWS credentials are several entries of it),
+and its token to ``<state-dir>/credentials/<namespace>/grid-token-
 <provider>/token`` (the same layout), where the gateway reads it as the overlay's reference
 says. A token file is replaced in one step (readers see the old token or the new one, never
 a mix) and is readable by its owner only.
@@ -19,8 +20,18 @@ import aiohttp
 from grid.errors import CredentialMaterialError
 from grid.fsutil import write_atomically
 from grid.models.service_account import ServiceAccountSettings
+from grid.oauth.bedrock import BedrockTokenSettings
 from grid.oauth.responses import AccessToken
-from grid.runtime.tokens import Mint, MinterIo, MintingPlan, SecretSource, TokenSink, oauth2_mint
+from grid.runtime.tokens import (
+    Mint,
+    MinterIo,
+    MintingPlan,
+    SecretEntries,
+    SecretSource,
+    TokenSink,
+    oauth2_mint,
+    sigv4_mint,
+)
 
 TOKEN_FILE_MODE = 0o600
 CREDENTIALS_DIR = "credentials"
@@ -40,7 +51,11 @@ def agent_io(state_dir: Path, secrets_dir: Path | None) -> MinterIo:
         sink = token_sink(token_path(state_dir, plan))
         if isinstance(plan.settings, ServiceAccountSettings) or plan.secret is None:
             return no_token_request, sink
-        return oauth2_mint(plan.settings, secret_source(secrets_dir, *plan.secret)), sink
+        namespace, name, key = plan.secret
+        if isinstance(plan.settings, BedrockTokenSettings):
+            entries = secret_entries(secrets_dir, namespace, name)
+            return sigv4_mint(plan.settings, key, entries), sink
+        return oauth2_mint(plan.settings, secret_source(secrets_dir, namespace, name, key)), sink
 
     return io
 
@@ -55,13 +70,7 @@ def secret_source(secrets_dir: Path | None, namespace: str, name: str, key: str)
     is used from the next one on)."""
 
     async def read() -> bytes:
-        if secrets_dir is None:
-            raise CredentialMaterialError(
-                "the agent has no --secrets-dir to read the provider's Secret from"
-            )
-        secret = secrets_dir / namespace / name
-        if not secret.is_dir():
-            raise CredentialMaterialError("the Secret named by spec.auth.secretRef does not exist")
+        secret = _secret_dir(secrets_dir, namespace, name)
         try:
             data = (secret / key).read_bytes()
         except OSError:
@@ -73,6 +82,35 @@ def secret_source(secrets_dir: Path | None, namespace: str, name: str, key: str)
         return data
 
     return read
+
+
+def secret_entries(secrets_dir: Path | None, namespace: str, name: str) -> SecretEntries:
+    """Reads the named entries ``<secrets_dir>/<namespace>/<name>`` has, at each attempt."""
+
+    async def read(keys: tuple[str, ...]) -> dict[str, bytes]:
+        secret = _secret_dir(secrets_dir, namespace, name)
+        found = {}
+        for key in keys:
+            try:
+                found[key] = (secret / key).read_bytes()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                raise CredentialMaterialError(f"the Secret's entry {key} is not readable") from None
+        return found
+
+    return read
+
+
+def _secret_dir(secrets_dir: Path | None, namespace: str, name: str) -> Path:
+    if secrets_dir is None:
+        raise CredentialMaterialError(
+            "the agent has no --secrets-dir to read the provider's Secret from"
+        )
+    secret = secrets_dir / namespace / name
+    if not secret.is_dir():
+        raise CredentialMaterialError("the Secret named by spec.auth.secretRef does not exist")
+    return secret
 
 
 def token_sink(path: Path) -> TokenSink:

@@ -1,8 +1,9 @@
 """How the operator's minters (:class:`~grid.runtime.tokens.TokenMinters`) obtain and
-write tokens: an Oauth2 provider's from its Secret, read through the Kubernetes API; a
+write tokens: an Oauth2 provider's from its Secret and a Sigv4 provider's Bedrock API key
+from the AWS credentials in its Secret, read through the Kubernetes API; a
 ServiceAccount provider's from the TokenRequest API (``serviceaccounts/token``, for the
 provider's audience), exchanged at its STS when it names one. The token goes to the Secret
-``grid-token-<provider>`` (beside the Oauth2 provider's Secret, in the ServiceAccount's
+``grid-token-<provider>`` (beside the Oauth2 or Sigv4 provider's Secret, in the ServiceAccount's
 namespace: where the gateway mounts its credentials from), key ``token``, which the
 overlay's reference names. The operator creates that Secret with Grid's labels and replaces
 its data at each refresh; a Secret of that name without the labels is never overwritten
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from datetime import datetime
 
 import aiohttp
 
 from grid.errors import CredentialMaterialError, KubernetesApiError, TokenEndpointError
 from grid.models.service_account import ServiceAccountSettings
+from grid.oauth.bedrock import BedrockTokenSettings
 from grid.oauth.exchange import parse_token_request
 from grid.oauth.responses import AccessToken
 from grid.operator.kube import KubeApi
@@ -25,10 +28,12 @@ from grid.runtime.tokens import (
     Mint,
     MinterIo,
     MintingPlan,
+    SecretEntries,
     SecretSource,
     TokenSink,
     exchange_token,
     oauth2_mint,
+    sigv4_mint,
 )
 
 MINTED_LABELS = {
@@ -44,8 +49,11 @@ def operator_io(kube: KubeApi) -> MinterIo:
         if isinstance(plan.settings, ServiceAccountSettings):
             return service_account_mint(kube, plan.settings), sink
         if plan.secret is None:
-            raise ValueError("an Oauth2 plan names the Secret it mints from")
-        return oauth2_mint(plan.settings, secret_source(kube, *plan.secret)), sink
+            raise ValueError("an Oauth2 or Sigv4 plan names the Secret it mints from")
+        namespace, name, key = plan.secret
+        if isinstance(plan.settings, BedrockTokenSettings):
+            return sigv4_mint(plan.settings, key, secret_entries(kube, namespace, name)), sink
+        return oauth2_mint(plan.settings, secret_source(kube, namespace, name, key)), sink
 
     return io
 
@@ -86,12 +94,7 @@ def secret_source(kube: KubeApi, namespace: str, name: str, key: str) -> SecretS
     """Reads the entry at each attempt (a rotated Secret is used from the next one on)."""
 
     async def read() -> bytes:
-        try:
-            data = await kube.read_secret(namespace, name)
-        except KubernetesApiError as error:
-            raise CredentialMaterialError(str(error)) from None
-        if data is None:
-            raise CredentialMaterialError("the Secret named by spec.auth.secretRef does not exist")
+        data = await _secret_data(kube, namespace, name)
         encoded = data.get(key)
         del data  # the other entries are not this provider's business
         if encoded is None:
@@ -105,6 +108,37 @@ def secret_source(kube: KubeApi, namespace: str, name: str, key: str) -> SecretS
         return value
 
     return read
+
+
+def secret_entries(kube: KubeApi, namespace: str, name: str) -> SecretEntries:
+    """Reads the named entries the Secret has, at each attempt; the others are dropped
+    undecoded."""
+
+    async def read(keys: tuple[str, ...]) -> dict[str, bytes]:
+        data = await _secret_data(kube, namespace, name)
+        found = {}
+        for key in keys:
+            encoded = data.get(key)
+            if encoded is None:
+                continue
+            try:
+                found[key] = base64.b64decode(encoded, validate=True)
+            except (binascii.Error, ValueError):
+                raise CredentialMaterialError(f"the Secret's entry {key} is not base64") from None
+        del data
+        return found
+
+    return read
+
+
+async def _secret_data(kube: KubeApi, namespace: str, name: str) -> Mapping[str, str]:
+    try:
+        data = await kube.read_secret(namespace, name)
+    except KubernetesApiError as error:
+        raise CredentialMaterialError(str(error)) from None
+    if data is None:
+        raise CredentialMaterialError("the Secret named by spec.auth.secretRef does not exist")
+    return data
 
 
 def token_sink(kube: KubeApi, namespace: str, name: str, key: str) -> TokenSink:

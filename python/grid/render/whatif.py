@@ -45,15 +45,10 @@ from grid.scoring.inputs import (
 from grid.suggest import listing, unknown_name
 
 REMOTE_CLUSTER_PREFIX = "site-"
-INJECTED_STRATEGIES = frozenset(
-    {AuthStrategy.BEARER_TOKEN, AuthStrategy.API_KEY, AuthStrategy.CUSTOM}
-)
-"""Strategies whose Secret holds a value the gateway sends itself: BearerToken as a bearer
-token; ApiKey in the header :func:`~grid.models.provider.api_key_header` names (the
-provider's ``auth.header`` or its kind's default), or as a bearer token for the kinds that
-take API keys that way (open_ai, bedrock); Custom as the whole value of ``auth.header``
-(a scheme such as ``Token`` is part of the Secret's value)."""
 NO_SECRET_STRATEGIES = frozenset({AuthStrategy.MTLS_ONLY, AuthStrategy.SERVICE_ACCOUNT})
+MINTED_FROM_SECRET = frozenset({AuthStrategy.OAUTH2, AuthStrategy.SIGV4})
+"""Strategies whose Secret holds what the owning site mints a bearer token from: an OAuth 2.0
+client's secret or key (Oauth2), AWS credentials that sign a Bedrock API key (Sigv4)."""
 DEFAULT_GATEWAY_NAMESPACE = "default"
 
 
@@ -305,33 +300,31 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
         # The owning site's operator mints the token into the ServiceAccount's namespace.
         name = minted_token_secret(provider.metadata.name)
         return SecretRef(name, auth.service_account.namespace, MINTED_TOKEN_KEY), None
-    if auth.strategy in NO_SECRET_STRATEGIES:
-        return None, None
-    if auth.strategy is AuthStrategy.OAUTH2 and auth.secret_ref is not None:
-        if auth.oauth2 is None:
-            return None, (
-                "auth strategy Oauth2 needs auth.oauth2 (the grant and the token endpoint) "
-                "for the site to mint its tokens"
-            )
+    ref = auth.secret_ref
+    if auth.strategy in NO_SECRET_STRATEGIES or ref is None:
+        return None, None  # every other strategy has a secretRef: the model requires it
+    if auth.strategy is AuthStrategy.OAUTH2 and auth.oauth2 is None:
+        return None, (
+            "auth strategy Oauth2 needs auth.oauth2 (the grant and the token endpoint) "
+            "for the site to mint its tokens"
+        )
+    if auth.strategy in MINTED_FROM_SECRET:
         # The site mints the token and writes it under this name, beside the gateway:
         # the candidate names where it is, as for BearerToken.
         name = minted_token_secret(provider.metadata.name)
-        return SecretRef(name, auth.secret_ref.namespace, MINTED_TOKEN_KEY), None
+        return SecretRef(name, ref.namespace, MINTED_TOKEN_KEY), None
     if auth.strategy is AuthStrategy.CUSTOM and auth.header is None:
         return None, (
             "auth strategy Custom names no header: set auth.header to the request header "
             "the Secret's value is sent in"
         )
-    if auth.strategy in INJECTED_STRATEGIES and auth.secret_ref is not None:
-        ref = auth.secret_ref
-        header = api_key_header(provider.spec.provider_kind, auth.strategy, auth.header)
-        strategy = CredentialStrategy.BEARER_TOKEN if header is None else CredentialStrategy.API_KEY
-        return SecretRef(ref.name, ref.namespace, ref.key, strategy, header), None
-    return None, (
-        f"auth strategy {auth.strategy} cannot be injected by the gateway "
-        "(it sends BearerToken, ApiKey and Custom credentials, and the tokens a site mints "
-        "for Oauth2 and ServiceAccount, only)"
-    )
+    # What is left (BearerToken, ApiKey, Custom) holds a value the gateway sends itself:
+    # BearerToken as a bearer token; ApiKey in the header api_key_header names (the
+    # provider's auth.header or its kind's default), or as a bearer token for the kinds that
+    # take API keys that way (open_ai, bedrock); Custom as the whole value of auth.header.
+    header = api_key_header(provider.spec.provider_kind, auth.strategy, auth.header)
+    strategy = CredentialStrategy.BEARER_TOKEN if header is None else CredentialStrategy.API_KEY
+    return SecretRef(ref.name, ref.namespace, ref.key, strategy, header), None
 
 
 def _check_reports(metrics: MetricsReport, providers: list[InferenceProvider]) -> None:

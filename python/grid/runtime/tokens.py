@@ -1,12 +1,13 @@
 """Minting a provider's tokens, the I/O part: obtaining a token (an OAuth 2.0 token
 endpoint asked with one bounded POST, :func:`grid.observe._http.fetch`; for a ServiceAccount,
-the shell's TokenRequest and an optional RFC 8693 exchange), writing it where the gateway
+the shell's TokenRequest and an optional RFC 8693 exchange; for Sigv4, a Bedrock API key
+signed on the spot from the AWS credentials in the Secret), writing it where the gateway
 reads it, and keeping :class:`~grid.oauth.schedule.TokenHealth`. When to ask, what to send
 and what an answer means are decided in :mod:`grid.oauth`.
 
-A token, a client secret or a private key is never logged, never put in an exception and
-never kept beyond the attempt that uses it; a token endpoint's error body is reduced to its
-OAuth error code.
+A token, a client secret, a private key or an AWS secret key is never logged, never put in
+an exception and never kept beyond the attempt that uses it; a token endpoint's error body
+is reduced to its OAuth error code.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from random import SystemRandom
@@ -27,6 +28,14 @@ from grid.models.oauth2 import MINTED_TOKEN_KEY, OAuth2Settings, minted_token_se
 from grid.models.phases import CredentialState
 from grid.models.provider import InferenceProvider
 from grid.models.service_account import ServiceAccountSettings, TokenExchange
+from grid.oauth.bedrock import (
+    OTHER_ENTRIES,
+    BedrockTokenSettings,
+    aws_credentials,
+    bedrock_token,
+    endpoint_region,
+    token_lifetime_s,
+)
 from grid.oauth.exchange import exchange_request
 from grid.oauth.requests import TokenRequest, token_request
 from grid.oauth.responses import MAX_RESPONSE_BYTES, AccessToken, parse_token_response
@@ -46,6 +55,9 @@ IDLE_WAIT_S = 60.0
 SecretSource = Callable[[], Awaitable[bytes]]
 """Reads the provider's Secret entry; raises :class:`CredentialMaterialError` saying what is
 wrong (missing, empty) without its content."""
+SecretEntries = Callable[[tuple[str, ...]], Awaitable[Mapping[str, bytes]]]
+"""Reads those of the named entries the provider's Secret has (the others are left out);
+raises :class:`CredentialMaterialError` when the Secret cannot be read, without its content."""
 Mint = Callable[[datetime, aiohttp.ClientSession | None], Awaitable[AccessToken]]
 """Obtains a token at the given moment; raises :class:`CredentialMaterialError` (what the
 site proves itself with is unusable) or :class:`TokenEndpointError` (the issuer gives none),
@@ -62,9 +74,10 @@ _random = SystemRandom()
 class MintingPlan:
     """What a minter is built from; a change of any part starts a new minter."""
 
-    settings: OAuth2Settings | ServiceAccountSettings
+    settings: OAuth2Settings | ServiceAccountSettings | BedrockTokenSettings
     secret: tuple[str, str, str] | None
-    """(namespace, name, key) of the Secret entry an Oauth2 token is minted from."""
+    """(namespace, name, key) of the Secret entry an Oauth2 token or a Bedrock key is
+    minted from."""
     output: tuple[str, str, str]
     """(namespace, name, key) the token is written under: the overlay's reference."""
 
@@ -72,8 +85,8 @@ class MintingPlan:
 def minting_plan(provider: InferenceProvider) -> MintingPlan | None:
     """What minting ``provider``'s tokens takes, or None when its site mints none for it.
     The token goes under :func:`~grid.models.oauth2.minted_token_secret`, in the namespace
-    the gateway mounts its credentials from: beside an Oauth2 provider's Secret, in a
-    ServiceAccount's own namespace."""
+    the gateway mounts its credentials from: beside an Oauth2 or Sigv4 provider's Secret, in
+    a ServiceAccount's own namespace."""
     auth = provider.spec.auth
     if auth is None:
         return None
@@ -81,13 +94,17 @@ def minting_plan(provider: InferenceProvider) -> MintingPlan | None:
     if auth.strategy is AuthStrategy.SERVICE_ACCOUNT and auth.service_account is not None:
         account = auth.service_account
         return MintingPlan(account, None, (account.namespace, name, MINTED_TOKEN_KEY))
-    if auth.strategy is not AuthStrategy.OAUTH2:
-        return None
-    if auth.oauth2 is None or auth.secret_ref is None:
-        return None
     ref = auth.secret_ref
+    if ref is None:
+        return None
+    secret = (ref.namespace, ref.name, ref.key)
     output = (ref.namespace, name, MINTED_TOKEN_KEY)
-    return MintingPlan(auth.oauth2, (ref.namespace, ref.name, ref.key), output)
+    if auth.strategy is AuthStrategy.SIGV4:
+        settings = BedrockTokenSettings(endpoint_region(provider.spec.endpoint))
+        return MintingPlan(settings, secret, output)
+    if auth.strategy is not AuthStrategy.OAUTH2 or auth.oauth2 is None:
+        return None
+    return MintingPlan(auth.oauth2, secret, output)
 
 
 async def post_token_request(
@@ -120,6 +137,25 @@ def oauth2_mint(
         request = token_request(settings, secret, now, secrets.token_urlsafe(24))
         del secret  # kept no longer than it takes to build the request
         return await post_token_request(request, session, timeout_s)
+
+    return mint
+
+
+def sigv4_mint(settings: BedrockTokenSettings, secret_key_entry: str, read: SecretEntries) -> Mint:
+    """Signs a Sigv4 provider's Bedrock API key with the AWS credentials the Secret holds
+    (the secret access key under ``secret_key_entry``), read at each attempt. Nothing is
+    asked of AWS: the key is a presigned request, so it lives as long as it is signed for."""
+
+    async def mint(now: datetime, session: aiohttp.ClientSession | None) -> AccessToken:
+        del session  # signed here, sent nowhere
+        entries = await read((secret_key_entry, *OTHER_ENTRIES))
+        credentials = aws_credentials(entries, secret_key_entry, settings)
+        del entries  # kept no longer than it takes to read the credentials
+        # SigV4 dates to the second: the key lapses that much sooner after ``now``.
+        signed_at = now.replace(microsecond=0)
+        lifetime_s = token_lifetime_s(credentials, signed_at)
+        key = bedrock_token(credentials, signed_at, lifetime_s)
+        return AccessToken(key, lifetime_s - (now - signed_at).total_seconds())
 
     return mint
 
