@@ -1,7 +1,8 @@
 """The credential canary: a provider's bearer token Secret holds a unique marker. After a
 full run of ``grid agent`` (its own process, debug logging, HTTP endpoints, a peer site,
 then SIGTERM), the marker is in no overlay, no status file, no log line, no metric and no
-HTTP response, at either site."""
+HTTP response, at either site. The same for a Sigv4 provider's AWS secret access key and
+session token, and the Bedrock API key the agent signs from them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import aiohttp
 from grid.demo import MeshSettings
 from grid.demo.mesh import free_port
 from support.agents import TOKEN_SITES, AgentMeshes, mount_token
+from support.bedrock_keys import AwsKeys, new_keys, signature_holds
 from support.canary import Canaries
+from test_agent_oauth2 import own_candidate
+from test_agent_sigv4 import mount_aws_secret, use_sigv4
 
 
 async def test_the_token_appears_nowhere_after_a_full_run(
@@ -80,6 +84,72 @@ async def test_the_token_appears_nowhere_after_a_full_run(
     scanned = 0
     for path in (tmp_path / "mesh").rglob("*"):
         if path.is_file():
+            scanned += 1
+            canaries.assert_absent(path.read_bytes(), str(path))
+    assert scanned > 10
+
+
+async def test_aws_credentials_and_the_bedrock_key_appear_nowhere_after_a_full_run(
+    tmp_path: Path, agent_mesh: AgentMeshes
+) -> None:
+    """The same for a Sigv4 provider: its secret access key and session token, in the
+    mounted Secret, and the Bedrock API key signed from them, in the key file only. First
+    a secret access key the agent cannot use (it holds a space), reported without quoting
+    it, then a usable one."""
+    keys = new_keys(marker=f"grid-canary-{secrets.token_hex(4)}")
+    secrets_dir = tmp_path / "secrets"
+    unusable = AwsKeys(keys.access_key_id, keys.secret_access_key + " x", keys.session_token)
+    mount_aws_secret(secrets_dir, unusable, None)
+    mesh = await agent_mesh(TOKEN_SITES, MeshSettings(secrets_dir=secrets_dir))
+    use_sigv4(mesh)
+    http = f"127.0.0.1:{free_port(socket.SOCK_STREAM)}"
+    stdout_file, stderr_file = tmp_path / "agent.out", tmp_path / "agent.err"
+    agent = mesh.spawn(
+        "site-a", "--http", http, "--log-level", "DEBUG", log=stderr_file, stdout=stdout_file
+    )
+    responses: list[str] = []
+    await mesh.start(["site-b"])
+    await agent.until(
+        "the unusable key reported",
+        lambda: "is not a secret access key" in stderr_file.read_text(),
+    )
+    mount_aws_secret(secrets_dir, keys, None)
+    await agent.until(
+        "both sites route site-a's Sigv4 provider",
+        lambda: (
+            ("llama", "site-a")
+            in {(c["name"], c["site"]) for c in mesh.overlay_candidates("site-b")}
+            and own_candidate(mesh) is not None
+        ),
+    )
+    key_file = mesh.sites["site-a"].state_dir / "credentials/grid/grid-token-llama-a/token"
+    token = key_file.read_text()
+    assert signature_holds(token, keys)
+    async with aiohttp.ClientSession() as session:
+        for path in ("/status", "/metrics", "/healthz", "/no-such-page"):
+            async with session.get(f"http://{http}{path}") as response:
+                responses.append(await response.text())
+    assert "grid_provider_credential_expiry_timestamp_seconds" in responses[1]
+    code = await asyncio.to_thread(agent.stop)
+    stdout, stderr = stdout_file.read_bytes(), stderr_file.read_bytes()
+    assert code == 0, stderr.decode()[-2000:]
+    await mesh.stop()
+
+    canaries = Canaries(
+        [
+            keys.secret_access_key.encode(),
+            (keys.session_token or "").encode(),
+            token.encode(),
+        ],
+        public=["bedrock-api-key-"],
+    )
+    canaries.assert_absent(stdout, "stdout")
+    canaries.assert_absent(stderr, "stderr")
+    for text in responses:
+        canaries.assert_absent(text, "an HTTP response")
+    scanned = 0
+    for path in (tmp_path / "mesh").rglob("*"):
+        if path.is_file() and path != key_file:
             scanned += 1
             canaries.assert_absent(path.read_bytes(), str(path))
     assert scanned > 10

@@ -1,7 +1,8 @@
 """Secret canaries: a provider token, the SWIM keys and the site's private key are planted in
 Secrets, and none of them may appear in anything the operator wrote (ConfigMaps, statuses,
 Events), logged, or serves (``/metrics``, ``/healthz``); a Secret it cannot use is reported
-without quoting it. The operator's own endpoints are checked on the way. On kmock and on a
+without quoting it. The same for a Sigv4 provider's AWS secret access key and session token
+and the Bedrock API key the operator signs from them. The operator's own endpoints are checked on the way. On kmock and on a
 real API server, everything read back through the API."""
 
 from __future__ import annotations
@@ -38,9 +39,12 @@ from k8s.operator_support import (
     wait_phase,
 )
 from k8s.waiting import eventually
+from support.bedrock_keys import AwsKeys, new_keys, signature_holds
 from support.canary import Canaries, pem_body
 from support.pki import make_pki
 from support.servers import ProviderEndpoint, TlsServer
+from test_operator_oauth2 import prepare_network, token_in_secret
+from test_operator_sigv4 import put_aws_secret, sigv4_provider
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
 
@@ -163,6 +167,98 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
         "events": events,
         "logs": logs.lines,
         "metrics": [exposition],
+        "health": [health[1]],
+    }
+    for where, texts in everything.items():
+        for text in texts:
+            canaries.assert_absent(text, where)
+
+
+async def test_no_aws_secret_or_bedrock_key_reaches_anything_the_operator_writes(
+    cluster: Cluster, endpoint: ProviderEndpoint, tmp_path: Path
+) -> None:
+    """A Sigv4 provider's secret access key and session token, and the Bedrock API key the
+    operator signs from them: first a secret access key it cannot use (it holds a space),
+    reported without quoting it, then a usable one."""
+    keys = new_keys(marker=f"grid-canary-{secrets.token_hex(4)}")
+    unusable = AwsKeys(keys.access_key_id, keys.secret_access_key + " x", keys.session_token)
+    pki, tls = await prepare_network(cluster, tmp_path)
+    await put_aws_secret(cluster, unusable, None)
+    gateway = {
+        "name": "edge",
+        "namespace": GATEWAY_NAMESPACE,
+        "consumerConfig": {"enabled": True, "allowPrivateEndpoints": True},
+    }
+    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
+    with captured_logs() as logs:
+        async with egress, operator_for(cluster, None) as running:
+            await cluster.create(
+                GRID_NETWORKS,
+                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
+            )
+            await cluster.create(
+                GRID_SITES,
+                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            )
+            await cluster.create(INFERENCE_PROVIDERS, sigv4_provider(endpoint))
+            refused = await wait_condition(
+                cluster,
+                INFERENCE_PROVIDERS,
+                "llama-a",
+                "CredentialsValid",
+                "False",
+                "SecretUnusable",
+            )
+            assert "AWS_SECRET_ACCESS_KEY is not a secret access key" in refused["message"]
+            statuses = [
+                json.dumps((await cluster.get(INFERENCE_PROVIDERS, "llama-a")).get("status"))
+            ]
+            await put_aws_secret(cluster, keys, None)
+            await wait_condition(
+                cluster,
+                INFERENCE_PROVIDERS,
+                "llama-a",
+                "CredentialsValid",
+                "True",
+                "Minted",
+                timeout=30,
+            )
+            await wait_phase(cluster, INFERENCE_PROVIDERS, "llama-a", "Available")
+            token = await token_in_secret(cluster)
+            assert token is not None and signature_holds(token, keys)
+            praxis = await eventually(
+                lambda: read_configmap(cluster, "edge-praxis"), what="the gateway configuration"
+            )
+            assert "/etc/grid/credentials/grid-token-llama-a/token" in praxis.data["praxis.yaml"]
+            health = await fetch(running.operator.health_address, "/healthz")
+            metrics = await fetch(running.operator.metrics_address, "/metrics")
+            written = [
+                json.dumps(
+                    cluster.api.sanitize_for_serialization(await read_configmap(cluster, name))
+                )
+                for name in ("edge-grid-config", "edge-praxis")
+            ]
+            statuses += [
+                json.dumps((await cluster.get(resource, name)).get("status"))
+                for resource, name in (
+                    (GRID_NETWORKS, NETWORK),
+                    (GRID_SITES, SITE),
+                    (INFERENCE_PROVIDERS, "llama-a"),
+                )
+            ]
+    assert "grid_provider_credential_expiry_timestamp_seconds" in metrics[1]
+    every_event = await cluster.call(cluster.core.list_event_for_all_namespaces)
+    events = [json.dumps(cluster.api.sanitize_for_serialization(e)) for e in every_event.items]
+    canaries = Canaries(
+        [keys.secret_access_key.encode(), (keys.session_token or "").encode(), token.encode()],
+        public=["bedrock-api-key-"],
+    )
+    everything = {
+        "configmaps": written,
+        "statuses": statuses,
+        "events": events,
+        "logs": logs.lines,
+        "metrics": [metrics[1]],
         "health": [health[1]],
     }
     for where, texts in everything.items():

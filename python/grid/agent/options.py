@@ -72,7 +72,8 @@ class AgentOptions:
     secrets_dir: Path | None = None
     """Mounted Secrets as ``<namespace>/<name>/<key>`` files: the agent checks that a
     provider's credential exists and is not empty, and never reads it, except an Oauth2
-    provider's (a client secret, a key), which it mints the provider's tokens from."""
+    provider's (a client secret, a key) and a Sigv4 provider's (AWS credentials), which it
+    mints the provider's tokens from."""
     http: str | None = None
     """``host:port`` of ``/metrics``, ``/healthz`` and ``/status``."""
     egress_listen: str | None = None
