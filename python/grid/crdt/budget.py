@@ -105,6 +105,14 @@ class BudgetLedger:
         counter = self._counters.get((tenant, window))
         return 0 if counter is None else counter.slot(slot_id(site, epoch))
 
+    def site_spend(self, tenant: str, window: str, site: str) -> int:
+        """What every life of ``site`` counted that this ledger holds."""
+        counter = self._counters.get((tenant, window))
+        if counter is None:
+            return 0
+        prefix = f"{site}#"
+        return sum(value for slot, value in counter.slots.items() if slot.startswith(prefix))
+
     def slots_of(self, site: str, epoch: int) -> tuple[tuple[str, str, int], ...]:
         """What one site counted in one of its lives: (tenant, window, value) of every
         counter where it counted something, sorted."""

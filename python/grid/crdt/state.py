@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TypeVar
 
 from grid.crdt.budget import BudgetHorizon, BudgetLedger, BudgetStatus
 from grid.crdt.clock import RevisionClock, wall_millis
 from grid.crdt.codec import MAX_ITEM_BYTES, fail, item_bytes
+from grid.crdt.escrow import (
+    ESCROW_PREFIX,
+    EscrowBook,
+    EscrowRecord,
+    decode_escrow,
+    encode_escrow,
+)
 from grid.crdt.lww import LWWRegister, Stamp
 from grid.crdt.pages import (
     MAX_PAGES,
@@ -142,13 +150,15 @@ class GridState:
         self._provider_names: frozenset[str] | None = None
         """The union of every site's live providers, None until read again."""
         self._ledger = BudgetLedger()
+        self._escrow = EscrowBook()
+        self._escrow_epoch: int | None = None
         self._epoch: int | None = None
         self._own_items: dict[tuple[str, str], Item] = {}
         self._dirty: set[tuple[str, str]] = set()
         self._spend_windows: dict[tuple[str, str], tuple[str, str]] = {}
-        """The (tenant, window) of each of this site's spend items."""
+        """The (tenant, window) of each of this site's spend and escrow items."""
         self._peer_spend: dict[tuple[str, str], set[tuple[str, str]]] = {}
-        """The (origin, key) of peers' spend items, by (tenant, window)."""
+        """The (origin, key) of peers' spend and escrow items, by (tenant, window)."""
         self._horizon: BudgetHorizon | None = None
         """Which budget windows are closed: their items are no longer merged."""
         self._pages = PageBook(self._site)
@@ -374,6 +384,79 @@ class GridState:
         self._spend_windows[(item.lane, item.key)] = (tenant, window)
         self._publish(item)
 
+    # -- escrowed budgets (grid.crdt.escrow) ----------------------------------------------
+
+    @property
+    def escrow(self) -> EscrowBook:
+        """Every escrow holder's record heard of, this site's included (read only: write
+        with :meth:`write_escrow`)."""
+        return self._escrow
+
+    @property
+    def escrow_epoch(self) -> int | None:
+        """The epoch of this life's escrow holder, ``site#epoch`` (None before taken)."""
+        return self._escrow_epoch
+
+    def take_escrow_epoch(self, now: float) -> int:
+        """The epoch of this life's escrow holder, taken now if not yet: above every
+        revision this site issued or recovered so far, so never an earlier life's. It is
+        never resumed from a checkpoint: what an earlier life granted or gave away is known
+        only from its items, which a new life may not have yet."""
+        if self._escrow_epoch is None:
+            self._escrow_epoch = self._clock.tick(now)
+        return self._escrow_epoch
+
+    def write_escrow(
+        self,
+        tenant: str,
+        window: str,
+        now: float,
+        *,
+        claim: tuple[int, int] | None = None,
+        grant: int = 0,
+        send: Mapping[str, int] = MappingProxyType({}),
+        ask: Mapping[str, int] = MappingProxyType({}),
+        rate: int | None = None,
+    ) -> EscrowRecord:
+        """Change this life's escrow record of ``tenant``'s ``window`` and publish it;
+        refused (changing nothing) past what the holder may grant or give away
+        (:meth:`grid.crdt.escrow.EscrowBook.write`)."""
+        epoch = self.take_escrow_epoch(now)
+        record = self._escrow.write(
+            self._site,
+            tenant,
+            window,
+            epoch,
+            claim=claim,
+            grant=grant,
+            send=send,
+            ask=ask,
+            rate=rate,
+            revision=self._clock.tick(now),
+        )
+        item = encode_escrow(self._site, record)
+        self._escrow.merge(self._site, record)
+        self._spend_windows[(item.lane, item.key)] = (tenant, window)
+        self._publish(item)
+        return record
+
+    def _apply_escrow(
+        self, origin: str, key: str, version: int, payload: bytes, now: float
+    ) -> bool:
+        record = decode_escrow(origin, key, version, payload)
+        if self._horizon is not None and self._horizon.closes(record.tenant, record.window):
+            return False
+        if origin == self._site:
+            # An earlier life's holder: its allowance is stranded, but what it granted
+            # counts in this site's total. This life's clock moves past it.
+            self._clock.observe(version)
+            return self._escrow.merge(origin, record)
+        records = self._records_of(origin)
+        self._peer_spend.setdefault((record.tenant, record.window), set()).add((origin, key))
+        changed = self._escrow.merge(origin, record)
+        records.last_received_at = now
+        return changed
+
     def items_to_publish(self) -> list[Item]:
         """This site's items that changed since the last call, sorted by lane and key: the
         signals registers written since go out in pages (:mod:`grid.crdt.pages`)."""
@@ -413,6 +496,8 @@ class GridState:
                 return self._apply_page(origin, key, version, payload, now)
             if key.startswith(SIGNALS_PREFIX):
                 return self._apply_signals(origin, key, version, payload, now)
+            if key.startswith(ESCROW_PREFIX):
+                return self._apply_escrow(origin, key, version, payload, now)
         fragment = decode_item(origin, lane, key, version, payload)
         if origin == self._site:
             self._clock.observe(version)
@@ -721,6 +806,11 @@ class GridState:
         """A tenant's known spend in ``window`` (micro-USD; a lower bound)."""
         return self._ledger.spend(tenant, window)
 
+    def site_spend(self, tenant: str, window: str, site: str) -> int:
+        """What every life of ``site`` counted of ``tenant``'s spend in ``window``, as far
+        as this site has heard."""
+        return self._ledger.site_spend(tenant, window, site)
+
     def own_spend(self, tenant: str, window: str) -> int:
         """What this life counted of ``tenant``'s spend in ``window``."""
         if self._epoch is None:
@@ -772,7 +862,7 @@ class GridState:
         site's items for them) and merge no item of them from now on; returns, per peer,
         the ``(lane, key)`` of its items for them, for the transport to forget too."""
         self._horizon = horizon
-        closed = set(self._ledger.close(horizon))
+        closed = set(self._ledger.close(horizon)) | set(self._escrow.close(horizon))
         if not closed:
             return ()
         for own in [own for own, held in self._spend_windows.items() if held in closed]:

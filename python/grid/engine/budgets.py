@@ -10,9 +10,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from grid.crdt.state import GridState
+from grid.engine.escrow import EscrowFigures
 from grid.engine.members import MemberInfo
 from grid.engine.windows import budget_window
-from grid.models.budgets import BudgetState, TenantBudget, TenantBudgetStatus, UnheardSite
+from grid.models.budgets import (
+    BudgetEnforcement,
+    BudgetState,
+    TenantBudget,
+    TenantBudgetStatus,
+    UnheardSite,
+)
 from grid.models.conditions import ConditionUpdate
 from grid.models.phases import Event, EventType, MemberState, condition_update
 
@@ -50,16 +57,25 @@ def budget_state(used: int, budget: TenantBudget) -> BudgetState:
 
 
 def budget_statuses(
-    budgets: Sequence[TenantBudget], state: GridState, now: datetime, *, complete: bool
+    budgets: Sequence[TenantBudget],
+    state: GridState,
+    now: datetime,
+    *,
+    complete: bool,
+    escrow: Mapping[str, EscrowFigures] | None = None,
 ) -> list[TenantBudgetStatus]:
     """Each tenant's known spend in its current window: the sum of every site's slot this
     site has heard of, the mesh's whole spend when ``complete`` (every site heard from),
-    else a lower bound."""
+    else a lower bound. A tenant in ``escrow`` (grid.engine.escrow) also shows this site's
+    allowance, and is exhausted here once that is used, whatever the mesh's total."""
     found = []
     for budget in budgets:
         window = budget_window(budget, now)
         used = sum(state.budget_spend(budget.tenant, label) for label in window.summed)
         standing = budget_state(used, budget)
+        figures = (escrow or {}).get(budget.tenant)
+        if figures is not None and figures.exhausted_here:
+            standing = BudgetState.EXHAUSTED
         found.append(
             TenantBudgetStatus(
                 tenant=budget.tenant,
@@ -71,6 +87,11 @@ def budget_statuses(
                 window_end=window.end,
                 exhausted=standing is BudgetState.EXHAUSTED,
                 remaining=max(budget.cap - used, 0),
+                enforcement=BudgetEnforcement.LOWER_BOUND
+                if figures is None
+                else BudgetEnforcement.ESCROW,
+                allowance=None if figures is None else figures.allowance,
+                site_used=None if figures is None else figures.site_used,
             )
         )
     return found

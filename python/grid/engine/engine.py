@@ -32,6 +32,13 @@ from grid.engine.advertised import AdvertisedCerts
 from grid.engine.budgets import unheard_sites
 from grid.engine.certificates import KnownCertificates, SiteCertificate
 from grid.engine.egress import SourceRead
+from grid.engine.escrow import (
+    EscrowKeeper,
+    EscrowPlan,
+    escrow_condition,
+    peers_without_escrow,
+    run_escrow,
+)
 from grid.engine.events import (
     NETWORK_KIND,
     PROVIDER_KIND,
@@ -51,7 +58,7 @@ from grid.engine.sites import SiteTrust, site_egress
 from grid.engine.spend import CountedSpend, SpendCounting
 from grid.engine.spend_checkpoint import SpendCheckpoint
 from grid.engine.targets import EgressSourceTarget, ObservationTarget, ProbeTarget, SpendTarget
-from grid.engine.windows import spend_horizon
+from grid.engine.windows import budget_window, spend_horizon
 from grid.errors import (
     ConfigError,
     CrdtDecodeError,
@@ -142,6 +149,9 @@ class SiteEngine:
         self._publisher = Publisher()
         self._renderer = Renderer()
         self._spend = SpendCounting(site)
+        self._escrow = EscrowKeeper(site)
+        self._protocols: dict[str, int] = {}
+        """The SWIM protocol each peer was last heard speaking."""
         self._pacing = RenderPacing()
         self._network_status = GridNetworkStatus()
         self._events = EventLog()
@@ -248,6 +258,11 @@ class SiteEngine:
         self._advertised.forget(site)
         self._certificates.forget(site)
         self._pacing.pending = True
+
+    def note_protocols(self, protocols: Mapping[str, int | None]) -> None:
+        """The SWIM protocol version spoken with each peer (None: not heard yet): escrowed
+        budgets are held back while a peer speaks one without escrow."""
+        self._protocols.update({s: p for s, p in protocols.items() if p is not None})
 
     def receive_item(  # noqa: PLR0917 - the transport's delivery tuple, then the time
         self, origin: str, lane: str, key: str, version: int, payload: bytes, now: datetime
@@ -446,6 +461,7 @@ class SiteEngine:
         if not self.network.spec.grid_id:
             self._grid_id = adopted_grid_id(self._grid_id, self._members.view, self._state)
         self._spend.resume_into(self._state, now)
+        self._state.take_escrow_epoch(now.timestamp())  # a life's holder begins with it
         if self._publisher.write(
             self._state, self._inputs, self._phases, self._grid_id, self._events, now
         ):
@@ -515,6 +531,7 @@ class SiteEngine:
         under versions above every earlier one, so peers that forgot them take them."""
         self._spend.state_replaced(self._state)
         self._state = GridState(self._site)
+        self._escrow = EscrowKeeper(self._site)
         self._advertised.clear()
         self._pacing.pending = True
 
@@ -527,6 +544,10 @@ class SiteEngine:
         )
 
     def _evaluate_network(self, now: datetime) -> None:
+        budgets = self.network.spec.budgets
+        old_peers = peers_without_escrow(self._members.view, self._protocols)
+        plan = EscrowPlan(tuple(self._inputs.sites), self._members.view, held=not old_peers)
+        windows = {budget.tenant: budget_window(budget, now) for budget in budgets}
         view = NetworkView(
             config_error=self._inputs.config_error or self._publisher.records_error,
             grid_id=self._grid_id,
@@ -536,6 +557,8 @@ class SiteEngine:
             unheard_sites=unheard_sites(
                 self._site, self._inputs.sites, self._members.view, self._state
             ),
+            escrow=run_escrow(self._escrow, budgets, windows, self._state, plan, now.timestamp()),
+            escrow_condition=escrow_condition(budgets, old_peers, self.network.metadata.generation),
         )
         self._network_status = network_status(
             self._network_status,

@@ -6,7 +6,7 @@ this site's spend sources). Pure."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from grid.crdt.state import GridState
@@ -16,11 +16,12 @@ from grid.engine.budgets import (
     budget_events,
     budget_statuses,
 )
+from grid.engine.escrow import ESCROW_CONDITION, EscrowFigures
 from grid.engine.events import NETWORK_KIND, EventLog
 from grid.engine.inputs import SiteInputs
 from grid.engine.rendering import GatewayOverlay
 from grid.models.budgets import UnheardSite
-from grid.models.conditions import set_condition
+from grid.models.conditions import ConditionUpdate, set_condition
 from grid.models.network import GatewayOverlayStatus, GridNetworkStatus
 from grid.models.phases import GatewayRender, NetworkObservation, evaluate_network
 from grid.models.spend import SpendSourceStatus
@@ -37,6 +38,10 @@ class NetworkView:
     spend_sources: Sequence[SpendSourceStatus] = ()
     unheard_sites: Sequence[UnheardSite] = ()
     """Sites whose spend this site may not hold (grid.engine.budgets.unheard_sites)."""
+    escrow: Mapping[str, EscrowFigures] = field(default_factory=dict)
+    """Escrowed budgets' figures at this site, by tenant (grid.engine.escrow)."""
+    escrow_condition: ConditionUpdate | None = None
+    """``EscrowHeld``, while some budget asks for escrow."""
 
 
 def network_status(  # noqa: PLR0917 - the network, its state, and what the rooms report
@@ -63,12 +68,18 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
     )
     outcome = evaluate_network(network.model_copy(update={"status": current}), observation, now)
     events.record(NETWORK_KIND, network.metadata.name, outcome.events, now)
-    budgets = budget_statuses(network.spec.budgets, state, now, complete=not view.unheard_sites)
+    budgets = budget_statuses(
+        network.spec.budgets, state, now, complete=not view.unheard_sites, escrow=view.escrow
+    )
     events.record(NETWORK_KIND, network.metadata.name, budget_events(current.budgets, budgets), now)
-    conditions = [c for c in outcome.conditions if c.type != BUDGETS_CONDITION]
+    conditions = [
+        c for c in outcome.conditions if c.type not in (BUDGETS_CONDITION, ESCROW_CONDITION)
+    ]
     if network.spec.budgets:
         generation = network.metadata.generation
         conditions = set_condition(conditions, budget_condition(budgets, generation), now)
+    if view.escrow_condition is not None:
+        conditions = set_condition(conditions, view.escrow_condition, now)
     # Counted, not united: the union of 10,000 names on every pass would cost more than the
     # rest of this evaluation.
     published = state.provider_names()

@@ -103,6 +103,19 @@ class RollingWindow(GridModel):
         return _millis(self.length) // _millis(self.step)
 
 
+class BudgetEnforcement(StrEnum):
+    """What a budget's cap means under partition (docs/crdt.md, "Escrow")."""
+
+    LOWER_BOUND = "lowerBound"
+    """Sites keep serving and report the spend they know, a lower bound while some site is
+    not heard from: a partition may let the mesh spend past the cap."""
+    ESCROW = "escrow"
+    """The cap is split into per-site allowances moved between sites by transfers; a site
+    lets its gateways grant only its allowance, so the mesh never spends past the cap,
+    partition or not. Fixed and calendar windows only; every site must run a release that
+    speaks protocol 3."""
+
+
 class TenantBudget(GridModel):
     """A tenant's spending cap over a window, counted with a G-Counter across sites (under
     a partition each site sees a lower bound)."""
@@ -131,6 +144,11 @@ class TenantBudget(GridModel):
         ge=1,
         le=100,
         description="Percent of the cap at which the tenant's budget turns from ok to warn.",
+    )
+    enforcement: BudgetEnforcement = Field(
+        BudgetEnforcement.LOWER_BOUND,
+        description="lowerBound: sites report a lower bound under partition; escrow: each "
+        "site grants only its allowance, so the cap holds under partition.",
     )
 
     @model_validator(mode="after")
@@ -178,6 +196,15 @@ class TenantBudgetStatus(GridModel):
     )
     exhausted: bool = False
     remaining: int | None = Field(None, ge=0, description="cap - used, 0 once exhausted.")
+    enforcement: BudgetEnforcement | None = None
+    allowance: int | None = Field(
+        None,
+        ge=0,
+        description="escrow: what this site's gateways may grant of the tenant in this "
+        "window, all its lives together; state is exhausted here once siteUsed reaches it "
+        "and no allowance is left to grant.",
+    )
+    site_used: int | None = Field(None, ge=0, description="escrow: what this site counted of used.")
 
 
 class UnheardSite(GridModel):

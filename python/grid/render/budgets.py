@@ -20,7 +20,12 @@ import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from grid.crdt.codec import MAX_SAFE_INT
-from grid.models.budgets import BudgetState, TenantBudget
+from grid.models.budgets import (
+    BudgetEnforcement,
+    BudgetState,
+    TenantBudget,
+    TenantBudgetStatus,
+)
 from grid.models.fields import HEX64_PATTERN
 from grid.models.network import GridNetworkStatus
 
@@ -72,6 +77,7 @@ def render_budget_document(
             "remaining": _exact(max(tenant.cap - tenant.used, 0)),
             "window_start": _time(tenant.window_start),
             "window_end": _time(tenant.window_end),
+            **_escrow(tenant),
         }
         for tenant in status.budgets
     ]
@@ -139,6 +145,9 @@ class _Tenant(_Strict):
     remaining: int = Field(ge=0)
     window_start: str | None
     window_end: str | None
+    enforcement: Literal["escrow"] | None = None
+    allowance: int | None = Field(None, ge=0)
+    site_used: int | None = Field(None, ge=0)
 
 
 class _Budgets(_Strict):
@@ -214,6 +223,19 @@ def verify_budget_document(
             )
     tenants = tuple((t.tenant, t.state) for t in document.budgets.tenants)
     return BudgetVerdict(True, revision=digest, tenants=tenants)
+
+
+def _escrow(tenant: TenantBudgetStatus) -> dict[str, Any]:
+    """An escrowed tenant's members: ``enforcement`` and this site's ``allowance`` (what
+    its gateways may grant in the window, in all) and ``site_used`` (what it counted). A
+    lower-bound tenant's document is as before escrow existed."""
+    if tenant.enforcement is not BudgetEnforcement.ESCROW or tenant.allowance is None:
+        return {}
+    return {
+        "enforcement": str(BudgetEnforcement.ESCROW),
+        "allowance": _exact(tenant.allowance),
+        "site_used": _exact(tenant.site_used or 0),
+    }
 
 
 def _exact(value: int) -> int:

@@ -438,6 +438,7 @@ class SwimDriver:
             members = node.members()
         except GridError:
             return  # stopped between the check and the call
+        engine.note_protocols({member.site: member.protocol for member in members})
         known = engine.members
         for member in members:
             seen = known.get(member.site)
