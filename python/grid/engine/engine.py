@@ -350,7 +350,7 @@ class SiteEngine:
     @property
     def own_providers(self) -> tuple[InferenceProvider, ...]:
         """The providers this site observes: it checks them, scrapes them and mints the
-        tokens of the Oauth2 and ServiceAccount ones."""
+        tokens of the Oauth2, ServiceAccount and Sigv4 ones."""
         return self._inputs.observing
 
     def credential_refs(self) -> dict[str, tuple[str, str, str]]:

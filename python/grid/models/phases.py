@@ -381,7 +381,7 @@ def evaluate_site(
 
 class CredentialState(StrEnum):
     """What was found where ``spec.auth.secretRef`` points and, for a strategy whose
-    tokens the site mints (Oauth2, ServiceAccount), how the token in place stands."""
+    tokens the site mints (Oauth2, ServiceAccount, Sigv4), how the token in place stands."""
 
     NOT_REQUIRED = "NotRequired"
     VALID = "Valid"
@@ -390,7 +390,7 @@ class CredentialState(StrEnum):
     EMPTY = "Empty"
     SECRET_UNUSABLE = "SecretUnusable"
     """The Secret's entry cannot be used to mint a token: missing, or not what the grant
-    needs (a PEM key, a key file)."""
+    needs (a PEM key, a key file, AWS credentials that have not lapsed)."""
     MINTED = "Minted"
     """A token is in place and its last refresh worked."""
     REFRESH_FAILING = "RefreshFailing"
