@@ -15,7 +15,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use grid_core::identity::auth::{SiteCredentials, TrustPolicy, MESSAGE_DOMAIN};
 use grid_core::identity::{Interner, NodeAddr, NodeId};
 use grid_core::wire::frame::{Keyring, OVERHEAD};
-use grid_core::wire::{seal_message, Envelope, KIND_FOCA, TRAILER_LEN};
+use grid_core::wire::{seal_message, Envelope, Proof, KIND_FOCA, TRAILER_LEN};
 use rcgen::{
     BasicConstraints, CertificateParams, IsCa, KeyPair, PKCS_ECDSA_P256_SHA256, PKCS_ED25519,
 };
@@ -133,7 +133,10 @@ fn main() {
             let receive = median_ns(|| {
                 ring.open_into(&sealed, &mut scratch).unwrap();
                 let envelope = Envelope::decode(&scratch, &interner).unwrap();
-                assert!(public.verify(MESSAGE_DOMAIN, envelope.signed, envelope.signature));
+                let Proof::Signature(signature) = envelope.proof else {
+                    unreachable!("sealed in the signed form")
+                };
+                assert!(public.verify(MESSAGE_DOMAIN, envelope.signed, signature));
             });
             println!(
                 "{frame_len:>6}  {name:<12} {send:>14.0} {receive:>14.0} {:>8.2} {:>8.2}",

@@ -54,6 +54,10 @@ MESSAGE_DOMAIN = b"grid message v1\0"
 ITEM_DOMAIN = b"grid item v1\0"
 RAW_ADDR_LEN = 18
 TRAILER_LEN = 8 + 8 + RAW_ADDR_LEN + SIGNATURE_LEN
+TAG_LEN = 16
+SESSION_TRAILER_LEN = 8 + 8 + RAW_ADDR_LEN + 4 + TAG_LEN
+SESSION_FORM = 0x80
+"""Set in the kind byte of a message authenticated under a session key instead of signed."""
 
 KIND_FOCA = 0x01
 KIND_SYNC_REQUEST = 0x02
@@ -63,6 +67,9 @@ KIND_HELLO = 0x05
 KIND_CONFLICT = 0x06
 KIND_DIGEST = 0x07
 KIND_REPAIR = 0x08
+KIND_HANDSHAKE_INIT = 0x09
+KIND_HANDSHAKE_RESPONSE = 0x0A
+KIND_HANDSHAKE_CONFIRM = 0x0B
 KIND_NAMES = {
     KIND_FOCA: "foca",
     KIND_SYNC_REQUEST: "sync_request",
@@ -72,6 +79,9 @@ KIND_NAMES = {
     KIND_CONFLICT: "conflict",
     KIND_DIGEST: "digest",
     KIND_REPAIR: "repair",
+    KIND_HANDSHAKE_INIT: "handshake_init",
+    KIND_HANDSHAKE_RESPONSE: "handshake_response",
+    KIND_HANDSHAKE_CONFIRM: "handshake_confirm",
 }
 
 PING, ACK, PING_REQ, INDIRECT_PING, INDIRECT_ACK, FORWARDED_ACK = range(6)
@@ -348,7 +358,8 @@ def seal_message(
 
 @dataclass(frozen=True)
 class Envelope:
-    """A decoded message (not verified)."""
+    """A decoded message (not verified). ``signature`` is the tag for a message in the
+    session form (``in_session``), whose trailer also carries the receiver's ``index``."""
 
     kind: int
     sender: Identity
@@ -358,6 +369,8 @@ class Envelope:
     dst: tuple[str, int]
     signed: bytes = field(repr=False)
     signature: bytes = field(repr=False)
+    in_session: bool = False
+    index: int = 0
 
     @property
     def kind_name(self) -> str:
@@ -365,18 +378,30 @@ class Envelope:
 
     @classmethod
     def decode(cls, message: bytes) -> Envelope:
-        if len(message) < 1 + TRAILER_LEN or len(message) > MAX_MESSAGE_LEN:
+        in_session = bool(message) and bool(message[0] & SESSION_FORM)
+        trailer_len, proof_len = (
+            (SESSION_TRAILER_LEN, TAG_LEN) if in_session else (TRAILER_LEN, SIGNATURE_LEN)
+        )
+        if len(message) < 1 + trailer_len or len(message) > MAX_MESSAGE_LEN:
             raise WireError("truncated")
-        signed, signature = message[:-SIGNATURE_LEN], message[-SIGNATURE_LEN:]
-        unsealed, trailer = signed[: -(TRAILER_LEN - SIGNATURE_LEN)], signed[-34:]
+        signed, proof = message[:-proof_len], message[-proof_len:]
+        unsealed, trailer = (
+            signed[: -(trailer_len - proof_len)],
+            signed[-(trailer_len - proof_len) :],
+        )
         seq, sent_at = struct.unpack(">QQ", trailer[:16])
-        dst = parse_raw_address(trailer[16:])
-        kind, body = unsealed[0], unsealed[1:]
+        dst = parse_raw_address(trailer[16 : 16 + RAW_ADDR_LEN])
+        index = int.from_bytes(trailer[16 + RAW_ADDR_LEN :], "big") if in_session else 0
+        kind, body = unsealed[0] & ~SESSION_FORM, unsealed[1:]
         sender = Identity.decode(Reader(body))
-        return cls(kind, sender, body, seq, sent_at, dst, signed, signature)
+        return cls(kind, sender, body, seq, sent_at, dst, signed, proof, in_session, index)
 
     def verifies(self, public_key: PublicKey) -> bool:
-        return verify(public_key, MESSAGE_DOMAIN, self.signed, self.signature)
+        """Whether the site key signed it (a message in the session form never verifies:
+        only the session's two ends hold its key)."""
+        return not self.in_session and verify(
+            public_key, MESSAGE_DOMAIN, self.signed, self.signature
+        )
 
 
 # --- items ----------------------------------------------------------------------------
@@ -422,6 +447,8 @@ class Item:
     payload: bytes = field(repr=False)
     signed: bytes = field(repr=False)
     signature: bytes = field(repr=False)
+    in_session: bool = False
+    index: int = 0
 
     @classmethod
     def decode(cls, data: bytes) -> Item:
@@ -699,6 +726,23 @@ def parse(plaintext: bytes) -> Parsed:
         if chunk.members or chunk.certificates or chunk.resume or chunk.walk_end:
             raise WireError("a repair chunk carries only items")
         return Parsed(envelope, sync=chunk)
+    if envelope.kind in (KIND_HANDSHAKE_INIT, KIND_HANDSHAKE_RESPONSE):
+        r = Reader(envelope.body)
+        Identity.decode(r)
+        Identity.decode(r)
+        r.u32()
+        if envelope.kind == KIND_HANDSHAKE_RESPONSE:
+            r.u32()
+        r.take(32)
+        if r.remaining or envelope.in_session:
+            raise WireError("a handshake message is signed and ends after its public key")
+        return Parsed(envelope)
+    if envelope.kind == KIND_HANDSHAKE_CONFIRM:
+        r = Reader(envelope.body)
+        Identity.decode(r)
+        if r.remaining or not envelope.in_session:
+            raise WireError("a handshake confirm is an identity in the session form")
+        return Parsed(envelope)
     raise WireError(f"message kind {envelope.kind}")
 
 

@@ -162,7 +162,10 @@ FAMILIES: dict[str, Family] = {
             "(sent further than the allowed clock skew from this clock), replayed, "
             "unknown_sender, bad_signature, untrusted_certificate, incompatible_version (from "
             "a node that speaks no SWIM protocol version this one speaks), superseded (an "
-            "earlier life of a node), name_conflict, undecodable.",
+            "earlier life of a node), name_conflict, undecodable, over_budget (signed, past "
+            "the second's budget of signature checks for its sender), unknown_session (under "
+            "a session this node does not hold; answered with a handshake), bad_tag (under a "
+            "session, with a tag its key did not make).",
             "reason",
         ),
         _counter(
@@ -237,6 +240,23 @@ FAMILIES: dict[str, Family] = {
         _gauge(
             "grid_swim_earlier_certificates",
             "Earlier certificates of sites kept to vouch for items their keys signed.",
+        ),
+        _counter(
+            "grid_swim_session_messages_total",
+            "Messages sent and accepted in the session form (authenticated under a key agreed "
+            "with the peer instead of signed), by direction: sent, accepted.",
+            "direction",
+        ),
+        _counter(
+            "grid_swim_handshakes_total",
+            "Session handshakes, by outcome: started (by this node), completed (its response "
+            "came), refused (a handshake message not taken).",
+            "outcome",
+        ),
+        _gauge(
+            "grid_swim_sessions",
+            "Sessions this node holds with peers (about one per peer speaking sessions; two "
+            "while a rekey or a crossing handshake overlaps).",
         ),
         _counter(
             "grid_swim_previous_key_messages_total",
@@ -459,6 +479,9 @@ MESSAGE_KINDS = (
     "conflict",
     "digest",
     "repair",
+    "handshake_init",
+    "handshake_response",
+    "handshake_confirm",
 )
 """The kinds of SWIM message, as ``stats()`` names them (docs/wire-format.md)."""
 
@@ -486,6 +509,9 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
             "untrusted_certificate",
             "incompatible_version",
             "superseded",
+            "over_budget",
+            "unknown_session",
+            "bad_tag",
         )
     },
     "name_conflicts": ("grid_swim_refused_messages_total", ("name_conflict",)),
@@ -524,6 +550,12 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "items_revoked": ("grid_swim_renewal_items_total", ("revoked",)),
     "earlier_certificates": ("grid_swim_earlier_certificates", ()),
     "previous_key_messages": ("grid_swim_previous_key_messages_total", ()),
+    "session_messages_sent": ("grid_swim_session_messages_total", ("sent",)),
+    "session_messages_accepted": ("grid_swim_session_messages_total", ("accepted",)),
+    "handshakes_started": ("grid_swim_handshakes_total", ("started",)),
+    "handshakes_completed": ("grid_swim_handshakes_total", ("completed",)),
+    "handshakes_refused": ("grid_swim_handshakes_total", ("refused",)),
+    "sessions": ("grid_swim_sessions", ()),
     "members_revoked": ("grid_swim_members_revoked_total", ()),
     "keys_asked": ("grid_swim_certificate_requests_total", ()),
     "caught_up": ("grid_swim_caught_up", ()),

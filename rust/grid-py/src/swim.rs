@@ -422,6 +422,15 @@ impl SwimNode {
             ("hellos_sent", d.session.hellos_sent),
             ("hellos_received", d.session.hellos_received),
             ("answers_withheld", d.session.answers_withheld),
+            ("session_messages_sent", d.session.session_messages_sent),
+            (
+                "session_messages_accepted",
+                d.session.session_messages_accepted,
+            ),
+            ("handshakes_started", d.session.handshakes_started),
+            ("handshakes_completed", d.session.handshakes_completed),
+            ("handshakes_refused", d.session.handshakes_refused),
+            ("sessions", d.session.sessions),
             ("events_dropped", stats.events_dropped),
             ("items_coalesced", stats.items_coalesced),
             ("members", d.members as u64),
@@ -456,6 +465,9 @@ impl SwimNode {
                 session.dropped_untrusted_certificate,
             ),
             ("incompatible_version", session.dropped_incompatible_version),
+            ("over_budget", session.dropped_over_budget),
+            ("unknown_session", session.dropped_unknown_session),
+            ("bad_tag", session.dropped_bad_tag),
             ("superseded", d.dropped_superseded),
         ];
         let frame_drops = DropReason::ALL.iter().map(|r| r.as_str()).zip(f.drops);

@@ -57,8 +57,9 @@ use crate::lanes::{
 use crate::wire::session::{Session, Verdict};
 use crate::wire::versions::ProtocolRange;
 use crate::wire::{
-    WireCodec, WireError, KIND_CONFLICT, KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE,
-    KIND_REPAIR, KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
+    WireCodec, WireError, KIND_CONFLICT, KIND_DIGEST, KIND_FOCA, KIND_HANDSHAKE_CONFIRM,
+    KIND_HANDSHAKE_INIT, KIND_HANDSHAKE_RESPONSE, KIND_HELLO, KIND_LEAVE, KIND_REPAIR,
+    KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN,
 };
 
 /// Bounds of the item store, defined with it in [`crate::lanes`]; re-exported here because
@@ -402,6 +403,10 @@ impl Driver {
                 }
                 return;
             }
+            Verdict::UnknownSession(sender) => {
+                self.session.answer_lost_session(now, &sender, out);
+                return;
+            }
             Verdict::Incompatible {
                 sender,
                 theirs,
@@ -425,11 +430,18 @@ impl Driver {
             }
             Verdict::Dropped => return,
         };
-        let (kind, sender, body) = (envelope.kind, envelope.sender, envelope.body);
-        if !self.admit_sender(now, &sender, out) {
+        if !self.admit_sender(now, &envelope.sender, out) {
             self.settle(now);
             return;
         }
+        match envelope.kind {
+            KIND_HANDSHAKE_INIT => return self.session.answer_handshake(now, &envelope, out),
+            KIND_HANDSHAKE_RESPONSE => return self.session.complete_handshake(now, &envelope, out),
+            // Its work is done: the session it came under is confirmed.
+            KIND_HANDSHAKE_CONFIRM => return,
+            _ => {}
+        }
+        let (kind, sender, body) = (envelope.kind, envelope.sender, envelope.body);
         let handled = match kind {
             KIND_FOCA => self.handle_foca(now, body, out),
             KIND_SYNC_REQUEST | KIND_SYNC_RESPONSE => {
@@ -479,7 +491,10 @@ impl Driver {
                         self.probe.better();
                     }
                 }
-                TimerEvent::PushPull => self.push_pull(now, out),
+                TimerEvent::PushPull => {
+                    self.session.expire_sessions(now);
+                    self.push_pull(now, out)
+                }
                 TimerEvent::Repair => self.send_digest(now, out),
                 TimerEvent::JoinRetry => self.join_retry(now, out),
                 TimerEvent::ConfirmDown {

@@ -3,7 +3,9 @@
 //!
 //! - [`frame`]: the encrypted UDP frame around every datagram, and the keyring;
 //! - this module: what travels inside a frame (below);
-//! - [`session`]: the signed layer: what goes out is signed, what comes in is checked;
+//! - [`session`]: the authenticated layer: what goes out is signed or tagged under a
+//!   session key, what comes in is checked;
+//! - [`handshake`]: how two nodes agree session keys, and the session form's tag;
 //! - [`sites`]: the certificates a session knows for each site, current and earlier;
 //! - [`versions`]: the protocol versions a node speaks and announces in its `HELLO`.
 //!
@@ -25,6 +27,11 @@
 //!                      lately ([`crate::lanes::repair`]); the recipient answers with REPAIR
 //! 0x08  REPAIR         one chunk (sync chunk layout, item entries only) of the items a
 //!                      DIGEST showed the sender lacks
+//! 0x09  HANDSHAKE_INIT      identity | responder identity | index u32 | X25519 public [32]
+//! 0x0A  HANDSHAKE_RESPONSE  identity | initiator identity | initiator index u32 |
+//!                      responder index u32 | X25519 public [32] ([`handshake`])
+//! 0x0B  HANDSHAKE_CONFIRM   identity (only in the session form: the initiator holds the
+//!                      keys)
 //! ```
 //!
 //! The trailer makes every message fresh, addressed and attributable: `seq` counts the
@@ -32,6 +39,14 @@
 //! `dst` the address it was sent to, and the signature (by the sender site's certificate
 //! key, over [`crate::identity::auth::MESSAGE_DOMAIN`] and everything before it) proves the
 //! sender.
+//!
+//! Between two nodes that agreed session keys ([`handshake`], protocol 3), a message takes
+//! the session form instead: the kind byte has [`SESSION_FORM`] set, and the signature is
+//! replaced by the receiver's session index and a tag under the session key:
+//!
+//! ```text
+//! message = kind|0x80 u8 | body | seq u64 | sent_at_ms u64 | dst ip [16] | dst port u16 | index u32 | tag [16]
+//! ```
 //!
 //! Every integer is big-endian. An identity is `site_len u8 | site | family u8 (4 or 6) |
 //! ip (4 or 16) | port u16 | generation u64` (see [`crate::identity`]). A foca message is
@@ -53,12 +68,14 @@ use foca::{Codec, Header, Member, Message, State};
 
 use crate::identity::auth::SIGNATURE_LEN;
 use crate::identity::{Interner, NodeAddr, NodeId, MAX_IDENTITY_LEN, RAW_ADDR_LEN};
+use crate::wire::handshake::{SessionKeys, TAG_LEN};
 
 /// The decoding cursor and its error, defined below the identity codec (which reads with
 /// them too) in [`crate::reader`]; every other decoder takes them from here.
 pub use crate::reader::{Reader, WireError};
 
 pub mod frame;
+pub mod handshake;
 pub mod session;
 pub mod sites;
 pub mod versions;
@@ -71,18 +88,37 @@ pub const KIND_HELLO: u8 = 0x05;
 pub const KIND_CONFLICT: u8 = 0x06;
 pub const KIND_DIGEST: u8 = 0x07;
 pub const KIND_REPAIR: u8 = 0x08;
+pub const KIND_HANDSHAKE_INIT: u8 = 0x09;
+pub const KIND_HANDSHAKE_RESPONSE: u8 = 0x0A;
+pub const KIND_HANDSHAKE_CONFIRM: u8 = 0x0B;
+/// Set in the kind byte of a message in the session form (tagged under a session key
+/// instead of signed).
+pub const SESSION_FORM: u8 = 0x80;
 
 /// The most plaintext one frame carries: a whole signed message.
 pub const MAX_MESSAGE_LEN: usize = crate::wire::frame::MAX_PLAINTEXT_LEN;
-/// `seq`, `sent_at_ms`, `dst` and the signature after every body.
+/// `seq`, `sent_at_ms`, `dst` and the signature after every signed body.
 pub const TRAILER_LEN: usize = 8 + 8 + RAW_ADDR_LEN + SIGNATURE_LEN;
-/// What a message holds before its trailer: kind byte and body.
+/// `seq`, `sent_at_ms`, `dst`, the session index and the tag after a body in the session
+/// form.
+pub const SESSION_TRAILER_LEN: usize = 8 + 8 + RAW_ADDR_LEN + 4 + TAG_LEN;
+/// What a message holds before its trailer (either form: the signed one is the longer):
+/// kind byte and body.
 pub const MAX_UNSEALED_LEN: usize = MAX_MESSAGE_LEN - TRAILER_LEN;
 /// foca's `max_packet_size`: what is left after our kind byte and the trailer.
 pub const MAX_FOCA_PACKET: usize = MAX_UNSEALED_LEN - 1;
 
+/// What proves a message's sender.
+pub enum Proof<'a> {
+    /// A signature by the sender site's certificate key.
+    Signature(&'a [u8]),
+    /// A tag under the session key the receiver knows by `index`.
+    Session { index: u32, tag: &'a [u8] },
+}
+
 /// A decoded message, not yet verified.
 pub struct Envelope<'a> {
+    /// The kind, without the [`SESSION_FORM`] bit.
     pub kind: u8,
     /// The identity the body starts with: who says it sent this.
     pub sender: NodeId,
@@ -91,36 +127,60 @@ pub struct Envelope<'a> {
     pub seq: u64,
     pub sent_at_ms: u64,
     pub dst: NodeAddr,
-    /// The bytes the signature covers: kind, body and the trailer before the signature.
+    /// The bytes the proof covers: kind, body and the trailer before the proof (the
+    /// signature, or the tag).
     pub signed: &'a [u8],
-    pub signature: &'a [u8],
+    pub proof: Proof<'a>,
 }
 
 impl<'a> Envelope<'a> {
     /// Splits a message into its parts; fails on anything too short or without a
     /// decodable sender identity.
     pub fn decode(message: &'a [u8], interner: &Interner) -> Result<Envelope<'a>, WireError> {
-        if message.len() < 1 + TRAILER_LEN || message.len() > MAX_MESSAGE_LEN {
+        let Some(&first) = message.first() else {
+            return Err(WireError::Truncated);
+        };
+        let session = first & SESSION_FORM != 0;
+        let trailer_len = if session {
+            SESSION_TRAILER_LEN
+        } else {
+            TRAILER_LEN
+        };
+        if message.len() < 1 + trailer_len || message.len() > MAX_MESSAGE_LEN {
             return Err(WireError::Truncated);
         }
-        let (signed, signature) = message.split_at(message.len() - SIGNATURE_LEN);
-        let (unsealed, trailer) = signed.split_at(signed.len() - (TRAILER_LEN - SIGNATURE_LEN));
+        let proof_len = if session { TAG_LEN } else { SIGNATURE_LEN };
+        let (signed, proof) = message.split_at(message.len() - proof_len);
+        let (unsealed, trailer) = signed.split_at(signed.len() - (trailer_len - proof_len));
         let mut t = Reader::new(trailer);
         let seq = t.u64()?;
         let sent_at_ms = t.u64()?;
         let dst = NodeAddr::from_raw(t.array()?);
+        let proof = if session {
+            Proof::Session {
+                index: t.u32()?,
+                tag: proof,
+            }
+        } else {
+            Proof::Signature(proof)
+        };
         let (&kind, body) = unsealed.split_first().ok_or(WireError::Truncated)?;
         let sender = NodeId::decode(&mut Reader::new(body), interner)?;
         Ok(Envelope {
-            kind,
+            kind: kind & !SESSION_FORM,
             sender,
             body,
             seq,
             sent_at_ms,
             dst,
             signed,
-            signature,
+            proof,
         })
+    }
+
+    /// Whether it came in the session form.
+    pub fn in_session(&self) -> bool {
+        matches!(self.proof, Proof::Session { .. })
     }
 }
 
@@ -138,6 +198,26 @@ pub fn seal_message(
     message.put_slice(&dst.to_raw());
     let signature = sign(message);
     message.put_slice(&signature);
+}
+
+/// Turns `message` (kind and body) into the session form for the receiver's session
+/// `index`: sets [`SESSION_FORM`] in its kind byte and appends `seq`, `sent_at_ms`,
+/// `dst`, the index and the tag under `keys`.
+pub fn seal_in_session(
+    message: &mut Vec<u8>,
+    seq: u64,
+    sent_at_ms: u64,
+    dst: NodeAddr,
+    index: u32,
+    keys: &SessionKeys,
+) {
+    message[0] |= SESSION_FORM;
+    message.put_u64(seq);
+    message.put_u64(sent_at_ms);
+    message.put_slice(&dst.to_raw());
+    message.put_u32(index);
+    let tag = keys.tag(seq, message);
+    message.put_slice(&tag);
 }
 
 const MSG_PING: u8 = 0;

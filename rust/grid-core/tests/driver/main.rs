@@ -20,7 +20,7 @@ use grid_core::wire::session::MESSAGE_KINDS;
 use grid_core::wire::versions::ProtocolRange;
 use grid_core::wire::{
     WireCodec, KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE, KIND_REPAIR, KIND_SYNC_REQUEST,
-    MAX_MESSAGE_LEN, MAX_UNSEALED_LEN,
+    MAX_MESSAGE_LEN, MAX_UNSEALED_LEN, SESSION_FORM,
 };
 use proptest::prelude::*;
 
@@ -59,6 +59,9 @@ impl Transmit for Outbox {
     }
 }
 
+/// A message and where it goes.
+type Datagram = (SocketAddr, Vec<u8>);
+
 struct Cluster {
     ca: TestCa,
     /// Each site's certificate and key, so a test can sign as the site does.
@@ -81,6 +84,10 @@ struct Cluster {
     deaf_to: Option<(SocketAddr, Vec<u8>)>,
     /// Messages of any kind to this node holding these bytes are lost.
     blocked: Option<(SocketAddr, Vec<u8>)>,
+    /// The next this many messages of this kind (either form), to anyone, are lost.
+    lose_kind: Option<(u8, usize)>,
+    /// Messages of this kind are held back here until a test delivers them.
+    held: Option<(u8, Vec<Datagram>)>,
 }
 
 impl Cluster {
@@ -100,6 +107,8 @@ impl Cluster {
             sent_to_lossy: 0,
             deaf_to: None,
             blocked: None,
+            lose_kind: None,
+            held: None,
         }
     }
 
@@ -226,8 +235,20 @@ impl Cluster {
                     }
                 }
                 if let Some((deaf, bytes)) = &self.deaf_to {
-                    let gossip = message[0] == KIND_FOCA;
+                    let gossip = message[0] & !SESSION_FORM == KIND_FOCA;
                     if to == *deaf && gossip && message.windows(bytes.len()).any(|w| w == bytes) {
+                        continue;
+                    }
+                }
+                if let Some((kind, left)) = &mut self.lose_kind {
+                    if *left > 0 && message[0] & !SESSION_FORM == *kind {
+                        *left -= 1;
+                        continue;
+                    }
+                }
+                if let Some((kind, held)) = &mut self.held {
+                    if message[0] & !SESSION_FORM == *kind {
+                        held.push((to, message));
                         continue;
                     }
                 }
@@ -395,5 +416,6 @@ fn holds(c: &Cluster, at: SocketAddr, key: &str, version: u64) -> bool {
 mod membership;
 mod renewal;
 mod security;
+mod sessions;
 mod store;
 mod versions;

@@ -1,6 +1,8 @@
 //! What a session counts: messages refused by reason, and messages and bytes sent and
 //! accepted by kind.
 
+use crate::wire::SESSION_FORM;
+
 /// Counts of what the session refused or sent, each named for `stats()`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionStats {
@@ -30,6 +32,26 @@ pub struct SessionStats {
     pub hellos_received: u64,
     /// On-demand answers not sent because the second's budget was spent.
     pub answers_withheld: u64,
+    /// Signed messages refused unchecked: the second's budget of signature checks for
+    /// their sender was spent ([`super::SignedChecks`]).
+    pub dropped_over_budget: u64,
+    /// In the session form, under a session this node does not hold (it is answered
+    /// with a `HELLO` and a handshake, paced).
+    pub dropped_unknown_session: u64,
+    /// In the session form, with a tag the session's key did not make, or from another
+    /// identity than the session's.
+    pub dropped_bad_tag: u64,
+    /// Messages sent and accepted in the session form (also counted by kind).
+    pub session_messages_sent: u64,
+    pub session_messages_accepted: u64,
+    /// Handshakes this node started, and those that completed (its response came).
+    pub handshakes_started: u64,
+    pub handshakes_completed: u64,
+    /// Handshake messages not taken: not for this identity, no handshake of ours under
+    /// way for that index, or a key that does not agree.
+    pub handshakes_refused: u64,
+    /// Sessions held now.
+    pub sessions: u64,
     /// Messages sent, and their bytes (sealed, before encryption), by kind: indexed like
     /// [`MESSAGE_KINDS`].
     pub sent: [KindCount; MESSAGE_KINDS.len()],
@@ -38,7 +60,7 @@ pub struct SessionStats {
 }
 
 /// The message kinds, in order of their kind byte (0x01 first), as stats name them.
-pub const MESSAGE_KINDS: [&str; 8] = [
+pub const MESSAGE_KINDS: [&str; 11] = [
     "foca",
     "sync_request",
     "sync_response",
@@ -47,6 +69,9 @@ pub const MESSAGE_KINDS: [&str; 8] = [
     "conflict",
     "digest",
     "repair",
+    "handshake_init",
+    "handshake_response",
+    "handshake_confirm",
 ];
 
 /// How many messages of one kind, and their bytes.
@@ -59,7 +84,7 @@ pub struct KindCount {
 pub(super) fn count_kind(counts: &mut [KindCount; MESSAGE_KINDS.len()], message: &[u8]) {
     if let Some(count) = message
         .first()
-        .and_then(|kind| counts.get_mut(usize::from(*kind).wrapping_sub(1)))
+        .and_then(|kind| counts.get_mut(usize::from(*kind & !SESSION_FORM).wrapping_sub(1)))
     {
         count.messages += 1;
         count.bytes += message.len() as u64;

@@ -1,8 +1,11 @@
-//! The signed layer between the frame and the SWIM driver.
+//! The authenticated layer between the frame and the SWIM driver.
 //!
 //! Every outgoing message gets the sender's next sequence number, its wall-clock time, the
-//! address it is sent to and the site's signature (see [`crate::wire`]). Every incoming
-//! message passes, in order, before the driver acts on it:
+//! address it is sent to and a proof of its sender (see [`crate::wire`]): a tag under the
+//! session key agreed with the receiver ([`pairs`], [`crate::wire::handshake`]) if there is
+//! one, the site's signature otherwise (the first messages to a new peer, peers of a
+//! release before sessions, handshakes and `HELLO`s). Every incoming message passes, in
+//! order, before the driver acts on it:
 //!
 //! 1. a sender identity whose site name follows the resource name rules;
 //! 2. addressed to this node (a frame captured on its way elsewhere is refused here);
@@ -10,7 +13,14 @@
 //!    state of the windows: after our restart, after the sender's restart or leave);
 //! 4. a sequence number its sender's replay window has not seen (RFC 6479, per sender
 //!    identity, so a restarted sender starts a new window);
-//! 5. a signature by the sender site's certificate key. A site's key is learned from its
+//! 5. in the session form, a session this node holds with exactly the sender identity,
+//!    and a tag that session's key made (a message under a session this node does not
+//!    hold is answered with a `HELLO` asking for one and a handshake, paced per address);
+//!    no asymmetric work is spent on it;
+//! 6. in the signed form, a place in the second's budget of signature checks
+//!    ([`budget::SignedChecks`]: per site for identities that hold a session with this
+//!    node, in all for others that may speak sessions; none for peers of a release before
+//!    sessions), then a signature by the sender site's certificate key. A site's key is learned from its
 //!    `HELLO`, whose certificate must name the site and chain to the network CA or match
 //!    the site's pin. A message from a site whose key is unknown, or that none of its
 //!    known keys signed (it may have renewed its certificate and its new `HELLO` not have
@@ -45,10 +55,21 @@ use crate::wire::sites::{Certificate, KnownSites};
 use crate::wire::versions::ProtocolRange;
 
 pub use crate::wire::sites::KEY_SWITCH_GRACE;
-use crate::wire::{seal_message, Envelope, Reader, WireError, KIND_HELLO, MAX_UNSEALED_LEN};
+use crate::wire::{
+    seal_in_session, seal_message, Envelope, Proof, Reader, WireError, KIND_HANDSHAKE_INIT,
+    KIND_HELLO, MAX_UNSEALED_LEN,
+};
 
+mod budget;
 mod counts;
+mod handshakes;
+mod pairs;
 mod trust;
+
+use budget::{Limit, Pacer, SignedChecks};
+pub use budget::{SIGNED_CHECKS_PER_SECOND, SIGNED_IN_SESSION_PER_SECOND};
+use pairs::Pairs;
+pub use pairs::{HANDSHAKE_RETRY, REJECT_AFTER, REKEY_AFTER};
 
 use counts::count_kind;
 pub use counts::{KindCount, SessionStats, MESSAGE_KINDS};
@@ -82,8 +103,10 @@ pub const MAX_SITES: usize = 4096;
 /// A site's certificate is checked again (dates, chain, pins) on its first `HELLO` after
 /// this long; in between, its `HELLO`s only verify their signature.
 pub const RECHECK_CERTIFICATES: Duration = Duration::from_secs(600);
-/// Addresses whose last introduction or answer is remembered.
-const ADDRESS_MEMORY: usize = 8192;
+/// Handshakes a node answers to one address at most this often...
+pub const HANDSHAKE_ANSWER_INTERVAL: Duration = Duration::from_millis(250);
+/// ...and to all addresses together in one second.
+pub const HANDSHAKE_ANSWERS_PER_SECOND: u32 = 256;
 /// Identities refused for their protocol versions that are remembered (so each is reported
 /// once and its later messages are refused without signature work); past it, the list
 /// starts again.
@@ -99,6 +122,9 @@ pub enum Verdict<'a> {
     /// Well formed, but from a site whose key we do not know yet, or signed by none of the
     /// keys we know for it (its certificate may have been renewed): ask it for a `HELLO`.
     UnknownSender(NodeId),
+    /// In the session form, under a session this node does not hold: answer with
+    /// [`Session::answer_lost_session`].
+    UnknownSession(NodeId),
     /// A verified `HELLO` from an identity that speaks no protocol version we speak.
     /// Nothing of it was kept (its key was not learned from this `HELLO`). `first`: this
     /// identity was not refused before; `wants_reply`: the `HELLO` asks for ours.
@@ -148,11 +174,14 @@ pub struct Session {
     sites: KnownSites,
     senders: HashMap<NodeId, Sender>,
     identities: HashMap<Arc<str>, Vec<NodeId>>,
-    introduced: HashMap<NodeAddr, Duration>,
-    answered: HashMap<NodeAddr, Duration>,
-    /// The second the answer budget counts, and the answers sent in it.
-    answer_second: u64,
-    answers_in_second: u32,
+    /// When each address last had our `HELLO`.
+    introduced: Pacer,
+    /// On-demand answers (a `HELLO` asked for, a `CONFLICT`), and handshakes answered.
+    answers: Pacer,
+    handshake_answers: Pacer,
+    signed_checks: SignedChecks,
+    /// Sessions agreed with peers, and handshakes under way.
+    pairs: Pairs,
     /// The versions this node speaks and announces.
     protocols: ProtocolRange,
     /// Identities refused for their versions, with the range they named.
@@ -184,10 +213,11 @@ impl Session {
             sites,
             senders: HashMap::new(),
             identities: HashMap::new(),
-            introduced: HashMap::new(),
-            answered: HashMap::new(),
-            answer_second: 0,
-            answers_in_second: 0,
+            introduced: Pacer::new(INTRODUCTION_REFRESH, u32::MAX),
+            answers: Pacer::new(ANSWER_INTERVAL, ANSWERS_PER_SECOND),
+            handshake_answers: Pacer::new(HANDSHAKE_ANSWER_INTERVAL, HANDSHAKE_ANSWERS_PER_SECOND),
+            signed_checks: SignedChecks::new(),
+            pairs: Pairs::default(),
             protocols: ProtocolRange::CURRENT,
             refused: HashMap::new(),
             stats: SessionStats::default(),
@@ -227,14 +257,23 @@ impl Session {
     }
 
     pub fn stats(&self) -> SessionStats {
-        self.stats
+        let mut stats = self.stats;
+        stats.sessions = self.pairs.len() as u64;
+        stats
     }
 
-    /// Follows the driver's identity (it changes when foca rejoins).
+    /// Follows the driver's identity (it changes when foca rejoins). Sessions were agreed
+    /// with the previous identity: they are forgotten, and agreed again.
     pub fn set_local(&mut self, local: &NodeId) {
         if self.local != *local {
             self.local = local.clone();
+            self.pairs.clear();
         }
+    }
+
+    /// Forgets sessions and handshakes past their time; the driver calls it now and then.
+    pub fn expire_sessions(&mut self, now: Duration) {
+        self.pairs.expire(now);
     }
 
     /// Wall-clock milliseconds at the driver's `now`.
@@ -262,16 +301,38 @@ impl Session {
         out: &mut O,
     ) {
         let addr = NodeAddr::new(to);
+        if self.authority.is_unsigned() {
+            self.seal(now, addr, message);
+            count_kind(&mut self.stats.sent, message);
+            out.send(to, message);
+            return;
+        }
         let due = self
             .introduced
-            .get(&addr)
-            .map_or(true, |at| now.saturating_sub(*at) >= INTRODUCTION_REFRESH);
-        if due && !self.authority.is_unsigned() {
+            .last(addr)
+            .map_or(true, |at| now.saturating_sub(at) >= INTRODUCTION_REFRESH);
+        if due {
             self.send_hello(now, to, false, out);
         }
-        self.seal(now, addr, message);
+        let sent_at = self.wall(now).as_millis() as u64;
+        let rekey = match self.pairs.sending(now, addr) {
+            Some(session) => {
+                self.seq += 1;
+                let (index, rekey) = (session.their_index, session.rekey);
+                seal_in_session(message, self.seq, sent_at, addr, index, session.keys);
+                self.stats.session_messages_sent += 1;
+                rekey
+            }
+            None => {
+                self.seal(now, addr, message);
+                true
+            }
+        };
         count_kind(&mut self.stats.sent, message);
         out.send(to, message);
+        if rekey {
+            self.start_handshake(now, to, out);
+        }
     }
 
     /// Sends this node's `HELLO` (its certificate chain) to `to`, now.
@@ -302,7 +363,7 @@ impl Session {
             "chain size checked at start"
         );
         self.seal(now, addr, &mut hello);
-        remember(&mut self.introduced, addr, now, INTRODUCTION_REFRESH);
+        self.introduced.note(now, addr);
         self.stats.hellos_sent += 1;
         count_kind(&mut self.stats.sent, &hello);
         out.send(to, &hello);
@@ -311,28 +372,12 @@ impl Session {
     /// Whether an on-demand answer may go to `to` now (and, if so, records that it does):
     /// one per address per [`ANSWER_INTERVAL`], [`ANSWERS_PER_SECOND`] in all.
     pub fn may_answer(&mut self, now: Duration, to: SocketAddr) -> bool {
-        let addr = NodeAddr::new(to);
-        if self
-            .answered
-            .get(&addr)
-            .is_some_and(|at| now.saturating_sub(*at) < ANSWER_INTERVAL)
-        {
-            return false;
-        }
-        let second = now.as_secs();
-        if second != self.answer_second {
-            self.answer_second = second;
-            self.answers_in_second = 0;
-        }
-        if self.answers_in_second >= ANSWERS_PER_SECOND {
-            self.stats.answers_withheld += 1;
-            return false;
-        }
-        if !remember(&mut self.answered, addr, now, ANSWER_INTERVAL) {
-            return false;
-        }
-        self.answers_in_second += 1;
-        true
+        self.answers
+            .take(now, NodeAddr::new(to))
+            .unwrap_or_else(|()| {
+                self.stats.answers_withheld += 1;
+                false
+            })
     }
 
     fn seal(&mut self, now: Duration, to: NodeAddr, message: &mut Vec<u8>) {
@@ -375,6 +420,23 @@ impl Session {
             self.stats.dropped_incompatible_version += 1;
             return Verdict::Dropped;
         }
+        if let Proof::Session { index, tag } = envelope.proof {
+            let Some(session) = self.pairs.opening(now, index) else {
+                self.stats.dropped_unknown_session += 1;
+                return Verdict::UnknownSession(envelope.sender.clone());
+            };
+            if session.peer != envelope.sender
+                || !session.keys.verifies(envelope.seq, envelope.signed, tag)
+            {
+                self.stats.dropped_bad_tag += 1;
+                return Verdict::Dropped;
+            }
+            self.pairs.confirm(index);
+            self.record(now, &envelope);
+            self.stats.session_messages_accepted += 1;
+            count_kind(&mut self.stats.accepted, message);
+            return Verdict::Accepted(envelope);
+        }
         match self.authenticate(now, &envelope) {
             Ok(()) => {}
             Err(Unauthenticated::UnknownSite) => {
@@ -409,6 +471,16 @@ impl Session {
             return Ok(());
         }
         let site = envelope.sender.site();
+        let signature = match envelope.proof {
+            Proof::Signature(signature) => signature,
+            Proof::Session { .. } => unreachable!("the session form is checked before"),
+        };
+        if (envelope.kind == KIND_HELLO || self.sites.get(site).is_some())
+            && !self.may_check_signature(now, &envelope.sender)
+        {
+            self.stats.dropped_over_budget += 1;
+            return Err(Unauthenticated::Refused);
+        }
         let (key, chain) = if envelope.kind == KIND_HELLO {
             let certified = hello_chain(envelope.body, &self.interner)
                 .ok()
@@ -427,7 +499,7 @@ impl Session {
             };
             let signer = known
                 .message_keys(now)
-                .position(|key| key.verify(MESSAGE_DOMAIN, envelope.signed, envelope.signature));
+                .position(|key| key.verify(MESSAGE_DOMAIN, envelope.signed, signature));
             return match signer {
                 Some(0) => Ok(()),
                 Some(_) => {
@@ -440,7 +512,7 @@ impl Session {
                 }
             };
         };
-        if !key.verify(MESSAGE_DOMAIN, envelope.signed, envelope.signature) {
+        if !key.verify(MESSAGE_DOMAIN, envelope.signed, signature) {
             self.stats.dropped_bad_signature += 1;
             return Err(Unauthenticated::Refused);
         }
@@ -453,6 +525,25 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// Whether the signature of a message claiming `sender` may be checked now: see
+    /// [`budget::SignedChecks`]. A sender whose latest `HELLO` named only versions before
+    /// sessions signs every message, and is never held back.
+    fn may_check_signature(&mut self, now: Duration, sender: &NodeId) -> bool {
+        let limit = if self.pairs.holds(now, sender) {
+            Limit::InSession
+        } else if self
+            .senders
+            .get(sender)
+            .and_then(|known| self.protocols.common(known.protocols?))
+            .is_some_and(|spoken| spoken < crate::wire::versions::SESSIONS_SINCE)
+        {
+            Limit::None
+        } else {
+            Limit::Total
+        };
+        self.signed_checks.take(now, sender.site(), limit)
     }
 
     /// Refuses a verified `HELLO` whose sender speaks no version we speak (reported once
@@ -498,6 +589,11 @@ impl Session {
         if envelope.kind == KIND_HELLO {
             entry.protocols = Some(hello_protocols(envelope.body, &self.interner));
         }
+        if matches!(envelope.kind, KIND_HELLO | KIND_HANDSHAKE_INIT) {
+            // A new identity at an address: whatever was agreed with the one before is
+            // gone with it.
+            self.pairs.forget_others_at(sender);
+        }
     }
 }
 
@@ -534,22 +630,4 @@ fn hello_chain<'a>(body: &'a [u8], interner: &Interner) -> Result<Vec<&'a [u8]>,
         return Err(WireError::TrailingBytes);
     }
     Ok(chain)
-}
-
-/// Records `now` for `addr` in a bounded map, forgetting entries older than `expiry` when
-/// it is full; false if there is still no room (the caller then skips the answer).
-fn remember(
-    map: &mut HashMap<NodeAddr, Duration>,
-    addr: NodeAddr,
-    now: Duration,
-    expiry: Duration,
-) -> bool {
-    if map.len() >= ADDRESS_MEMORY && !map.contains_key(&addr) {
-        map.retain(|_, at| now.saturating_sub(*at) < expiry);
-        if map.len() >= ADDRESS_MEMORY {
-            return false;
-        }
-    }
-    map.insert(addr, now);
-    true
 }

@@ -42,6 +42,7 @@ impl Session {
                 self.senders.remove(&id);
             }
         }
+        self.pairs.forget_site(site);
     }
 
     /// The key verified for `site`'s current certificate, if any.
