@@ -242,6 +242,11 @@ FAMILIES: dict[str, Family] = {
             "Earlier certificates of sites kept to vouch for items their keys signed.",
         ),
         _counter(
+            "grid_swim_item_signature_checks_total",
+            "Origin signatures checked on items from peers: one per item version taken, "
+            "however many relays and syncs bring it again.",
+        ),
+        _counter(
             "grid_swim_session_messages_total",
             "Messages sent and accepted in the session form (authenticated under a key agreed "
             "with the peer instead of signed), by direction: sent, accepted.",
@@ -550,6 +555,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "items_revoked": ("grid_swim_renewal_items_total", ("revoked",)),
     "earlier_certificates": ("grid_swim_earlier_certificates", ()),
     "previous_key_messages": ("grid_swim_previous_key_messages_total", ()),
+    "item_signature_checks": ("grid_swim_item_signature_checks_total", ()),
     "session_messages_sent": ("grid_swim_session_messages_total", ("sent",)),
     "session_messages_accepted": ("grid_swim_session_messages_total", ("accepted",)),
     "handshakes_started": ("grid_swim_handshakes_total", ("started",)),

@@ -407,6 +407,7 @@ impl SwimNode {
                 d.item_renewals.signatures_renewed,
             ),
             ("items_revoked", d.item_renewals.revoked_items),
+            ("item_signature_checks", d.item_signature_checks),
             ("items_signed_again", d.items_signed_again),
             ("renewals", d.renewals),
             ("earlier_certificates", d.earlier_certificates as u64),

@@ -343,6 +343,7 @@ impl Driver {
         DriverStats {
             item_refusals: store.refusals(),
             item_renewals: store.renewals(),
+            item_signature_checks: store.signature_checks(),
             items_stored: store.len(),
             members: self.foca.num_members(),
             broadcast_backlog: self.foca.custom_broadcast_backlog() + relays.queue.len(),

@@ -123,6 +123,9 @@ pub struct DriverStats {
     pub item_refusals: Refusals,
     /// What the store did with items signed by a key that is not their origin's current one.
     pub item_renewals: Renewals,
+    /// Origin signatures this node checked on items from peers: one per item version
+    /// taken, however many relays and syncs bring it.
+    pub item_signature_checks: u64,
     /// Times this node's own certificate was renewed in place ([`Driver::renew`](super::Driver::renew)).
     pub renewals: u64,
     /// This node's own items signed again under its current key (held under an earlier

@@ -106,6 +106,9 @@ pub struct ItemStore {
     fresh: Vec<Item>,
     refused: Refusals,
     pub(super) renewals: Renewals,
+    /// Origin signatures checked on items from peers: once per version taken (and once
+    /// more for a renewed signature), never for a version already held as it came.
+    pub(super) signature_checks: u64,
     /// The versions stored in the last [`REPAIR_WINDOW`], oldest first (see
     /// [`crate::lanes::repair`]); a version no longer the latest of its name is skipped on
     /// use.
@@ -146,6 +149,7 @@ impl ItemStore {
             fresh: Vec::new(),
             refused: Refusals::default(),
             renewals: Renewals::default(),
+            signature_checks: 0,
             recent: VecDeque::new(),
             clock: Duration::ZERO,
         }
@@ -165,6 +169,7 @@ impl ItemStore {
         let Some(keys) = &self.origin_keys else {
             return Some(KeyId::UNSIGNED);
         };
+        self.signature_checks += 1;
         match keys.check(item.origin, item.signed, &item.signature) {
             Checked::By(signer) => {
                 if keys.current(item.origin) != Some(signer) {

@@ -394,3 +394,37 @@ fn malformed_digests_and_repairs_are_counted_and_change_nothing() {
     c.run_for(Duration::from_secs(2));
     assert!(c.all_see_all());
 }
+
+#[test]
+fn each_item_version_costs_one_signature_check_however_often_it_comes() {
+    let (mut c, addrs) = five_node_cluster();
+    c.run_for(Duration::from_secs(2));
+    let checks = |c: &Cluster, at: SocketAddr| c.nodes[&at].stats().item_signature_checks;
+    let before: Vec<u64> = addrs.iter().map(|at| checks(&c, *at)).collect();
+    let syncs_before = total(&c, |s| s.syncs_completed);
+    for version in 1..=4 {
+        for k in 0..5 {
+            let payload = format!("v{version}");
+            assert!(c.publish(
+                addrs[1],
+                Lane::State,
+                &format!("provider/{k}"),
+                version,
+                payload.as_bytes()
+            ));
+        }
+        c.run_for(Duration::from_secs(1));
+    }
+    // Relays, then several rounds of push/pull syncs: every node is brought each version
+    // again and again.
+    c.run_for(config().push_pull_interval * 6);
+    assert!(total(&c, |s| s.syncs_completed) >= syncs_before + 10);
+    let published = c.nodes[&addrs[1]].stats().items_stored as u64;
+    for (i, at) in addrs.iter().enumerate() {
+        if *at == addrs[1] {
+            continue;
+        }
+        assert_eq!(c.nodes[at].stats().items_stored as u64, published);
+        assert_eq!(checks(&c, *at) - before[i], 20, "at {at}");
+    }
+}
