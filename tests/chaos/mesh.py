@@ -283,9 +283,17 @@ class ChaosMesh:
         plans: Sequence[SitePlan] | None = None,
         settings: MeshSettings | None = None,
         release: Release | None = None,
+        budgets: Sequence[dict[str, Any]] | None = None,
+        spend_metric: str | None = None,
     ) -> None:
-        """``release``: what every agent runs at first (default: :func:`current_release`)."""
+        """``release``: what every agent runs at first (default: :func:`current_release`);
+        ``budgets``: the network's (default: one for :data:`TENANT` that nothing reaches);
+        ``spend_metric``: a counter each site's provider process serves (see
+        :meth:`serve_spend`), which the site scrapes as its spend source."""
         self.root = root
+        self.budgets = list(budgets or [{"tenant": TENANT, "cap": 10**12}])
+        self.spend_metric = spend_metric
+        self.served_spend: dict[str, dict[str, int]] = {}
         self.lab = lab
         self.settings = settings or MeshSettings()
         plans = tuple(plans or default_plans())
@@ -322,8 +330,10 @@ class ChaosMesh:
     def _write_static_resources(self, site: Site) -> None:
         settings = self.settings
         seeds = [f"{s.address}:{SWIM_PORT}" for s in self.sites.values()]
-        budget = {"tenant": TENANT, "cap": 10**12, "window": settings.budget_window}
-        network = builder.network_document(NETWORK, seeds, timing=settings, budgets=[budget])
+        budgets = [{"window": settings.budget_window, **budget} for budget in self.budgets]
+        network = builder.network_document(NETWORK, seeds, timing=settings, budgets=budgets)
+        if self.spend_metric is not None:
+            network["spec"]["spendSources"] = [self._spend_source(s) for s in self.sites.values()]
         sites = [
             builder.site_document(
                 other.name,
@@ -337,6 +347,24 @@ class ChaosMesh:
         ]
         builder.write_documents(site.resources / builder.NETWORK_FILE, [network])
         builder.write_documents(site.resources / builder.SITES_FILE, sites)
+
+    def _spend_source(self, site: Site) -> dict[str, Any]:
+        """The counter ``site``'s provider process serves, read by ``site`` alone."""
+        return {
+            "name": f"tokens-{site.name}",
+            "siteSelector": {"matchLabels": {builder.SITE_LABEL: site.name}},
+            "url": f"http://{site.address}:{site.plan.providers[0].port}/metrics",
+            "interval": "1s",
+            "timeout": "500ms",
+            "metric": self.spend_metric,
+            "tenantLabel": "team",
+        }
+
+    def serve_spend(self, name: str, counts: dict[str, int]) -> None:
+        """What ``name``'s provider process serves from now on as the spend counter: the
+        tokens granted so far, per team."""
+        self.served_spend[name] = dict(counts)
+        self._write_values(self.sites[name])
 
     def provider_document(self, site: Site, plan: ProviderPlan) -> dict[str, Any]:
         return builder.provider_document(
@@ -355,7 +383,10 @@ class ChaosMesh:
         the values its provider process serves."""
         documents = [self.provider_document(site, plan) for plan in site.plan.providers]
         builder.write_documents(site.resources / builder.PROVIDERS_FILE, documents)
-        values = {
+        self._write_values(site)
+
+    def _write_values(self, site: Site) -> None:
+        values: dict[str, dict[str, Any]] = {
             plan.name: {
                 "port": plan.port,
                 "queue": plan.queue,
@@ -366,6 +397,8 @@ class ChaosMesh:
             }
             for plan in site.plan.providers
         }
+        if site.name in self.served_spend:
+            values[site.plan.providers[0].name]["spend"] = self.served_spend[site.name]
         _write_text(site.directory / "values.json", json.dumps(values, sort_keys=True))
 
     def edit_provider(self, site_name: str, provider: str, **changes: Any) -> ProviderPlan:

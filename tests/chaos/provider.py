@@ -5,7 +5,9 @@ read from a JSON file that the test may rewrite at any time.
     python provider.py --host 10.77.0.11 --values values.json --ready ready.json
 
 ``values.json``: ``{"<provider>": {"port": 18001, "queue": 2, "kv": 0.25, "prefix": 0.5,
-"latency_s": 0.5, "healthy": true}, ...}``. Ports are bound at start; ``ready.json`` is
+"latency_s": 0.5, "healthy": true}, ...}``; a provider's ``"spend": {"<team>": n}`` is served
+as the token counter ``chaos_tokens_total{team="<team>"}`` (what a gateway exporting its
+granted tokens serves, for the budgets' spend sources). Ports are bound at start; ``ready.json`` is
 written (atomically) once every port listens. Standard library only, so it starts fast.
 """
 
@@ -23,6 +25,7 @@ QUEUE_METRIC = "vllm:num_requests_waiting"
 KV_METRIC = "vllm:gpu_cache_usage_perc"
 PREFIX_METRIC = "vllm:gpu_prefix_cache_hit_rate"
 LATENCY_METRIC = "vllm:e2e_request_latency_p99_seconds"
+SPEND_METRIC = "chaos_tokens_total"
 
 
 class Values:
@@ -61,6 +64,10 @@ def metrics_text(values: dict[str, Any]) -> str:
                 f"# TYPE {metric} gauge",
                 f"{metric} {float(values[key])!r}",
             ]
+    spend = values.get("spend")
+    if isinstance(spend, dict):
+        lines += [f"# TYPE {SPEND_METRIC.removesuffix('_total')} counter"]
+        lines += [f'{SPEND_METRIC}{{team="{team}"}} {int(n)}' for team, n in sorted(spend.items())]
     return "\n".join(lines) + "\n"
 
 

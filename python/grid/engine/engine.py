@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from grid.crdt.escrow import ESCROW_PREFIX
 from grid.crdt.snapshot import GATEWAY_LANE, SPEND_PREFIX, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
@@ -284,8 +285,10 @@ class SiteEngine:
             return ItemOutcome.UNCHANGED
         if lane == GATEWAY_LANE:
             self._probes.soon((origin,))
-        if not key.startswith(SPEND_PREFIX):
-            self._pacing.pending = True  # spend shows in the status, routing never reads it
+        if not key.startswith((SPEND_PREFIX, ESCROW_PREFIX)):
+            # Spend and escrow show in the status and the budget document; routing never
+            # reads them.
+            self._pacing.pending = True
         return ItemOutcome.APPLIED
 
     # -- inputs: observations -------------------------------------------------------------

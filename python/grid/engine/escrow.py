@@ -37,15 +37,15 @@ lives of one site never run at once, so a later life began after an earlier one 
 in the window; with clocks within the tolerated skew of the true time, the later life's
 clock reads at most twice the skew less, and it cannot mistake itself for a life that
 began before the window."""
-HEADROOM_S = 10.0
+HEADROOM_S = 5.0
 """Allowance released to the gateways beyond what they spent: this long at the recent
 spend rate (at least the floor), so they need not wait for the next scrape."""
-RESERVE_S = 60.0
+RESERVE_S = 20.0
 """What a site wants at hand (released and not): this long at its recent rate; below it,
 it asks a peer; a donor keeps this much of its own and gives the rest."""
-RATE_WINDOW_S = 30.0
+RATE_WINDOW_S = 5.0
 """Recent spend is measured over this long."""
-ASK_TIMEOUT_S = 5.0
+ASK_TIMEOUT_S = 3.0
 """An ask not answered this long is taken as lost (the donor is cut off or has nothing to
 give): the site asks again, another donor if one has more."""
 FLOOR_DIVISOR = 10
