@@ -100,6 +100,7 @@ def test_a_wrong_secret_or_an_edited_key_fails_the_check() -> None:
         ("https://bedrock-runtime-fips.us-gov-west-1.amazonaws.com/openai/v1", "us-gov-west-1"),
         ("https://bedrock.eu-central-2.amazonaws.com", "eu-central-2"),
         ("https://bedrock-runtime.cn-north-1.amazonaws.com.cn", "cn-north-1"),
+        ("https://bedrock-runtime.us-west-2.api.aws", "us-west-2"),
         ("https://vpce-0a1b.bedrock-runtime.us-east-1.vpce.amazonaws.com", None),
         ("https://llm.example.com/v1", None),
     ],

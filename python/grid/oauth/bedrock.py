@@ -57,10 +57,10 @@ variables (what ``aws configure export-credentials --format env-no-export`` prin
 _ACCESS_KEY_ID = re.compile(r"[A-Z0-9]{16,128}")
 _SECRET_TEXT = re.compile(r"[!-~]{1,4096}")
 """A secret access key or a session token: printable ASCII without spaces."""
-REGION_PATTERN = r"[a-z]{2}(-[a-z]+)+-[0-9]{1,2}"
+REGION_PATTERN = r"[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}"
 _REGION = re.compile(REGION_PATTERN)
 _BEDROCK_HOST = re.compile(
-    rf"bedrock(-runtime)?(-fips)?\.(?P<region>{REGION_PATTERN})\.amazonaws\.com(\.cn)?"
+    rf"bedrock(-runtime)?(-fips)?\.(?P<region>{REGION_PATTERN})\.(amazonaws\.com(\.cn)?|api\.aws)"
 )
 
 
@@ -86,7 +86,8 @@ class AwsCredentials:
 
 def endpoint_region(endpoint: str) -> str | None:
     """The region of a Bedrock endpoint (``https://bedrock-runtime.<region>.amazonaws.com``,
-    its ``-fips`` form and the control plane's ``bedrock.<region>``), else None."""
+    its ``-fips`` and dual-stack ``api.aws`` forms, the control plane's ``bedrock.<region>``),
+    else None."""
     host = urlsplit(endpoint).hostname or ""
     found = _BEDROCK_HOST.fullmatch(host)
     return found.group("region") if found else None
