@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from grid.membership import Event, ItemEvent, MemberEvent, NameConflict, SwimConfig
+from grid.meshbench.measured import swim_cpu_seconds
 from support.attacker import (
     REPLAY_DROPS,
     Mallory,
@@ -69,6 +70,10 @@ from support.wire import (
     split_address,
     sync_body,
 )
+
+# Signature checks a node makes in a second for a site in session with it
+# (rust/grid-core/src/wire/session/budget.rs).
+SIGNED_IN_SESSION_PER_SECOND = 50
 
 CONFIG = SwimConfig(probe_interval=0.2, suspicion_timeout=1.0, push_pull_interval=1.0)
 #: Frames the capture-and-replay test sends (a million take 10 to 20 s on a laptop).
@@ -895,6 +900,28 @@ def flood_frames(
 FAKES = [Identity(f"site-fake-{n}", "127.0.0.1", 20_000 + n, 1) for n in range(500)]
 
 
+def quiet_detection(
+    m: Mesh, sides: Sides, key: bytes, stack: ExitStack
+) -> tuple[float, Node, list[Node]]:
+    """Crashes the mesh's last node and times until every other has it down; then the same
+    site comes back at the same address (on the others' release), so the cluster is as
+    large again. Returns that time, the site's new node and the survivors."""
+    crashing, survivors = m.nodes[-1], m.nodes[:-1]
+    address, site = crashing.bound_address, crashing.site
+    crashing.close()
+    quiet = wait_until(lambda: all_see_down(survivors, crashing), 10, "down, quietly")
+    crashing = sides.others.node(address, site, None, [key], CONFIG, credentials=credentials(site))
+    stack.callback(crashing.close)
+    crashing.start()
+    crashing.join([survivors[0].address])
+    wait_until(lambda: sees_alive([*survivors, crashing], [*survivors, crashing]), 10, "back")
+    return quiet, crashing, survivors
+
+
+def all_see_down(survivors: Sequence[Node], node: Node) -> bool:
+    return all(state_of(s, node) == ("down", node.generation) for s in survivors)
+
+
 def test_a_flood_of_unvouched_identities_lists_none_and_does_not_slow_detection(
     sides: Sides,
 ) -> None:
@@ -903,23 +930,7 @@ def test_a_flood_of_unvouched_identities_lists_none_and_does_not_slow_detection(
     # The flood's victims are the survivors; the site that crashes runs the other release.
     releases = sides.by_site(sites, victims=sites[:-1])
     with mesh(key, sites, releases=releases) as m, ExitStack() as stack:
-        crashing, survivors = m.nodes[-1], m.nodes[:-1]
-
-        def all_see_down(node: Node) -> bool:
-            return all(state_of(s, node) == ("down", node.generation) for s in survivors)
-
-        # Quiet: a crash, and how long until every survivor has it down.
-        address = crashing.bound_address
-        crashing.close()
-        quiet = wait_until(lambda: all_see_down(crashing), 10, "down, quietly")
-        # The same site comes back at the same address, so the cluster is as large again.
-        crashing = sides.others.node(
-            address, sites[-1], None, [key], CONFIG, credentials=credentials(sites[-1])
-        )
-        stack.callback(crashing.close)
-        crashing.start()
-        crashing.join([survivors[0].address])
-        wait_until(lambda: sees_alive([*survivors, crashing], [*survivors, crashing]), 10, "back")
+        quiet, crashing, survivors = quiet_detection(m, sides, key, stack)
 
         mallory = Mallory(key)
         stack.callback(mallory.close)
@@ -957,7 +968,7 @@ def test_a_flood_of_unvouched_identities_lists_none_and_does_not_slow_detection(
             if crashed_at is None and now - start >= 1.0:
                 crashing.close()
                 crashed_at = time.monotonic()
-            elif crashed_at is not None and all_see_down(crashing):
+            elif crashed_at is not None and all_see_down(survivors, crashing):
                 flooded = time.monotonic() - crashed_at
             assert now - start < 1.0 + 3 * quiet + 5, "the crash was not detected in time"
         took = time.monotonic() - start
@@ -983,6 +994,83 @@ def test_a_flood_of_unvouched_identities_lists_none_and_does_not_slow_detection(
             assert grew["members_unverified"] > 0
             # Strangers are answered at most once a second per address.
             assert grew["hellos_sent"] <= (len(FAKES) + len(real)) * (took + 1)
+
+
+FORGED_PER_SECOND = 20_000
+
+
+def test_a_forged_flood_in_a_live_sites_name_checks_few_signatures_and_does_not_slow_detection(
+    sides: Sides,
+) -> None:
+    """A key holder floods a node with messages in the name of a live site that holds a
+    session with it, each with a fresh sequence number and a signature by the key holder's
+    own key, at 20,000 a second: the node checks at most 50 of their signatures a second
+    and refuses the rest unchecked, its SWIM thread keeps up, the site named is never taken
+    down, and a real crash meanwhile is detected in time."""
+    key = os.urandom(32)
+    sites = [f"site-{i}" for i in range(4)]
+    releases = sides.by_site(sites, victims=sites[:2])
+    with mesh(key, sites, releases=releases) as m, ExitStack() as stack:
+        quiet, crashing, survivors = quiet_detection(m, sides, key, stack)
+        target, claimed = survivors[0], survivors[1]
+        wait_until(lambda: target.stats()["sessions"] >= len(survivors), 10, "sessions")
+        mallory = Mallory(key)
+        stack.callback(mallory.close)
+        forger = Forger(key, mallory.signer, Identity.of(claimed))
+        body = Identity.of(claimed).encode() + bytes(32)
+        seconds = 3
+        # Sequence numbers far ahead of the site's own: each is new to its window.
+        frames = [
+            forger.frame(KIND_FOCA, body, Identity.of(target), seq=(1 << 40) + n)
+            for n in range(seconds * FORGED_PER_SECOND)
+        ]
+        to = split_address(target.bound_address)
+        before = target.stats()
+        drops_before = socket_drops(target.bound_address)
+        cpu_before, quiet_from = swim_cpu_seconds(), time.monotonic()
+        time.sleep(1.0)  # the SWIM threads' CPU without the flood, over a second
+        quiet_cpu = (swim_cpu_seconds() - cpu_before) / (time.monotonic() - quiet_from)
+
+        start, cpu_start = time.monotonic(), swim_cpu_seconds()
+        crashed_at = flooded = None
+        batch = FORGED_PER_SECOND // 20
+        for first in range(0, len(frames), batch):
+            for frame in frames[first : first + batch]:
+                mallory.sock.sendto(frame, to)
+            assert state_of(target, claimed) == ("alive", claimed.generation)
+            if crashed_at is None and time.monotonic() - start >= 1.0:
+                crashing.close()
+                crashed_at = time.monotonic()
+            pause = start + (first + batch) / FORGED_PER_SECOND - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+        took = time.monotonic() - start
+        flood_cpu = (swim_cpu_seconds() - cpu_start) / took
+        assert crashed_at is not None
+        wait_until(lambda: all_see_down(survivors, crashing), 3 * quiet + 5, "down in the flood")
+        flooded = time.monotonic() - crashed_at
+
+        def refused() -> tuple[int, int, int]:
+            stats = target.stats()
+            checked = stats["dropped_bad_signature"] - before["dropped_bad_signature"]
+            unchecked = stats["dropped_over_budget"] - before["dropped_over_budget"]
+            return checked, unchecked, socket_drops(target.bound_address) - drops_before
+
+        wait_until(lambda: sum(refused()) >= len(frames), 10, "every forgery refused or lost")
+        checked, unchecked, lost = refused()
+        print(
+            f"{len(frames)} forgeries in {took:.1f}s: {checked} signatures checked, "
+            f"{unchecked} refused unchecked, {lost} lost at the socket; SWIM threads "
+            f"{flood_cpu:.1%} of a core in the flood, {quiet_cpu:.1%} without; crash "
+            f"detected after {flooded:.2f}s in the flood (quietly after {quiet:.2f}s)"
+        )
+        assert checked > 0, "the flood reached the signature check"
+        assert checked <= SIGNED_IN_SESSION_PER_SECOND * (took + 2)
+        assert unchecked > len(frames) // 2
+        # Checking every signature would take more than a core (about 75 µs each).
+        assert flood_cpu - quiet_cpu < 0.5
+        assert flooded <= 2 * quiet
+        assert state_of(target, claimed) == ("alive", claimed.generation)
 
 
 SITE_NAME = re.compile(r"[A-Za-z0-9._-]{1,63}")

@@ -71,7 +71,13 @@ test_garbage_is_counted_by_reason_and_changes_nothing = (
 )
 
 #: Attacks of test_mesh_security that do not apply across releases, and why.
-NOT_ACROSS_RELEASES: dict[str, str] = {}
+NOT_ACROSS_RELEASES: dict[str, str] = {
+    "test_a_forged_flood_in_a_live_sites_name_checks_few_signatures_and_does_not_slow_detection": (
+        "the budget of signature checks is this release's: a node of the previous release "
+        "checks every signed message, so 20,000 forgeries a second cost it more than a core "
+        "(docs/security.md, Session keys)"
+    ),
+}
 
 
 def test_every_attack_runs_across_releases_or_says_why() -> None:
