@@ -21,7 +21,7 @@ from grid.crdt.escrow import (
     encode_escrow,
 )
 from grid.crdt.state import GridState
-from grid.errors import CrdtDecodeError, CrdtForgedItemError, CrdtValueError
+from grid.errors import CrdtDecodeError, CrdtForgedItemError, CrdtLimitError, CrdtValueError
 
 TENANT, WINDOW = "acme", "w3600-1782907200"
 
@@ -256,3 +256,20 @@ def test_what_holders_grant_never_sums_past_the_cap(
         assert dict(life.book.holders(TENANT, WINDOW)) == dict(final.holders(TENANT, WINDOW))
     holders = set(truth) | {target for held in truth.values() for target in held.sent}
     assert sum(final.allowance(TENANT, WINDOW, h) for h in holders) == cap
+
+
+def test_a_record_too_large_for_one_item_is_refused_and_changes_nothing() -> None:
+    site = "s" * 63
+    state = GridState(site)
+    state.take_escrow_epoch(1000.0)
+    tenant = "t" * 253
+    state.write_escrow(tenant, WINDOW, 1001.0, claim=(10**6, 2))
+    partners = [f"{chr(97 + n)}{'y' * 62}#{2**53 - 1 - n}" for n in range(MAX_PARTNERS)]
+    for partner in partners[:3]:
+        state.write_escrow(tenant, WINDOW, 1002.0, ask={partner: 2**40})
+    state.items_to_publish()
+    with pytest.raises(CrdtLimitError, match="1024-byte limit"):
+        state.write_escrow(tenant, WINDOW, 1003.0, ask={p: 2**40 for p in partners[3:]})
+    held = state.escrow.record(tenant, WINDOW, f"{site}#{state.escrow_epoch}")
+    assert held is not None and len(held.asks) == 3
+    assert state.items_to_publish() == []

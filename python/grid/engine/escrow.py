@@ -122,18 +122,7 @@ class EscrowKeeper:
             floor = max(1, budget.cap // max(len(plan.sites), 1) // FLOOR_DIVISOR)
             changes = self._changes(budget, window, book, plan, holder, used, rate, floor, now)
             if changes:
-                # Refused whole, nothing changes: the next refresh plans again.
-                with contextlib.suppress(CrdtValueError, CrdtLimitError):
-                    state.write_escrow(
-                        tenant,
-                        label,
-                        now,
-                        claim=changes.claim,
-                        grant=changes.grant,
-                        send=changes.send,
-                        ask=changes.ask,
-                        rate=changes.rate,
-                    )
+                _write(state, tenant, label, changes, now)
         allowance = book.granted_by_site(tenant, label, self._site)
         available = book.available(tenant, label, holder)
         return EscrowFigures(allowance, used, available, used >= allowance and available <= 0)
@@ -234,6 +223,30 @@ class EscrowKeeper:
             del self._samples[sampled]
         for asked in [k for k in self._asked_at if k[0] == tenant and k[1] != label]:
             del self._asked_at[asked]
+
+
+def _write(state: GridState, tenant: str, label: str, changes: _Changes, now: float) -> None:
+    """Write ``changes``; a write refused whole changes nothing, and the next refresh plans
+    again. A record that a new partner would make too large for one item (long site names)
+    is written without the transfers and asks, so the site goes on releasing what it holds."""
+    try:
+        state.write_escrow(
+            tenant,
+            label,
+            now,
+            claim=changes.claim,
+            grant=changes.grant,
+            send=changes.send,
+            ask=changes.ask,
+            rate=changes.rate,
+        )
+    except CrdtLimitError:
+        with contextlib.suppress(CrdtValueError, CrdtLimitError):
+            state.write_escrow(
+                tenant, label, now, claim=changes.claim, grant=changes.grant, rate=changes.rate
+            )
+    except CrdtValueError:
+        pass
 
 
 def _even_share(cap: int, sites: Sequence[str], site: str) -> int:
