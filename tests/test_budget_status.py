@@ -209,12 +209,15 @@ def test_the_state_and_completeness_are_exposed() -> None:
     status = GridNetworkStatus(
         budgets=[
             TenantBudgetStatus(tenant="acme", used=900, cap=1000, state=BudgetState.WARN),
-            TenantBudgetStatus(tenant="globex", used=1, cap=1000, state=BudgetState.OK),
+            TenantBudgetStatus(
+                tenant="globex", used=1, cap=1000, state=BudgetState.OK, allowance=40
+            ),
         ],
         unheard_sites=[UnheardSite(site="site-b")],
     )
     out = Exposition(FAMILIES.values())
     add_budgets(out, "mesh", status, budgets)
+    assert samples(out, "grid_budget_allowance") == {("mesh", "globex", "month in UTC"): 40}
     assert samples(out, "grid_budget_state") == {
         ("mesh", "acme", "24h", "warn"): 1,
         ("mesh", "globex", "month in UTC", "ok"): 1,

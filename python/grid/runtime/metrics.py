@@ -458,6 +458,14 @@ FAMILIES: dict[str, Family] = {
             "window",
         ),
         _gauge(
+            "grid_budget_allowance",
+            "An escrowed budget (enforcement: escrow): what this site's gateways may grant "
+            "of the tenant in the current window, in the budget's unit (no sample for "
+            "lowerBound budgets).",
+            "tenant",
+            "window",
+        ),
+        _gauge(
             "grid_budget_state",
             "1 for the state of a tenant's budget: ok, warn (from its warnAt percent of the "
             "cap) or exhausted (other states have no sample).",
@@ -853,6 +861,8 @@ def add_budgets(
         out.add("grid_budget_spent", labels, budget.used)
         out.add("grid_budget_cap", labels, budget.cap)
         out.add("grid_budget_remaining", labels, max(budget.cap - budget.used, 0))
+        if budget.allowance is not None:
+            out.add("grid_budget_allowance", labels, budget.allowance)
         if budget.state is not None:
             out.add("grid_budget_state", (*labels, str(budget.state)), 1)
     if budgets:
