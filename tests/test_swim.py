@@ -254,11 +254,31 @@ def test_node_with_the_wrong_key_never_joins() -> None:
             intruder.close()
 
 
+def sessions_settled(nodes: list[SwimNode]) -> Callable[[], bool]:
+    """A condition: every node holds a session with every other, and no node has started a
+    handshake for three probe intervals (each sends under a session it may use)."""
+    last: list[int] = []
+    since = time.monotonic()
+
+    def settled() -> bool:
+        nonlocal last, since
+        started = [n.stats()["handshakes_started"] for n in nodes]
+        if started != last:
+            last, since = started, time.monotonic()
+        held = all(n.stats()["sessions"] >= len(nodes) - 1 for n in nodes)
+        return held and time.monotonic() - since >= 3 * FAST.probe_interval
+
+    return settled
+
+
 def test_key_rotation_across_three_nodes_drops_no_valid_frame() -> None:
     old, new = os.urandom(32), os.urandom(32)
     with cluster(3, old) as nodes:
         wait_for("all see all", lambda: sees_all_alive(nodes), timeout=10)
+        # Session keys sit inside the frames: a rotation of the frame key leaves them be.
+        wait_for("sessions settled", sessions_settled(nodes), timeout=10)
         before = [n.stats()["packets_in"] for n in nodes]
+        sessions_before = [n.stats() for n in nodes]
         version = 0
 
         def traffic() -> None:
@@ -281,11 +301,14 @@ def test_key_rotation_across_three_nodes_drops_no_valid_frame() -> None:
         traffic()
 
         new_id = _native.Keyring(new).key_ids()
-        for node, packets in zip(nodes, before, strict=True):
+        for node, packets, earlier in zip(nodes, before, sessions_before, strict=True):
             stats = node.stats()
             assert stats["packets_in"] > packets + 10, "traffic flowed during the rotation"
             assert stats["dropped"] == 0, stats
             assert node.key_ids() == new_id
+            grew = stats["session_messages_accepted"] - earlier["session_messages_accepted"]
+            assert grew > 10, "messages came under sessions throughout"
+            assert stats["handshakes_started"] == earlier["handshakes_started"]
         assert sees_all_alive(nodes)
         # A node still on the old key is now an outsider.
         with cluster(1, old, prefix="stale") as (stale,):
