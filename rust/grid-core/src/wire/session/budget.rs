@@ -97,9 +97,9 @@ fn remember(
     true
 }
 
-/// Signature checks of signed messages in one second: per sender identity that holds a
-/// session with this node (it has no reason to sign more than a few), and in all for
-/// senders not known to speak only the signed form.
+/// Signature checks of signed messages in one second: per site for identities that send to
+/// this node under a session (they have no reason to sign more than a few), and in all for
+/// other senders not known to speak only the signed form.
 pub(super) struct SignedChecks {
     second: u64,
     total: u32,
@@ -113,7 +113,8 @@ pub(super) enum Limit {
     None,
     /// The sender may speak the session form but holds no session with us yet.
     Total,
-    /// The sender holds a session with us: it signs only while it rekeys or lost it.
+    /// The sender sends to us under a session: it signs only to introduce itself, while
+    /// it rekeys, or after it lost the session.
     InSession,
 }
 
@@ -163,5 +164,5 @@ impl SignedChecks {
 /// form and hold no session with it: about 7 % of a core at 70 µs a check.
 pub const SIGNED_CHECKS_PER_SECOND: u32 = 1000;
 /// Signed messages a node checks in one second from the identities of one site that
-/// hold a session with it.
+/// send to it under a session.
 pub const SIGNED_IN_SESSION_PER_SECOND: u32 = 50;

@@ -28,12 +28,8 @@ impl Session {
 
     /// The verified identity heard most recently from `to`, if it speaks the session form.
     fn session_peer_at(&self, to: NodeAddr) -> Option<NodeId> {
-        self.senders
-            .iter()
-            .filter(|(id, _)| id.node_addr() == to)
-            .max_by_key(|(_, sender)| sender.last_heard)
-            .map(|(id, _)| id.clone())
-            .filter(|id| self.speaks_sessions(id))
+        let (id, _) = self.senders.latest_at(to)?;
+        self.speaks_sessions(id).then(|| id.clone())
     }
 
     /// Starts a handshake with whoever is at `to`, if it speaks the session form and no

@@ -47,32 +47,35 @@ use std::time::Duration;
 
 use bytes::BufMut;
 
-use crate::identity::auth::{
-    Authority, PublicKey, ReplayWindow, FINGERPRINT_LEN, MAX_CHAIN_LEN, MESSAGE_DOMAIN,
-};
+use crate::identity::auth::{Authority, PublicKey, FINGERPRINT_LEN, MESSAGE_DOMAIN};
 use crate::identity::{validate_site, Interner, NodeAddr, NodeId};
 use crate::wire::sites::{Certificate, KnownSites};
 use crate::wire::versions::ProtocolRange;
 
 pub use crate::wire::sites::KEY_SWITCH_GRACE;
 use crate::wire::{
-    seal_in_session, seal_message, Envelope, Proof, Reader, WireError, KIND_HANDSHAKE_INIT,
-    KIND_HELLO, MAX_UNSEALED_LEN,
+    seal_in_session, seal_message, Envelope, Proof, KIND_HANDSHAKE_INIT, KIND_HELLO,
+    MAX_UNSEALED_LEN,
 };
 
 mod budget;
 mod counts;
 mod handshakes;
+mod hello;
 mod pairs;
+mod senders;
 mod trust;
 
 use budget::{Limit, Pacer, SignedChecks};
 pub use budget::{SIGNED_CHECKS_PER_SECOND, SIGNED_IN_SESSION_PER_SECOND};
 use pairs::Pairs;
 pub use pairs::{HANDSHAKE_RETRY, REJECT_AFTER, REKEY_AFTER};
+use senders::Senders;
 
 use counts::count_kind;
 pub use counts::{KindCount, SessionStats, MESSAGE_KINDS};
+pub use hello::hello_wants_reply;
+use hello::{hello_chain, hello_protocols, HELLO_WANT_REPLY};
 
 /// Where outgoing messages go (a socket, a simulated network). Each message is a whole
 /// signed plaintext message of at most [`crate::wire::MAX_MESSAGE_LEN`] bytes; delivery is
@@ -111,9 +114,6 @@ pub const HANDSHAKE_ANSWERS_PER_SECOND: u32 = 256;
 /// once and its later messages are refused without signature work); past it, the list
 /// starts again.
 const REFUSED_MEMORY: usize = 1024;
-
-/// `HELLO` flag: the sender has not verified us and asks for our `HELLO` in return.
-const HELLO_WANT_REPLY: u8 = 0x01;
 
 /// What became of one incoming message.
 pub enum Verdict<'a> {
@@ -156,13 +156,6 @@ pub struct RenewedAuthority {
     pub forgotten: Vec<(Arc<str>, [u8; FINGERPRINT_LEN], bool)>,
 }
 
-struct Sender {
-    window: ReplayWindow,
-    last_heard: Duration,
-    /// The versions its latest `HELLO` named (none heard yet: unknown).
-    protocols: Option<ProtocolRange>,
-}
-
 pub struct Session {
     authority: Authority,
     interner: Interner,
@@ -172,8 +165,7 @@ pub struct Session {
     local: NodeId,
     /// Each site's verified certificates: the current one and earlier ones.
     sites: KnownSites,
-    senders: HashMap<NodeId, Sender>,
-    identities: HashMap<Arc<str>, Vec<NodeId>>,
+    senders: Senders,
     /// When each address last had our `HELLO`.
     introduced: Pacer,
     /// On-demand answers (a `HELLO` asked for, a `CONFLICT`), and handshakes answered.
@@ -211,8 +203,7 @@ impl Session {
             seq: 0,
             local,
             sites,
-            senders: HashMap::new(),
-            identities: HashMap::new(),
+            senders: Senders::default(),
             introduced: Pacer::new(INTRODUCTION_REFRESH, u32::MAX),
             answers: Pacer::new(ANSWER_INTERVAL, ANSWERS_PER_SECOND),
             handshake_answers: Pacer::new(HANDSHAKE_ANSWER_INTERVAL, HANDSHAKE_ANSWERS_PER_SECOND),
@@ -245,11 +236,8 @@ impl Session {
     /// The protocol version spoken with whoever is at `to` (the identity heard from there
     /// most recently), if its `HELLO` was heard.
     pub fn version_at(&self, to: SocketAddr) -> Option<u8> {
-        self.senders
-            .iter()
-            .filter(|(id, sender)| id.socket_addr() == to && sender.protocols.is_some())
-            .max_by_key(|(_, sender)| sender.last_heard)
-            .and_then(|(_, sender)| self.protocols.common(sender.protocols?))
+        let (_, sender) = self.senders.latest_at(NodeAddr::new(to))?;
+        self.protocols.common(sender.protocols?)
     }
 
     pub fn authority(&self) -> &Authority {
@@ -288,7 +276,7 @@ impl Session {
 
     /// Whether a message from exactly this identity passed every check.
     pub fn is_verified(&self, id: &NodeId) -> bool {
-        self.authority.is_unsigned() || self.senders.contains_key(id)
+        self.authority.is_unsigned() || self.senders.contains(id)
     }
 
     /// Seals `message` (kind and body) for `to` and sends it, introducing this node first if
@@ -408,11 +396,7 @@ impl Session {
             self.stats.dropped_stale += 1;
             return Verdict::Dropped;
         }
-        if self
-            .senders
-            .get(&envelope.sender)
-            .is_some_and(|sender| !sender.window.admits(envelope.seq))
-        {
+        if !self.senders.admits(&envelope.sender, envelope.seq) {
             self.stats.dropped_replayed += 1;
             return Verdict::Dropped;
         }
@@ -431,7 +415,7 @@ impl Session {
                 self.stats.dropped_bad_tag += 1;
                 return Verdict::Dropped;
             }
-            self.pairs.confirm(index);
+            self.pairs.heard_under(index);
             self.record(now, &envelope);
             self.stats.session_messages_accepted += 1;
             count_kind(&mut self.stats.accepted, message);
@@ -531,7 +515,7 @@ impl Session {
     /// [`budget::SignedChecks`]. A sender whose latest `HELLO` named only versions before
     /// sessions signs every message, and is never held back.
     fn may_check_signature(&mut self, now: Duration, sender: &NodeId) -> bool {
-        let limit = if self.pairs.holds(now, sender) {
+        let limit = if self.pairs.speaks_in_session(now, sender) {
             Limit::InSession
         } else if self
             .senders
@@ -563,71 +547,14 @@ impl Session {
     }
 
     fn record(&mut self, now: Duration, envelope: &Envelope<'_>) {
-        let sender = &envelope.sender;
-        if !self.senders.contains_key(sender) {
-            let known = self.identities.entry(sender.site().clone()).or_default();
-            if known.len() >= IDENTITIES_PER_SITE {
-                let senders = &self.senders;
-                let oldest = known
-                    .iter()
-                    .enumerate()
-                    .min_by_key(|(_, id)| senders.get(*id).map(|s| s.last_heard))
-                    .map(|(index, _)| index)
-                    .expect("the list is full");
-                let forgotten = known.swap_remove(oldest);
-                self.senders.remove(&forgotten);
-            }
-            known.push(sender.clone());
-        }
-        let entry = self.senders.entry(sender.clone()).or_insert(Sender {
-            window: ReplayWindow::default(),
-            last_heard: now,
-            protocols: None,
-        });
-        entry.window.accept(envelope.seq);
-        entry.last_heard = now;
-        if envelope.kind == KIND_HELLO {
-            entry.protocols = Some(hello_protocols(envelope.body, &self.interner));
-        }
+        let protocols =
+            (envelope.kind == KIND_HELLO).then(|| hello_protocols(envelope.body, &self.interner));
+        self.senders
+            .record(now, &envelope.sender, envelope.seq, protocols);
         if matches!(envelope.kind, KIND_HELLO | KIND_HANDSHAKE_INIT) {
             // A new identity at an address: whatever was agreed with the one before is
             // gone with it.
-            self.pairs.forget_others_at(sender);
+            self.pairs.forget_others_at(&envelope.sender);
         }
     }
-}
-
-/// Whether a `HELLO` body asks for our `HELLO` in return.
-pub fn hello_wants_reply(body: &[u8], interner: &Interner) -> bool {
-    let mut r = Reader::new(body);
-    NodeId::decode(&mut r, interner).is_ok() && r.u8().is_ok_and(|f| f & HELLO_WANT_REPLY != 0)
-}
-
-/// The protocol versions a `HELLO` body names (its flags; see [`crate::wire::versions`]).
-fn hello_protocols(body: &[u8], interner: &Interner) -> ProtocolRange {
-    let mut r = Reader::new(body);
-    match NodeId::decode(&mut r, interner).and_then(|_| r.u8()) {
-        Ok(flags) => ProtocolRange::from_hello_flags(flags),
-        Err(_) => ProtocolRange::UNADVERTISED,
-    }
-}
-
-/// The certificate chain of a `HELLO` body (identity, flags, count, length-prefixed DER).
-fn hello_chain<'a>(body: &'a [u8], interner: &Interner) -> Result<Vec<&'a [u8]>, WireError> {
-    let mut r = Reader::new(body);
-    NodeId::decode(&mut r, interner)?;
-    r.u8()?;
-    let count = usize::from(r.u8()?);
-    if count == 0 || count > MAX_CHAIN_LEN {
-        return Err(WireError::BadEntry(KIND_HELLO));
-    }
-    let mut chain = Vec::with_capacity(count);
-    for _ in 0..count {
-        let len = usize::from(r.u16()?);
-        chain.push(r.bytes(len)?);
-    }
-    if !r.is_empty() {
-        return Err(WireError::TrailingBytes);
-    }
-    Ok(chain)
 }

@@ -57,6 +57,8 @@ pub(super) struct Agreed {
     initiator: bool,
     /// The peer is known to hold the keys.
     confirmed: bool,
+    /// A message under it came: the peer sends in the session form.
+    heard: bool,
 }
 
 pub(super) struct Pending {
@@ -177,6 +179,7 @@ impl Pairs {
                 sent: 0,
                 initiator,
                 confirmed: initiator,
+                heard: false,
             },
         );
     }
@@ -188,20 +191,24 @@ impl Pairs {
             .filter(|a| now.saturating_sub(a.at) < REJECT_AFTER)
     }
 
-    /// A message under `index` arrived: the peer holds the keys.
-    pub(super) fn confirm(&mut self, index: u32) {
+    /// A message under `index` arrived: the peer holds the keys, and uses them.
+    pub(super) fn heard_under(&mut self, index: u32) {
         if let Some(agreed) = self.agreed.get_mut(&index) {
             agreed.confirmed = true;
+            agreed.heard = true;
         }
     }
 
-    /// Whether `id` holds a session with this node that is still taken.
-    pub(super) fn holds(&self, now: Duration, id: &NodeId) -> bool {
+    /// Whether `id` sends to this node under a session that is still taken: it has no
+    /// reason to sign but to introduce itself, to rekey, or after it lost the session.
+    /// (Until its first message under a session, what it sent before the handshake
+    /// completed may still come signed.)
+    pub(super) fn speaks_in_session(&self, now: Duration, id: &NodeId) -> bool {
         self.peers.get(&id.node_addr()).is_some_and(|peer| {
             peer.agreed.iter().any(|index| {
-                self.agreed
-                    .get(index)
-                    .is_some_and(|a| a.peer == *id && now.saturating_sub(a.at) < REJECT_AFTER)
+                self.agreed.get(index).is_some_and(|a| {
+                    a.heard && a.peer == *id && now.saturating_sub(a.at) < REJECT_AFTER
+                })
             })
         })
     }

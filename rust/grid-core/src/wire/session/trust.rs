@@ -37,11 +37,7 @@ impl Session {
     /// Forgets every identity of `site` this session verified: gossip about them is not
     /// taken until they introduce themselves again with a certificate that passes.
     pub fn forget_identities(&mut self, site: &str) {
-        if let Some(identities) = self.identities.remove(site) {
-            for id in identities {
-                self.senders.remove(&id);
-            }
-        }
+        self.senders.forget_site(site);
         self.pairs.forget_site(site);
     }
 
