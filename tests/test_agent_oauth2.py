@@ -21,17 +21,38 @@ import yaml
 from grid.demo import MeshSettings
 from grid.demo.builder import PROVIDERS_FILE
 from grid.demo.mesh import free_port
+from grid.oauth.rotation import key_issued_at
 from support.agents import TOKEN_SITES, AgentMesh, AgentMeshes, AgentProcess
 from support.canary import Canaries
 from support.token_server import Mode, TokenServer
 
 CLIENT = "grid-site-a"
 LIFETIME_S = 6
-TOKEN_FILE = Path("credentials/grid/grid-token-llama-a/token")
-REFERENCE = {
-    "strategy": "bearer_token",
-    "secretRef": {"name": "grid-token-llama-a", "namespace": "grid", "key": "token"},
-}
+TOKEN_DIR = Path("credentials/grid/grid-token-llama-a")
+
+
+def reference(key: str) -> dict[str, Any]:
+    return {
+        "strategy": "bearer_token",
+        "secretRef": {"name": "grid-token-llama-a", "namespace": "grid", "key": key},
+    }
+
+
+def token_files(directory: Path) -> dict[str, str]:
+    """The token files the agent wrote for the provider: key (file name) to token."""
+    return {
+        path.name: path.read_text()
+        for path in directory.iterdir()
+        if key_issued_at(path.name) is not None
+    }
+
+
+def named_token(mesh: AgentMesh, directory: Path) -> str | None:
+    """The token in the file site-a's own candidate names (None without one)."""
+    candidate = own_candidate(mesh)
+    if candidate is None:
+        return None
+    return token_files(directory).get(candidate["credential"]["secretRef"]["key"])
 
 
 def use_oauth2(mesh: AgentMesh, token_url: str) -> None:
@@ -86,15 +107,18 @@ async def test_the_agent_mints_refreshes_withdraws_and_recovers(
     )
     await mesh.start(["site-b"])
     responses: list[str] = []
-    token_path = mesh.sites["site-a"].state_dir / TOKEN_FILE
+    token_dir = mesh.sites["site-a"].state_dir / TOKEN_DIR
     try:
         await agent.until(
             "site-a routes its Oauth2 provider", lambda: own_candidate(mesh) is not None
         )
         candidate = own_candidate(mesh)
-        assert candidate is not None and candidate["credential"] == REFERENCE
-        assert token_path.read_text() in server.tokens
-        assert token_path.stat().st_mode & 0o777 == 0o600
+        assert candidate is not None
+        first_key = candidate["credential"]["secretRef"]["key"]
+        assert candidate["credential"] == reference(first_key)
+        assert first_key.startswith("token-")
+        assert token_files(token_dir) == {first_key: server.tokens[0]}
+        assert (token_dir / first_key).stat().st_mode & 0o777 == 0o600
         assert server.issued[0].scope == "inference"
 
         # Refreshed before it lapses: a new token is on disk while the first is still valid.
@@ -103,7 +127,13 @@ async def test_the_agent_mints_refreshes_withdraws_and_recovers(
         lead = first.at + LIFETIME_S - second.at
         assert 0.1 * LIFETIME_S <= lead <= 0.3 * LIFETIME_S, lead
         print(f"refresh lead: {lead:.2f} s before a {LIFETIME_S} s token lapsed")
-        await agent.until("the new token on disk", lambda: token_path.read_text() == second.token)
+        # Written under a key of its own beside the first, and named in the overlay before
+        # the first lapses (a token this short leaves less than the settle time).
+        await agent.until(
+            "the new token named", lambda: named_token(mesh, token_dir) == second.token
+        )
+        assert time.time() < first.at + LIFETIME_S
+        assert second.token in token_files(token_dir).values()
 
         async with aiohttp.ClientSession() as session:
             status = json.loads(await fetch(session, f"http://{http}/status"))
@@ -157,7 +187,7 @@ async def test_the_agent_mints_refreshes_withdraws_and_recovers(
         canaries.assert_absent(text, "an HTTP response")
     scanned = 0
     for path in (tmp_path / "mesh").rglob("*"):
-        if path.is_file() and path.name != "token" and "credentials" not in path.parts:
+        if path.is_file() and "credentials" not in path.parts:
             scanned += 1
             canaries.assert_absent(path.read_bytes(), str(path))
     assert scanned > 10

@@ -27,11 +27,7 @@ from support.bedrock_keys import AwsKeys, decode, new_keys, signature_holds
 from support.canary import Canaries
 from test_agent_oauth2 import credentials_condition, fetch, own_candidate
 
-KEY_FILE = Path("credentials/grid/grid-token-llama-a/token")
-REFERENCE = {
-    "strategy": "bearer_token",
-    "secretRef": {"name": "grid-token-llama-a", "namespace": "grid", "key": "token"},
-}
+KEY_DIR = Path("credentials/grid/grid-token-llama-a")
 
 
 def use_sigv4(mesh: AgentMesh) -> None:
@@ -77,7 +73,7 @@ async def test_the_agent_signs_a_bedrock_key_once_the_credentials_can(
     )
     await mesh.start(["site-b"])
     responses: list[str] = []
-    key_path = mesh.sites["site-a"].state_dir / KEY_FILE
+    key_dir = mesh.sites["site-a"].state_dir / KEY_DIR
 
     async def status() -> dict[str, Any]:
         async with aiohttp.ClientSession() as session:
@@ -98,7 +94,7 @@ async def test_the_agent_signs_a_bedrock_key_once_the_credentials_can(
         condition = await eventually(refused, what="the reason in /status")
         assert condition["status"] == "False"
         assert "too soon to sign a key" in condition["message"]
-        assert own_candidate(mesh) is None and not key_path.exists()
+        assert own_candidate(mesh) is None and not key_dir.exists()
 
         # Renewed credentials in the Secret: the next retry signs with them.
         mount_aws_secret(secrets_dir, usable, None)
@@ -106,7 +102,13 @@ async def test_the_agent_signs_a_bedrock_key_once_the_credentials_can(
             "site-a routes its Sigv4 provider", lambda: own_candidate(mesh) is not None
         )
         candidate = own_candidate(mesh)
-        assert candidate is not None and candidate["credential"] == REFERENCE
+        assert candidate is not None
+        ref = candidate["credential"]["secretRef"]
+        assert ref == {"name": "grid-token-llama-a", "namespace": "grid", "key": ref["key"]}
+        assert candidate["credential"]["strategy"] == "bearer_token"
+        # The first key: named at once, nothing was named before it.
+        key_path = key_dir / ref["key"]
+        assert [path.name for path in key_dir.iterdir()] == [ref["key"]]
         token = key_path.read_text()
         assert key_path.stat().st_mode & 0o777 == 0o600
         assert signature_holds(token, usable) and not signature_holds(token, lapsing)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from random import SystemRandom
 
@@ -39,6 +39,7 @@ from support.bedrock_keys import (
     signature_holds,
 )
 from support.canary import Canaries
+from support.token_store import MemoryTokens
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 HOURS_12 = timedelta(seconds=MAX_LIFETIME_S)
@@ -187,18 +188,10 @@ class Secret:
         return {name: value for name, value in self.entries.items() if name in names}
 
 
-@dataclass
-class Output:
-    tokens: list[str] = field(default_factory=list)
-
-    async def __call__(self, token: str) -> None:
-        self.tokens.append(token)
-
-
 def minter(
     entries: dict[str, bytes] | None, draw: float = 0.5
-) -> tuple[TokenMinter, Secret, Output]:
-    secret, output = Secret(entries), Output()
+) -> tuple[TokenMinter, Secret, MemoryTokens]:
+    secret, output = Secret(entries), MemoryTokens()
     made = TokenMinter(
         "claude",
         MintingPlan(IN_US_EAST, SECRET_REF, OUTPUT),

@@ -122,7 +122,7 @@ async def test_aws_credentials_and_the_bedrock_key_appear_nowhere_after_a_full_r
             and own_candidate(mesh) is not None
         ),
     )
-    key_file = mesh.sites["site-a"].state_dir / "credentials/grid/grid-token-llama-a/token"
+    (key_file,) = (mesh.sites["site-a"].state_dir / "credentials/grid/grid-token-llama-a").iterdir()
     token = key_file.read_text()
     assert signature_holds(token, keys)
     async with aiohttp.ClientSession() as session:

@@ -23,6 +23,7 @@ from grid.runtime.tokens import MintingPlan, TokenMinter, TokenMinters, oauth2_m
 from support.canary import Canaries
 from support.oauth_keys import SERVICE_ACCOUNT, ec_key, pem, rsa_key, service_account_file
 from support.token_server import Mode, TokenServer
+from support.token_store import MemoryTokens
 
 T0 = datetime.now(UTC).replace(microsecond=0)
 """The clock of the tests that drive time; a test whose client assertion the server checks
@@ -45,25 +46,12 @@ async def server() -> AsyncIterator[TokenServer]:
     await running.stop()
 
 
-class Output:
-    """Where a minter writes: the tokens in order."""
-
-    def __init__(self) -> None:
-        self.tokens: list[str] = []
-        self.broken = False
-
-    async def __call__(self, token: str) -> None:
-        if self.broken:
-            raise PermissionError(13, "Permission denied")
-        self.tokens.append(token)
-
-
 def minter(
     server: TokenServer, secret: bytes = SECRET.encode(), timeout_s: float = 5.0, **fields: Any
-) -> tuple[TokenMinter, Output]:
+) -> tuple[TokenMinter, MemoryTokens]:
     base = {"grant": "ClientCredentials", "tokenUrl": server.url, "clientId": CLIENT}
     settings = OAuth2Settings.model_validate({**base, **fields})
-    output = Output()
+    output = MemoryTokens()
 
     async def source() -> bytes:
         if not secret:
@@ -287,7 +275,7 @@ async def test_the_minters_loop_survives_an_attempt_that_breaks(server: TokenSer
             }
         )
 
-    written: dict[str, str] = {}
+    sinks: dict[str, MemoryTokens] = {}
 
     def io(plan: MintingPlan) -> tuple[Any, Any]:
         async def source() -> bytes:
@@ -295,9 +283,7 @@ async def test_the_minters_loop_survives_an_attempt_that_breaks(server: TokenSer
                 raise RuntimeError(SECRET)  # a bug whose message quotes a secret
             return SECRET.encode()
 
-        async def sink(token: str) -> None:
-            written[plan.output[1]] = token
-
+        sink = sinks.setdefault(plan.output[1], MemoryTokens())
         assert isinstance(plan.settings, OAuth2Settings)
         return oauth2_mint(plan.settings, source), sink
 
@@ -310,7 +296,8 @@ async def test_the_minters_loop_survives_an_attempt_that_breaks(server: TokenSer
     try:
         async with asyncio.timeout(10):
             while (
-                "grid-token-good" not in written
+                "grid-token-good" not in sinks
+                or not sinks["grid-token-good"].tokens
                 or minters.verdict("bad", datetime.now(UTC))[0] is CredentialState.MINTING
             ):
                 changes.clear()

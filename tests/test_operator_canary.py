@@ -229,7 +229,7 @@ async def test_no_aws_secret_or_bedrock_key_reaches_anything_the_operator_writes
             praxis = await eventually(
                 lambda: read_configmap(cluster, "edge-praxis"), what="the gateway configuration"
             )
-            assert "/etc/grid/credentials/grid-token-llama-a/token" in praxis.data["praxis.yaml"]
+            assert "/etc/grid/credentials/grid-token-llama-a/token-" in praxis.data["praxis.yaml"]
             health = await fetch(running.operator.health_address, "/healthz")
             metrics = await fetch(running.operator.metrics_address, "/metrics")
             written = [

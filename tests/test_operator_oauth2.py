@@ -12,12 +12,14 @@ import base64
 import json
 import secrets
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from grid.oauth.rotation import Settle
 from k8s.cluster import Cluster
 from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
 from k8s.operator_support import (
@@ -54,6 +56,16 @@ SITE = "site-a"
 CLIENT = "grid-operator-test"
 LIFETIME_S = 8
 TOKEN_SECRET = "grid-token-llama-a"
+SETTLE_S = 0.5
+SETTLE = Settle(timedelta(seconds=SETTLE_S), timedelta(seconds=SETTLE_S))
+"""Short enough for 8 s tokens: each refresh leaves at least 1.2 s of the token in place."""
+
+
+def reference(key: str) -> dict[str, Any]:
+    return {
+        "strategy": "bearer_token",
+        "secretRef": {"name": TOKEN_SECRET, "namespace": GATEWAY_NAMESPACE, "key": key},
+    }
 
 
 def oauth2_provider(endpoint: ProviderEndpoint, token_url: str) -> dict[str, Any]:
@@ -68,14 +80,22 @@ def oauth2_provider(endpoint: ProviderEndpoint, token_url: str) -> dict[str, Any
     return body
 
 
-async def token_in_secret(cluster: Cluster) -> str | None:
+async def tokens_in_secret(cluster: Cluster) -> dict[str, str]:
+    """The Secret ``grid-token-llama-a``'s keys and the tokens under them (none before it
+    exists)."""
     try:
         found = await cluster.call(
             cluster.core.read_namespaced_secret, TOKEN_SECRET, GATEWAY_NAMESPACE
         )
     except Exception:
-        return None
-    return base64.b64decode((found.data or {})["token"]).decode()
+        return {}
+    return {key: base64.b64decode(value).decode() for key, value in (found.data or {}).items()}
+
+
+async def token_in_secret(cluster: Cluster) -> str | None:
+    """The newest token in the Secret (keys sort by the time their token was issued)."""
+    held = await tokens_in_secret(cluster)
+    return held[max(held)] if held else None
 
 
 async def prepare_network(cluster: Cluster, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
@@ -105,7 +125,7 @@ async def test_the_operator_mints_refreshes_and_withdraws(
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None) as running:
+        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
             await cluster.create(
                 GRID_NETWORKS,
                 network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
@@ -120,7 +140,10 @@ async def test_the_operator_mints_refreshes_and_withdraws(
             )
             assert "valid until" in minted["message"]
             await wait_phase(cluster, INFERENCE_PROVIDERS, "llama-a", "Available")
-            assert await token_in_secret(cluster) == server.tokens[-1]
+            held = await tokens_in_secret(cluster)
+            assert list(held.values()) == [server.tokens[0]]
+            (first_key,) = held
+            assert first_key.startswith("token-")
             written = await cluster.call(
                 cluster.core.read_namespaced_secret, TOKEN_SECRET, GATEWAY_NAMESPACE
             )
@@ -134,18 +157,30 @@ async def test_the_operator_mints_refreshes_and_withdraws(
                 return candidates[0] if candidates else None
 
             candidate = await eventually(referenced, what="the provider's candidate")
-            assert candidate["credential"] == {
-                "strategy": "bearer_token",
-                "secretRef": {"name": TOKEN_SECRET, "namespace": GATEWAY_NAMESPACE, "key": "token"},
-            }
+            assert candidate["credential"] == reference(first_key)
 
-            # Refreshed before it lapses: the Secret holds the new token.
+            # Refreshed before it lapses: the new token under a key of its own beside the
+            # first, which the overlay names until the settle times have passed, then the
+            # new one (both still in the Secret: the first goes at the next refresh).
             await eventually(lambda: _at_least(server, 2), timeout=LIFETIME_S * 2, what="a refresh")
+            second = server.issued[1]
 
-            async def rotated() -> bool:
-                return await token_in_secret(cluster) == server.tokens[1]
+            async def named_key() -> str | None:
+                found = await referenced()
+                return found["credential"]["secretRef"]["key"] if found else None
 
-            await eventually(rotated, what="the new token in the Secret")
+            async def moved() -> str | None:
+                key = await named_key()
+                return key if key not in (None, first_key) else None
+
+            second_key = await eventually(moved, what="the new key named")
+            named_at = time.time()
+            assert named_at - second.at >= SETTLE_S * 2 - 0.2, named_at - second.at
+            assert named_at < server.issued[0].at + LIFETIME_S  # before the first lapsed
+            print(f"the new key named {named_at - second.at:.2f} s after it was minted")
+            held = await tokens_in_secret(cluster)
+            assert held[second_key] == second.token
+            assert server.tokens[2:] or held[first_key] == server.tokens[0]
             async with aiohttp.ClientSession() as session:
                 address = f"http://{running.operator.metrics_address}/metrics"
                 async with session.get(address) as answer:
@@ -228,5 +263,5 @@ async def test_a_secret_of_that_name_that_is_not_grids_is_left_alone(
             cluster, INFERENCE_PROVIDERS, "llama-a", "CredentialsValid", "False", "TokenNotWritten"
         )
         assert "is not Grid's" in refused["message"]
-        assert await token_in_secret(cluster) == "somebody-else"
+        assert await tokens_in_secret(cluster) == {"token": "somebody-else"}
     await server.stop()

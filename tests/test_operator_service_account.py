@@ -52,6 +52,7 @@ from k8s.waiting import eventually
 from support.canary import Canaries
 from support.servers import ProviderEndpoint, TlsServer
 from support.token_server import Mode, TokenServer
+from support.token_store import MemoryTokens
 from test_operator_oauth2 import NETWORK, SITE, prepare_network
 
 pytestmark = [pytest.mark.timeout(120)]
@@ -118,7 +119,8 @@ async def token_in_secret(cluster: Cluster) -> str | None:
         )
     except k8s.ApiException:
         return None
-    return base64.b64decode((found.data or {})["token"]).decode()
+    data = found.data or {}
+    return base64.b64decode(data[max(data)]).decode() if data else None  # the newest
 
 
 async def reviewed(cluster: Cluster, token: str, audience: str) -> Any:
@@ -214,11 +216,8 @@ async def test_a_minter_refreshes_the_accounts_token_at_80_percent_of_its_life(
     login = await cluster.service_account_token(NAMESPACE, OPERATOR_ACCOUNT)
     kube = KubeApi(cluster.configuration(login))
     await kube.start()
-    written: list[str] = []
-
-    async def sink(token: str) -> None:
-        written.append(token)
-
+    sink = MemoryTokens()
+    written = sink.tokens
     made = TokenMinter("vertex", plan, service_account_mint(kube, settings), sink, draw=lambda: 0.5)
     now = datetime.now(UTC)
     try:
@@ -264,9 +263,11 @@ async def test_the_operator_mints_the_accounts_token_for_the_audience(
             candidate = await eventually(
                 lambda: candidate_of(cluster), what="the provider's candidate"
             )
+            (key,) = written.data
+            assert key.startswith("token-")
             assert candidate["credential"] == {
                 "strategy": "bearer_token",
-                "secretRef": {"name": TOKEN_SECRET, "namespace": GATEWAY_NAMESPACE, "key": "token"},
+                "secretRef": {"name": TOKEN_SECRET, "namespace": GATEWAY_NAMESPACE, "key": key},
             }
             seen = await everything_written(mesh, ["vertex"])
     assert (
@@ -387,7 +388,7 @@ async def test_a_missing_or_forbidden_account_withdraws_the_provider_saying_why(
             found = await cluster.call(
                 cluster.core.read_namespaced_secret, "grid-token-missing", GATEWAY_NAMESPACE
             )
-    token = base64.b64decode(found.data["token"]).decode()
+    (token,) = (base64.b64decode(value).decode() for value in found.data.values())
     assert jwt.decode(token, options={"verify_signature": False})["sub"].endswith(f":{late}")
     canaries = Canaries([token.encode()])
     for where, texts in {**seen, "logs": logs.lines}.items():

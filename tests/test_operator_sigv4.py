@@ -35,7 +35,14 @@ from k8s.waiting import eventually
 from support.bedrock_keys import AwsKeys, decode, new_keys, signature_holds
 from support.canary import Canaries
 from support.servers import ProviderEndpoint, TlsServer
-from test_operator_oauth2 import NETWORK, SITE, TOKEN_SECRET, prepare_network, token_in_secret
+from test_operator_oauth2 import (
+    NETWORK,
+    SITE,
+    TOKEN_SECRET,
+    prepare_network,
+    token_in_secret,
+    tokens_in_secret,
+)
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
 
@@ -130,9 +137,11 @@ async def test_the_operator_signs_a_key_once_the_credentials_can(
                 return candidates[0] if candidates else None
 
             candidate = await eventually(referenced, what="the provider's candidate")
+            (key,) = await tokens_in_secret(cluster)
+            assert key.startswith("token-")
             assert candidate["credential"] == {
                 "strategy": "bearer_token",
-                "secretRef": {"name": TOKEN_SECRET, "namespace": GATEWAY_NAMESPACE, "key": "token"},
+                "secretRef": {"name": TOKEN_SECRET, "namespace": GATEWAY_NAMESPACE, "key": key},
             }
             async with aiohttp.ClientSession() as session:
                 address = f"http://{running.operator.metrics_address}/metrics"

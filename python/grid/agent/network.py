@@ -442,6 +442,7 @@ class NetworkRuntime:
         for provider in self.tokens.providers():
             # Judged at this pass: a token that lapsed since withdraws the provider now.
             self.engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
+        self.engine.observe_token_keys(self.tokens.token_keys(now))
         for provider, (namespace, name, key) in self.engine.credential_refs().items():
             if self.tokens.minting(provider):
                 continue

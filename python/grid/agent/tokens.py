@@ -1,10 +1,12 @@
 """Where the agent's minters (:class:`~grid.runtime.tokens.TokenMinters`) read and write:
 an Oauth2 or Sigv4 provider's Secret from ``--secrets-dir`` (``<namespace>/<name>/<key>``,
 as every provider's Secret; a Sigv4 provider's AWS credentials are several entries of it),
-and its token to ``<state-dir>/credentials/<namespace>/grid-token-
-<provider>/token`` (the same layout), where the gateway reads it as the overlay's reference
-says. A token file is replaced in one step (readers see the old token or the new one, never
-a mix) and is readable by its owner only.
+and its tokens to ``<state-dir>/credentials/<namespace>/grid-token-
+<provider>/token-<issued-at>`` (the same layout), one file per token, where the gateway
+reads them as its configuration and the overlay's reference say
+(:mod:`grid.oauth.rotation`). A token file is written in one step (readers see all of it or
+nothing) and is readable by its owner only; the previous token's file stays until the next
+token is written, older ones are removed.
 
 A ServiceAccount provider's tokens are not minted here: the TokenRequest API is the
 operator's, and the agent has no Kubernetes API. Such a provider is withdrawn at an agent's
@@ -22,6 +24,7 @@ from grid.fsutil import write_atomically
 from grid.models.service_account import ServiceAccountSettings
 from grid.oauth.bedrock import BedrockTokenSettings
 from grid.oauth.responses import AccessToken
+from grid.oauth.rotation import key_issued_at
 from grid.runtime.tokens import (
     Mint,
     MinterIo,
@@ -41,14 +44,16 @@ NO_TOKEN_REQUEST = (
 )
 
 
-def token_path(state_dir: Path, plan: MintingPlan) -> Path:
-    namespace, name, key = plan.output
-    return state_dir / CREDENTIALS_DIR / namespace / name / key
+def token_dir(state_dir: Path, plan: MintingPlan) -> Path:
+    """The directory a provider's token files are written to: the Secret's, as the gateway
+    mounts it (``<credentialMountBase>/<name>/``)."""
+    namespace, name, _ = plan.output
+    return state_dir / CREDENTIALS_DIR / namespace / name
 
 
 def agent_io(state_dir: Path, secrets_dir: Path | None) -> MinterIo:
     def io(plan: MintingPlan) -> tuple[Mint, TokenSink]:
-        sink = token_sink(token_path(state_dir, plan))
+        sink = TokenFiles(token_dir(state_dir, plan))
         if isinstance(plan.settings, ServiceAccountSettings) or plan.secret is None:
             return no_token_request, sink
         namespace, name, key = plan.secret
@@ -113,9 +118,21 @@ def _secret_dir(secrets_dir: Path | None, namespace: str, name: str) -> Path:
     return secret
 
 
-def token_sink(path: Path) -> TokenSink:
-    async def write(token: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, token.encode(), TOKEN_FILE_MODE)
+class TokenFiles:
+    """A provider's token files, one per token (``token-<issued-at>``), in one directory."""
 
-    return write
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    async def keys(self) -> tuple[str, ...]:
+        try:
+            return tuple(sorted(entry.name for entry in self.directory.iterdir()))
+        except FileNotFoundError:
+            return ()
+
+    async def write(self, key: str, token: str, keep: frozenset[str]) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.directory / key, token.encode(), TOKEN_FILE_MODE)
+        for entry in await self.keys():
+            if entry != key and entry not in keep and key_issued_at(entry) is not None:
+                (self.directory / entry).unlink(missing_ok=True)

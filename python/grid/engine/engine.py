@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
+from types import MappingProxyType
 
 from grid.crdt.escrow import ESCROW_PREFIX
 from grid.crdt.snapshot import GATEWAY_LANE, SPEND_PREFIX, Item
@@ -71,6 +72,7 @@ from grid.models.network import GridNetwork, GridNetworkStatus
 from grid.models.phases import CredentialState, MemberState
 from grid.models.provider import InferenceProvider, InferenceProviderStatus
 from grid.models.site import EgressTlsMode, GridSite, GridSiteStatus
+from grid.oauth.rotation import TokenKeys
 from grid.observe.scrape import ScrapeResult
 from grid.observe.tracker import HealthObservation
 from grid.render.consumer import ClusterEndpoint
@@ -307,6 +309,13 @@ class SiteEngine:
         presence and size only; the engine never sees the bytes), or how the token it mints
         for the provider stands, told in ``message``."""
         self._inputs.observe_credentials(provider, state, message)
+
+    def observe_token_keys(self, keys: Mapping[str, TokenKeys]) -> None:
+        """The keys of the tokens the shell mints, per provider: which one the overlay's
+        reference names, and which the gateway configuration lists. A change is rendered."""
+        if dict(keys) != dict(self._inputs.token_keys):
+            self._inputs.token_keys = MappingProxyType(dict(keys))
+            self._pacing.pending = True
 
     def observe_probe(self, site: str, result: ProbeResult, now: datetime) -> None:
         """A probe of ``site``'s egress (TLS, or a TCP connect for ``plaintext``)."""
@@ -549,7 +558,7 @@ class SiteEngine:
     def _evaluate_network(self, now: datetime) -> None:
         budgets = self.network.spec.budgets
         old_peers = peers_without_escrow(self._members.view, self._protocols)
-        plan = EscrowPlan(tuple(self._inputs.sites), self._members.view, held=not old_peers)
+        plan = EscrowPlan(tuple(self._inputs.sites), self._members.view, held=True)
         windows = {budget.tenant: budget_window(budget, now) for budget in budgets}
         view = NetworkView(
             config_error=self._inputs.config_error or self._publisher.records_error,

@@ -25,6 +25,7 @@ from grid.models.phases import CredentialState
 from grid.models.provider import HealthCheckStatus, InferenceProvider, ScrapeStatus
 from grid.models.selectors import selector_matches
 from grid.models.site import GridSite
+from grid.oauth.rotation import TokenKeys
 from grid.observe.scrape import ScrapeResult
 from grid.observe.signals import SignalMapping, Signals
 from grid.observe.tracker import HealthObservation, HealthPolicy, HealthStatus
@@ -68,6 +69,9 @@ class SiteInputs:
         self.cert_pem: str | None = None
         self._egress: EgressResolution | None = None
         """The last reading of this site's ``spec.egress.from``."""
+        self.token_keys: Mapping[str, TokenKeys] = MappingProxyType({})
+        """Per provider whose tokens this site mints, the keys the gateway is told about
+        (:mod:`grid.oauth.rotation`)."""
 
     @property
     def local_site(self) -> GridSite | None:

@@ -28,7 +28,7 @@ from grid.render.overlay import (
     RenderedOverlay,
     render_overlay,
 )
-from grid.render.whatif import REMOTE_CLUSTER_PREFIX
+from grid.render.whatif import REMOTE_CLUSTER_PREFIX, with_token_keys
 from grid.scoring.admission import AdmissionMemory
 from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography
 from grid.scoring.ranking import CandidateKey, Ranking, ScoringMemo, rank_candidates
@@ -121,6 +121,7 @@ class Renderer:
         except ConfigError as error:
             self._refuse_all(inputs, gateways, f"the local providers cannot be rendered: {error}")
             return
+        what_if = with_token_keys(what_if, inputs.token_keys)
         endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
         not_offered = list(what_if.not_offered)
         routes: list[tuple[CandidateInput, ...]] = []

@@ -158,11 +158,18 @@ class KubeApi:
         return dict(data) if isinstance(data, Mapping) else {}
 
     async def put_owned_secret(
-        self, namespace: str, name: str, labels: Mapping[str, str], data: Mapping[str, str]
+        self,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str],
+        data: Mapping[str, str],
+        *,
+        drop: Callable[[str], bool] = lambda key: False,
     ) -> None:
-        """Create the Secret with ``labels`` and ``data`` (base64 text per key), or replace
-        its data when it exists and carries ``labels``. A Secret of that name without them
-        is someone else's: it is left as it is, and :class:`KubernetesApiError` says so."""
+        """Create the Secret with ``labels`` and ``data`` (base64 text per key), or, when it
+        exists and carries ``labels``, set those keys and remove the other keys it has for
+        which ``drop`` is true (in one merge patch). A Secret of that name without them is
+        someone else's: it is left as it is, and :class:`KubernetesApiError` says so."""
         core = self._core()
         subject = f"secret {namespace}/{name}"
         found = await self._call(
@@ -189,7 +196,9 @@ class KubeApi:
             )
             return
         present = (found.get("metadata") or {}).get("labels") or {}
-        del found  # its data is the previous value
+        held = found.get("data")
+        dropped = [key for key in (held or {}) if key not in data and drop(key)]
+        del found, held  # its data is the previous value
         if any(present.get(label) != value for label, value in labels.items()):
             raise KubernetesApiError(
                 f"{subject} exists and is not Grid's (it lacks Grid's labels): not overwritten",
@@ -201,7 +210,7 @@ class KubeApi:
             lambda timeout: core.patch_namespaced_secret(
                 name,
                 namespace,
-                {"data": dict(data)},
+                {"data": {**dict.fromkeys(dropped), **data}},  # null removes a key
                 _content_type=MERGE_PATCH,
                 _request_timeout=timeout,
             ),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from grid.errors import OperatorConfigError
 from grid.models.fields import join_host_port
 from grid.models.network import DEFAULT_SWIM_PORT
+from grid.oauth.rotation import OPERATOR_SETTLE, Settle
 
 DEFAULT_NAMESPACE = "grid-system"
 DEFAULT_METRICS_PORT = 9090
@@ -58,6 +59,10 @@ class OperatorOptions:
     in that time (what ``/healthz`` knows of it)."""
     api_unreachable_s: float = 60.0
     """How long the API server may not answer before ``/healthz`` says unhealthy."""
+    token_settle: Settle = OPERATOR_SETTLE
+    """How long a minted token's new Secret key is given to reach the gateway's volume
+    before the gateway configuration lists it, and that configuration to reach the gateway
+    before the overlay names the key (:mod:`grid.oauth.rotation`)."""
 
     def __post_init__(self) -> None:
         for name in (

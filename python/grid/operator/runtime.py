@@ -134,6 +134,7 @@ class NetworkRuntime:
             where=f"network {name}",
             on_change=self.wake,
             now=utc_now,
+            settle=shared.options.token_settle,
         )
         self._minting: asyncio.Task[None] | None = None
         self._configmaps = ConfigMapWriter(
@@ -308,6 +309,7 @@ class NetworkRuntime:
         for provider in self.tokens.providers():
             # Judged at each pass: a token that lapsed since withdraws the provider now.
             engine.observe_credentials(provider, *self.tokens.verdict(provider, now))
+        engine.observe_token_keys(self.tokens.token_keys(now))
         self._observers.follow(engine)
         self._observers.probe_due_sites(engine, now)
         self.mesh.sync_members(engine, now)

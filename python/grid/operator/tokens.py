@@ -4,10 +4,12 @@ from the AWS credentials in its Secret, read through the Kubernetes API; a
 ServiceAccount provider's from the TokenRequest API (``serviceaccounts/token``, for the
 provider's audience), exchanged at its STS when it names one. The token goes to the Secret
 ``grid-token-<provider>`` (beside the Oauth2 or Sigv4 provider's Secret, in the ServiceAccount's
-namespace: where the gateway mounts its credentials from), key ``token``, which the
-overlay's reference names. The operator creates that Secret with Grid's labels and replaces
-its data at each refresh; a Secret of that name without the labels is never overwritten
-(the provider's ``CredentialsValid`` says so)."""
+namespace: where the gateway mounts its credentials from), one key per token
+(``token-<issued-at>``), which the gateway configuration and the overlay's reference name
+once the kubelet has had time to sync it (:mod:`grid.oauth.rotation`). The operator creates
+that Secret with Grid's labels and adds a key at each refresh, removing all but the
+previous one and those the gateway is told about; a Secret of that name without the labels
+is never overwritten (the provider's ``CredentialsValid`` says so)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from grid.models.service_account import ServiceAccountSettings
 from grid.oauth.bedrock import BedrockTokenSettings
 from grid.oauth.exchange import parse_token_request
 from grid.oauth.responses import AccessToken
+from grid.oauth.rotation import key_issued_at
 from grid.operator.kube import KubeApi
 from grid.runtime.tokens import (
     Mint,
@@ -45,7 +48,8 @@ MINTED_LABELS = {
 
 def operator_io(kube: KubeApi) -> MinterIo:
     def io(plan: MintingPlan) -> tuple[Mint, TokenSink]:
-        sink = token_sink(kube, *plan.output)
+        namespace, name, _ = plan.output
+        sink = TokenSecret(kube, namespace, name)
         if isinstance(plan.settings, ServiceAccountSettings):
             return service_account_mint(kube, plan.settings), sink
         if plan.secret is None:
@@ -141,9 +145,27 @@ async def _secret_data(kube: KubeApi, namespace: str, name: str) -> Mapping[str,
     return data
 
 
-def token_sink(kube: KubeApi, namespace: str, name: str, key: str) -> TokenSink:
-    async def write(token: str) -> None:
-        encoded = base64.b64encode(token.encode()).decode()
-        await kube.put_owned_secret(namespace, name, MINTED_LABELS, {key: encoded})
+class TokenSecret:
+    """A provider's tokens as keys of the Secret ``grid-token-<provider>``, one per token
+    (``token-<issued-at>``)."""
 
-    return write
+    def __init__(self, kube: KubeApi, namespace: str, name: str) -> None:
+        self._kube = kube
+        self._namespace = namespace
+        self._name = name
+
+    async def keys(self) -> tuple[str, ...]:
+        data = await self._kube.read_secret(self._namespace, self._name)
+        keys = tuple(sorted(data or ()))
+        del data  # the values are the tokens
+        return keys
+
+    async def write(self, key: str, token: str, keep: frozenset[str]) -> None:
+        encoded = base64.b64encode(token.encode()).decode()
+        await self._kube.put_owned_secret(
+            self._namespace,
+            self._name,
+            MINTED_LABELS,
+            {key: encoded},
+            drop=lambda held: held not in keep and key_issued_at(held) is not None,
+        )

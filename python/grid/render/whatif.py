@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date
 from decimal import Decimal
 from types import MappingProxyType
@@ -30,6 +30,7 @@ from grid.models.provider import InferenceProvider, InferenceProviderPhase, api_
 from grid.models.resources import LoadedResources
 from grid.models.selectors import select
 from grid.models.site import EgressTlsMode, GridSite
+from grid.oauth.rotation import TokenKeys
 from grid.render.consumer import ClusterEndpoint, GatewayPlan
 from grid.render.overlay import OverlayScope, OverlaySource, credential_document
 from grid.scoring.inputs import (
@@ -129,16 +130,16 @@ class WhatIf:
     declared: Mapping[str, ClusterEndpoint] = field(default_factory=lambda: MappingProxyType({}))
     """Clusters beyond ``endpoints`` the gateway's configuration declares: the egress of
     every other site, candidates or not."""
+    declared_credentials: tuple[SecretRef, ...] = ()
+    """Credential references beyond the candidates' the gateway's configuration lists: a
+    minted token about to be named, or the one named before (:func:`with_token_keys`)."""
 
     @property
     def plan(self) -> GatewayPlan:
         """What the gateway's configuration must declare."""
         clusters = {**self.declared, **self.endpoints}
-        credentials = {
-            c.credential: credential_document(c.credential)
-            for c in self.candidates
-            if c.credential is not None
-        }
+        refs = [c.credential for c in self.candidates if c.credential is not None]
+        credentials = {ref: credential_document(ref) for ref in [*refs, *self.declared_credentials]}
         return GatewayPlan(self.scope, MappingProxyType(clusters), tuple(credentials.values()))
 
     @property
@@ -325,6 +326,32 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
     header = api_key_header(provider.spec.provider_kind, auth.strategy, auth.header)
     strategy = CredentialStrategy.BEARER_TOKEN if header is None else CredentialStrategy.API_KEY
     return SecretRef(ref.name, ref.namespace, ref.key, strategy, header), None
+
+
+def with_token_keys(what_if: WhatIf, keys: Mapping[str, TokenKeys]) -> WhatIf:
+    """``what_if`` with the references to the tokens this site mints moved to the keys they
+    are written under: each candidate of a provider in ``keys`` names its
+    :attr:`~grid.oauth.rotation.TokenKeys.reference`, and the gateway's configuration lists
+    every key of :attr:`~grid.oauth.rotation.TokenKeys.declared`. A provider not in
+    ``keys`` (no token written yet) keeps the reference to ``token``."""
+    if not keys:
+        return what_if
+    candidates = []
+    declared: dict[SecretRef, None] = {}
+    for candidate in what_if.candidates:
+        ref = candidate.credential
+        found = keys.get(candidate.provider)
+        if ref is None or found is None or ref.name != minted_token_secret(candidate.provider):
+            candidates.append(candidate)
+            continue
+        candidates.append(replace(candidate, credential=replace(ref, key=found.reference)))
+        for key in found.declared:
+            declared[replace(ref, key=key)] = None
+    return replace(
+        what_if,
+        candidates=tuple(candidates),
+        declared_credentials=(*what_if.declared_credentials, *declared),
+    )
 
 
 def _check_reports(metrics: MetricsReport, providers: list[InferenceProvider]) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from random import SystemRandom
+from typing import Protocol
 
 import aiohttp
 
@@ -39,6 +40,17 @@ from grid.oauth.bedrock import (
 from grid.oauth.exchange import exchange_request
 from grid.oauth.requests import TokenRequest, token_request
 from grid.oauth.responses import MAX_RESPONSE_BYTES, AccessToken, parse_token_response
+from grid.oauth.rotation import (
+    AGENT_SETTLE,
+    IssuedKey,
+    Settle,
+    TokenKeys,
+    found_keys,
+    kept_after,
+    next_change,
+    token_key,
+    token_keys,
+)
 from grid.oauth.schedule import FailureKind, TokenHealth, plan_refresh
 from grid.observe._http import fetch
 from grid.runtime.metrics import FAMILIES
@@ -62,9 +74,20 @@ Mint = Callable[[datetime, aiohttp.ClientSession | None], Awaitable[AccessToken]
 """Obtains a token at the given moment; raises :class:`CredentialMaterialError` (what the
 site proves itself with is unusable) or :class:`TokenEndpointError` (the issuer gives none),
 both secret-free."""
-TokenSink = Callable[[str], Awaitable[None]]
-"""Puts a token where the gateway reads it, replacing the previous one in one step; raises
-:class:`OSError` or a :class:`~grid.errors.GridError` whose message holds no secret."""
+
+
+class TokenSink(Protocol):
+    """Where a provider's tokens are written for the gateway: the keys of one Secret (the
+    operator), the files of one directory (the agent)."""
+
+    async def keys(self) -> tuple[str, ...]:
+        """The keys there now (names only, never a value)."""
+
+    async def write(self, key: str, token: str, keep: frozenset[str]) -> None:
+        """Put ``token`` under ``key`` (in one step: a reader sees all of it or none) and
+        remove every other minted token's key not in ``keep``. Raises :class:`OSError` or
+        a :class:`~grid.errors.GridError` whose message holds no secret."""
+
 
 _log = logging.getLogger(__name__)
 _random = SystemRandom()
@@ -79,7 +102,10 @@ class MintingPlan:
     """(namespace, name, key) of the Secret entry an Oauth2 token or a Bedrock key is
     minted from."""
     output: tuple[str, str, str]
-    """(namespace, name, key) the token is written under: the overlay's reference."""
+    """(namespace, name, key) of the overlay's reference: the Secret (for the agent, the
+    directory) the tokens are written to; each token goes under a key of its own
+    (:func:`~grid.oauth.rotation.token_key`), which replaces ``key`` in the reference
+    (:mod:`grid.oauth.rotation`)."""
 
 
 def minting_plan(provider: InferenceProvider) -> MintingPlan | None:
@@ -182,13 +208,26 @@ class TokenMinter:
         sink: TokenSink,
         *,
         draw: Callable[[], float] = _random.random,
+        settle: Settle = AGENT_SETTLE,
     ) -> None:
         self.provider = provider
         self.plan = plan
         self._mint = mint
         self._sink = sink
         self._draw = draw
+        self.settle = settle
         self.health = TokenHealth()
+        self.issued: tuple[IssuedKey, ...] = ()
+        """The tokens where the gateway reads them, oldest first (by key and life)."""
+        self._looked = False
+
+    def keys(self, now: datetime) -> TokenKeys | None:
+        """What the gateway is told at ``now``: the key the overlay names and the keys its
+        configuration lists (None before a token is written)."""
+        return token_keys(self.issued, now, self.settle)
+
+    def next_key_change(self, now: datetime) -> datetime | None:
+        return next_change(self.issued, now, self.settle)
 
     async def attempt(self, now: datetime, session: aiohttp.ClientSession | None = None) -> None:
         """Ask for a token at ``now``; on success write it and plan its refresh, else plan
@@ -203,7 +242,7 @@ class TokenMinter:
             self._failed(kind, str(error), now)
             return
         try:
-            await self._sink(token.value)
+            await self._write(token, now)
         except OSError as error:
             self._failed(
                 FailureKind.OUTPUT, f"the token could not be written: {error.strerror}", now
@@ -220,6 +259,19 @@ class TokenMinter:
             life.expires_at.isoformat(),
             life.refresh_at.isoformat(),
         )
+
+    async def _write(self, token: AccessToken, now: datetime) -> None:
+        issued = self.issued
+        if not self._looked:
+            # Tokens written before this minter started (another life of the shell, Grid
+            # 0.2's single key): the gateway may be using one of them.
+            issued = found_keys(await self._sink.keys())
+        expires_at = now + timedelta(seconds=token.expires_in_s)
+        new = IssuedKey(token_key(now), now, expires_at)
+        kept = kept_after(issued, new, token_keys(issued, now, self.settle))
+        await self._sink.write(new.key, token.value, frozenset(k.key for k in kept))
+        self.issued = kept
+        self._looked = True
 
     def fail_unexpectedly(self, error: str, now: datetime) -> None:
         """An attempt ended with an unexpected ``error`` (a bug): counted as a failure, so
@@ -253,12 +305,14 @@ class TokenMinters:
         where: str,
         on_change: Callable[[], None],
         now: Callable[[], datetime],
+        settle: Settle = AGENT_SETTLE,
     ) -> None:
         self._io = io
         self._session = session
         self._where = where
         self._on_change = on_change
         self._now = now
+        self._settle = settle
         self._minters: dict[str, TokenMinter] = {}
         self._changed = asyncio.Event()
 
@@ -276,7 +330,9 @@ class TokenMinters:
                 minters[name] = current
                 continue
             mint, sink = self._io(plan)
-            minters[name] = TokenMinter(f"{self._where} {name}", plan, mint, sink)
+            minters[name] = TokenMinter(
+                f"{self._where} {name}", plan, mint, sink, settle=self._settle
+            )
         if minters != self._minters:
             self._minters = minters
             self._changed.set()
@@ -291,6 +347,16 @@ class TokenMinters:
     def verdict(self, provider: str, now: datetime) -> tuple[CredentialState, str]:
         return self._minters[provider].health.verdict(now)
 
+    def token_keys(self, now: datetime) -> dict[str, TokenKeys]:
+        """Per provider with a token written, the keys the gateway is told about at ``now``
+        (:mod:`grid.oauth.rotation`)."""
+        found = {}
+        for name, minter in self._minters.items():
+            keys = minter.keys(now)
+            if keys is not None:
+                found[name] = keys
+        return found
+
     def expiries(self, now: datetime) -> dict[str, datetime]:
         """When each provider's valid token lapses (none for a provider without one)."""
         found = {}
@@ -302,7 +368,8 @@ class TokenMinters:
 
     async def loop(self) -> None:
         """Attempt every due minter, then sleep until the next attempt is due, a token
-        lapses or the providers change; every outcome calls ``on_change``."""
+        lapses, the keys the gateway is told about change, or the providers change; every
+        outcome calls ``on_change``."""
         while True:
             now = self._now()
             due = [m for m in self._minters.values() if m.health.due(now)]
@@ -319,7 +386,7 @@ class TokenMinters:
                 continue
             wait = IDLE_WAIT_S
             for minter in self._minters.values():
-                moments = [minter.health.next_attempt_at]
+                moments = [minter.health.next_attempt_at, minter.next_key_change(now)]
                 token = minter.health.valid_token(now)
                 if token is not None:
                     moments.append(token.expires_at)  # the provider is withdrawn then
