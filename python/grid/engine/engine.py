@@ -558,7 +558,7 @@ class SiteEngine:
     def _evaluate_network(self, now: datetime) -> None:
         budgets = self.network.spec.budgets
         old_peers = peers_without_escrow(self._members.view, self._protocols)
-        plan = EscrowPlan(tuple(self._inputs.sites), self._members.view, held=True)
+        plan = EscrowPlan(tuple(self._inputs.sites), self._members.view, held=not old_peers)
         windows = {budget.tenant: budget_window(budget, now) for budget in budgets}
         view = NetworkView(
             config_error=self._inputs.config_error or self._publisher.records_error,
