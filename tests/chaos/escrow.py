@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from chaos import netns
-from chaos.mesh import NETWORK, ChaosMesh, MeshSettings, Site, default_plans, wait_until
+from chaos.mesh import (
+    NETWORK,
+    ChaosMesh,
+    MeshSettings,
+    Release,
+    Site,
+    default_plans,
+    read_json,
+    wait_until,
+)
 from grid.demo.builder import GATEWAY_NAME, GATEWAY_NAMESPACE
 from grid.engine.escrow import CLAIM_SLACK_S
 from grid.render.budgets import verify_budget_document
@@ -51,6 +60,7 @@ PHASES = (
 """(seconds into the window, the loaded sites, whether the mesh is split) from then on."""
 STOP_S = 54.0
 HALVES = (("east-a", "east-b"), ("west-a", "west-b"))
+OLD_SITE = "west-b"
 
 
 @dataclass
@@ -132,9 +142,10 @@ class EscrowOutcome:
 
 
 @contextmanager
-def escrow_mesh(root: Path) -> Iterator[ChaosMesh]:
+def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMesh]:
     """The four sites with both budgets in windows of :data:`WINDOW_S`, scraping their
-    token counters every second; torn down after."""
+    token counters every second (with ``previous``, west-b runs that release instead, and
+    is given neither field it does not know); torn down after."""
     names = [plan.name for plan in default_plans()]
     lab = netns.Lab(names)
     mesh: ChaosMesh | None = None
@@ -151,6 +162,8 @@ def escrow_mesh(root: Path) -> Iterator[ChaosMesh]:
             budgets=budgets,
             spend_metric=SPEND_METRIC,
         )
+        if previous is not None:
+            mesh.sites[OLD_SITE].release = previous
         mesh.prepare()
         for name in names:
             mesh.serve_spend(name, {ESCROW: 0, BOUNDED: 0})
@@ -245,3 +258,13 @@ def rebalancing(gates: dict[str, Gate]) -> list[float]:
                 covered = moment
             found.append(round(covered - at, 2))
     return found
+
+
+def network_status(site: Site) -> dict[str, Any]:
+    """The GridNetwork status ``site``'s agent last wrote (empty before the first)."""
+    document = read_json(site.state_dir / "status" / "GridNetwork" / f"{NETWORK}.json")
+    return dict(document.get("status", {})) if isinstance(document, dict) else {}
+
+
+def condition(site: Site, kind: str) -> dict[str, Any]:
+    return next((c for c in network_status(site).get("conditions", []) if c["type"] == kind), {})

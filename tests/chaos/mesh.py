@@ -331,8 +331,13 @@ class ChaosMesh:
         settings = self.settings
         seeds = [f"{s.address}:{SWIM_PORT}" for s in self.sites.values()]
         budgets = [{"window": settings.budget_window, **budget} for budget in self.budgets]
+        current = site.release.name == "current"
+        if not current:
+            # Fields the release before does not know: its agent's loader would refuse the
+            # network, where its operator ignores them (docs/upgrading.md, "New fields last").
+            budgets = [{k: v for k, v in b.items() if k != "enforcement"} for b in budgets]
         network = builder.network_document(NETWORK, seeds, timing=settings, budgets=budgets)
-        if self.spend_metric is not None:
+        if self.spend_metric is not None and current:
             network["spec"]["spendSources"] = [self._spend_source(s) for s in self.sites.values()]
         sites = [
             builder.site_document(
