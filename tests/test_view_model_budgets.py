@@ -20,7 +20,11 @@ def test_each_tenant_with_its_state_and_window_and_the_unheard_sites() -> None:
     scrape(a, T0 + timedelta(seconds=1), acme=900, globex=10)
     a.refresh(T0 + timedelta(seconds=2))
     document = network_document(NetworkSource(NETWORK, a, NODE), MemberHistory(), T0)
-    window = {"windowStart": "2026-07-01T00:00:00+00:00", "windowEnd": "2026-07-02T00:00:00+00:00"}
+    window = {
+        "windowStart": "2026-07-01T00:00:00+00:00",
+        "windowEnd": "2026-07-02T00:00:00+00:00",
+        "allowance": None,
+    }
     assert document["budgets"] == [
         {"tenant": "acme", "used": 900, "cap": 1000, "state": "warn", "complete": False, **window},
         {"tenant": "globex", "used": 10, "cap": 50, "state": "ok", "complete": False, **window},
@@ -31,3 +35,13 @@ def test_each_tenant_with_its_state_and_window_and_the_unheard_sites() -> None:
 def test_a_network_without_an_engine_shows_no_budget() -> None:
     document = network_document(NetworkSource(NETWORK, None, None), MemberHistory(), T0)
     assert (document["budgets"], document["unheardSites"]) == ([], [])
+
+
+def test_an_escrowed_tenant_shows_this_sites_allowance() -> None:
+    net = spending(budgets=[budget(cap=3000, window="1h", enforcement="escrow")])
+    a = engine("site-a", [], net=net, sites=SITES)
+    a.refresh(T0 - timedelta(seconds=120))  # the life begins before the window
+    a.refresh(T0 + timedelta(seconds=1))
+    document = network_document(NetworkSource(NETWORK, a, NODE), MemberHistory(), T0)
+    (acme,) = document["budgets"]
+    assert acme["allowance"] == 100  # the floor released of its third of the cap

@@ -244,8 +244,8 @@ def certificates_part(engine: SiteEngine) -> list[dict[str, Any]]:
 
 def budgets_part(engine: SiteEngine) -> dict[str, Any]:
     """Each tenant's budget as the network's last status says (spend, cap, ``ok``,
-    ``warn`` or ``exhausted``, whether the spend is complete, the window), and the sites
-    not heard from, since when."""
+    ``warn`` or ``exhausted``, whether the spend is complete, the window, and with escrow
+    this site's allowance, else null), and the sites not heard from, since when."""
     status = engine.network_status
     return {
         "budgets": [
@@ -257,6 +257,7 @@ def budgets_part(engine: SiteEngine) -> dict[str, Any]:
                 "complete": budget.complete,
                 "windowStart": _time(budget.window_start),
                 "windowEnd": _time(budget.window_end),
+                "allowance": budget.allowance,
             }
             for budget in status.budgets
         ],

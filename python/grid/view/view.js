@@ -203,11 +203,12 @@
         el("td", { class: "num" }, budget.used, budget.complete === false ? el("span", { class: "muted", text: " at least" }) : null),
         el("td", { class: "num", text: budget.cap }),
         el("td", {}, bar),
-        el("td", { class: "mono", text: `${budget.windowStart} – ${budget.windowEnd}` }));
+        el("td", { class: "mono", text: `${budget.windowStart} – ${budget.windowEnd}` }),
+        el("td", { class: "num", text: budget.allowance ?? "–" }));
     });
     const unheard = part.unheardSites.map((s) => `${s.site} (${s.since ? `since ${s.since}` : "never heard"})`);
     return [el("h3", { text: "Budgets" }),
-      table(["tenant", "state", "spent", "cap", "", "window"], rows, new Set([2, 3])),
+      table(["tenant", "state", "spent", "cap", "", "window", "allowance here"], rows, new Set([2, 3, 6])),
       unheard.length
         ? el("p", { class: "muted unheard", text: `Lower bounds: not heard from ${unheard.join(", ")}` })
         : el("p", { class: "muted", text: "Every site heard from: the spend is the mesh's whole spend." })];
