@@ -13,6 +13,7 @@ from typing import Any
 
 from grid.engine import SiteEngine
 from grid.engine.escrow import CLAIM_SLACK_S
+from grid.engine.windows import CLOSE_AFTER_S
 from grid.models.budgets import BudgetEnforcement, BudgetState, TenantBudgetStatus
 from grid.models.conditions import Condition
 from grid.observe.scrape import ScrapeResult
@@ -210,3 +211,23 @@ def test_the_budget_document_gives_this_sites_allowance() -> None:
     assert tenant["enforcement"] == "escrow"
     assert tenant["site_used"] == mesh.counters["site-a"] - 30  # the last grant not scraped
     assert tenant["allowance"] > tenant["site_used"]
+
+
+def test_a_new_window_is_claimed_afresh_and_the_old_one_forgotten() -> None:
+    mesh = Mesh(escrow_network(cap=3_000))
+    mesh.run_until(T0 + timedelta(seconds=30), {"site-a": 50})
+    first = mesh.status("site-a")
+    assert first.allowance is not None and first.allowance > 1_000  # it took from its peers
+    next_window = T0 + timedelta(hours=1)
+    mesh.run_until(next_window + timedelta(seconds=1))
+    for name in NAMES:
+        status = mesh.status(name)
+        assert status.window_start == next_window
+        assert (status.used, status.allowance) == (0, 100)  # a third each again, the floor out
+    state = mesh.engines["site-a"].state
+    assert {window for _, window in state.escrow.windows()} == {
+        "w3600-1782907200",
+        "w3600-1782910800",
+    }
+    mesh.run_until(next_window + timedelta(seconds=CLOSE_AFTER_S + 2))
+    assert [window for _, window in state.escrow.windows()] == ["w3600-1782910800"]
