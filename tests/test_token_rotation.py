@@ -48,7 +48,7 @@ def test_keys_name_the_moment_of_issue_and_read_back() -> None:
     at = datetime(2026, 9, 1, 12, 34, 56, 789000, tzinfo=UTC)
     assert token_key(at) == "token-20260901T123456Z"
     assert key_issued_at(token_key(at)) == at.replace(microsecond=0)
-    assert key_issued_at("token") is not None  # Grid 0.2's single key: the oldest
+    assert key_issued_at("token") is not None  # the plain key: the oldest
     assert key_issued_at("token") < at  # type: ignore[operator]
     for other in ("ca.crt", "token-", "token-yesterday", "secret", ".token-1.tmp"):
         assert key_issued_at(other) is None
@@ -107,7 +107,7 @@ def test_a_token_that_would_lapse_before_the_switch_gives_way_to_the_newest_at_o
 
 
 def test_tokens_found_at_start_stay_named_until_the_first_new_one_has_settled() -> None:
-    # A restarted shell (or an upgrade from the single key) finds what the gateway may use.
+    # A restarted shell finds what the gateway may use (here under the plain key).
     found = found_keys(["token"])
     now = T0
     new = issued(now)
@@ -155,7 +155,7 @@ async def test_over_a_day_of_refreshes_the_gateway_is_never_told_of_a_missing_or
     lists is held where the tokens are written, and what the overlay names outlives the
     time the change takes to reach the gateway; a gateway still on the configuration of the
     step before finds its files too; at most three tokens are kept."""
-    output = MemoryTokens({"token": "from-grid-0.2"})  # an upgrade: the single key in place
+    output = MemoryTokens({"token": "written-before"})  # found at start, under the plain key
     made = minter(server, output, settle)
     moments = [T0 + timedelta(seconds=10 * step) for step in range(6 * 60 * 24)]
     before: TokenKeys | None = None

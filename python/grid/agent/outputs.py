@@ -58,6 +58,7 @@ class OutputWriter:
         self._state_dir = state_dir
         self._status_interval_s = status_interval_s
         self._overlays: dict[Path, str] = {}
+        self._configs: dict[Path, str] = {}
         self._statuses: dict[tuple[str, str], _Written] = {}
         self.failures = 0
         """Writes that failed (each one logged)."""
@@ -72,15 +73,22 @@ class OutputWriter:
         if overlay.overlay is None:
             return None
         path = overlay_path(self._state_dir, network, overlay)
+        # The configuration first, and whenever it changes (a token's key listed ahead of
+        # the overlay naming it changes the configuration alone): what the overlay names is
+        # then always in the configuration before.
+        consumer = overlay.gateway.consumer_config
+        if overlay.consumer_config is not None and consumer is not None:
+            config_path = path.with_name(consumer.config_map_key)
+            if self._configs.get(config_path) != overlay.consumer_config and self._write(
+                config_path, overlay.consumer_config.encode()
+            ):
+                self._configs[config_path] = overlay.consumer_config
         revision = overlay.overlay.revision
         if self._overlays.get(path) == revision:
             return None
         if not self._write(path, overlay.overlay.text.encode()):
             return None
         self._overlays[path] = revision
-        consumer = overlay.gateway.consumer_config
-        if overlay.consumer_config is not None and consumer is not None:
-            self._write(path.with_name(consumer.config_map_key), overlay.consumer_config.encode())
         return path
 
     def write_budgets(

@@ -36,8 +36,8 @@ from grid.models.oauth2 import MINTED_TOKEN_KEY
 TOKEN_KEY_PREFIX = "token-"
 _KEY_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 _BEFORE_ROTATION = datetime(1970, 1, 1, tzinfo=UTC)
-"""When a token written under the single key ``token`` (Grid 0.2's layout) counts as
-issued: before any other."""
+"""When a token written under the plain key ``token`` (where tokens went before they had a
+key each) counts as issued: before any other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ def token_key(issued_at: datetime) -> str:
 
 def key_issued_at(key: str) -> datetime | None:
     """When the token under ``key`` was issued, from the key; None for a key that holds no
-    minted token. The single key of Grid 0.2 (``token``) counts as the oldest."""
+    minted token. The plain key ``token`` counts as the oldest."""
     if key == MINTED_TOKEN_KEY:
         return _BEFORE_ROTATION
     if not key.startswith(TOKEN_KEY_PREFIX):

@@ -263,8 +263,8 @@ class TokenMinter:
     async def _write(self, token: AccessToken, now: datetime) -> None:
         issued = self.issued
         if not self._looked:
-            # Tokens written before this minter started (another life of the shell, Grid
-            # 0.2's single key): the gateway may be using one of them.
+            # Tokens written before this minter started (another life of the shell, the
+            # plain key ``token``): the gateway may be using one of them.
             issued = found_keys(await self._sink.keys())
         expires_at = now + timedelta(seconds=token.expires_in_s)
         new = IssuedKey(token_key(now), now, expires_at)
