@@ -207,9 +207,6 @@ class EscrowBook:
     def __init__(self) -> None:
         self._records: dict[tuple[str, str], dict[str, EscrowRecord]] = {}
 
-    def __len__(self) -> int:
-        return len(self._records)
-
     def windows(self) -> tuple[tuple[str, str], ...]:
         """The (tenant, window) of every escrowed window held, sorted."""
         return tuple(sorted(self._records))

@@ -61,8 +61,6 @@ class EscrowFigures:
     """What this site's gateways may grant in the window: every known life's grants."""
     site_used: int
     """What this site counted of the tenant's spend in the window."""
-    available: int
-    """What this life holds and has not released: it may still grant or give it away."""
     exhausted_here: bool
     """This site's allowance is used and it holds nothing more to release."""
 
@@ -125,7 +123,7 @@ class EscrowKeeper:
                 _write(state, tenant, label, changes, now)
         allowance = book.granted_by_site(tenant, label, self._site)
         available = book.available(tenant, label, holder)
-        return EscrowFigures(allowance, used, available, used >= allowance and available <= 0)
+        return EscrowFigures(allowance, used, used >= allowance and available <= 0)
 
     def _changes(  # noqa: PLR0917 - one holder's view of one window
         self,
