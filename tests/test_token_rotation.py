@@ -6,12 +6,16 @@ The clock is driven by the tests; tokens come from a real token endpoint."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import yaml
 
+from grid.agent.outputs import OutputWriter
+from grid.engine.rendering import GatewayOverlay
 from grid.models.oauth2 import OAuth2Settings
 from grid.models.resources import LoadedResources, load_resource
 from grid.oauth.rotation import (
@@ -27,9 +31,11 @@ from grid.oauth.rotation import (
     token_key,
     token_keys,
 )
-from grid.render.consumer import consumer_config
+from grid.render.consumer import consumer_config, consumer_config_yaml
+from grid.render.overlay import render_overlay
 from grid.render.whatif import build_what_if, with_token_keys
 from grid.runtime.tokens import MintingPlan, TokenMinter, oauth2_mint
+from grid.scoring.ranking import rank_candidates
 from support.token_server import TokenServer
 from support.token_store import MemoryTokens
 
@@ -239,3 +245,46 @@ def test_the_overlay_names_the_reference_and_the_configuration_lists_each_declar
     assert {entry["key"] for entry in inject["credentials"]} == {old, new}
     # A provider whose tokens are not minted here keeps its reference.
     assert with_token_keys(what_if, {"other": TokenKeys(old, (old,))}) == what_if
+
+
+def test_the_agent_writes_a_configuration_that_changed_under_an_unchanged_overlay(
+    tmp_path: Path,
+) -> None:
+    """Listing a new token changes the gateway configuration alone: the agent writes it,
+    and writes the configuration before the overlay when both change."""
+    resources = LoadedResources(
+        resources=tuple(load_resource(doc) for doc in yaml.safe_load_all(MESH))
+    )
+    what_if = build_what_if(resources, site="east", gateway="edge", namespace="gateways")
+    old, new = token_key(T0), token_key(T0 + 48 * MINUTE)
+    settings = what_if.gateway.consumer_config
+    assert settings is not None
+
+    def rendered(keys: TokenKeys) -> GatewayOverlay:
+        moved = with_token_keys(what_if, {"vertex": keys})
+        ranking = rank_candidates(moved.candidates, moved.consumer, moved.network.spec.scoring, T0)
+        overlay = render_overlay(ranking, moved.scope, moved.source, T0)
+        config = consumer_config_yaml(moved.plan, settings, overlay_key="grid-config.json")
+        return GatewayOverlay(what_if.gateway, moved.scope, overlay, config, T0)
+
+    writer = OutputWriter(tmp_path, status_interval_s=5)
+    in_use = rendered(TokenKeys(old, (old,)))
+    path = writer.write_overlay("mesh", in_use)
+    assert path is not None
+    config_path = path.with_name("praxis.yaml")
+    assert f"grid-token-vertex/{old}" in config_path.read_text()
+
+    listed = rendered(TokenKeys(old, (new, old)))
+    assert listed.revision == in_use.revision
+    assert writer.write_overlay("mesh", listed) is None  # no new overlay
+    assert f"grid-token-vertex/{new}" in config_path.read_text()
+
+    named = rendered(TokenKeys(new, (new,)))
+    assert named.revision != in_use.revision
+    assert writer.write_overlay("mesh", named) == path
+    assert f"grid-token-vertex/{old}" not in config_path.read_text()
+    assert config_path.stat().st_mtime_ns <= path.stat().st_mtime_ns
+    assert (
+        json.loads(path.read_text())["overlay"]["candidates"][0]["credential"]["secretRef"]["key"]
+        == new
+    )
