@@ -170,7 +170,7 @@ impl Driver {
                     if self.catch_up == CatchUp::Due {
                         // The first member found (say, a joiner reaching this seed): walk
                         // its store now rather than at the next push/pull.
-                        self.catch_up = CatchUp::Walking;
+                        self.start_catching_up();
                         self.timers.push(now, TimerEvent::SyncWith(id.clone()));
                     }
                     self.events.push(Event::MemberUp(id));

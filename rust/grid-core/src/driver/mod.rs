@@ -95,8 +95,13 @@ type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 pub const MAX_SYNC_CHUNKS: usize = 256;
 /// While a node catches up (it just joined, or found members again after having none), it
 /// asks for the next part of a peer's store this long after each answer, instead of
-/// waiting for the next push/pull.
-pub const CATCH_UP_PAUSE: Duration = Duration::from_secs(1);
+/// waiting for the next push/pull: long enough for the answering peer's own work (an
+/// answer costs it a few milliseconds) to go first.
+pub const CATCH_UP_PAUSE: Duration = Duration::from_millis(100);
+/// A catch-up walk that went round while it brought names this node did not hold (the
+/// peer it walked may itself have been catching up) goes round once more, from another
+/// member, up to this many rounds in all.
+pub const MAX_CATCH_UP_ROUNDS: u8 = 3;
 /// How long the answer to a sync may take to arrive whole (its chunks leave in one burst).
 /// The walk never moves past a chunk still missing then: the next sync resumes after the
 /// chunks received from the first without a gap.
@@ -163,6 +168,10 @@ pub struct Driver {
     /// Where this node's own items resume in the next sync it starts.
     push_resume: Option<ItemName>,
     catch_up: CatchUp,
+    /// The catch-up round under way (1 first) and the item names held when it began.
+    catch_up_round: (u8, usize),
+    /// The item names held when the last sync this node started began.
+    pull_held_at_start: usize,
     probe: ProbeHealth,
     /// Encodes the foca messages the driver writes itself (suspicion notices).
     codec: WireCodec,
@@ -249,6 +258,8 @@ impl Driver {
             pull_answer: None,
             push_resume: None,
             catch_up: CatchUp::Due,
+            catch_up_round: (0, 0),
+            pull_held_at_start: 0,
             probe: ProbeHealth::default(),
             stats: DriverStats::default(),
         }

@@ -25,7 +25,7 @@ use crate::wire::{
     KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,
 };
 
-use super::{Driver, CATCH_UP_PAUSE, MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT};
+use super::{Driver, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT};
 
 use super::chunks::{
     decode_certificate_entry, decode_resume, decode_walk_end, encode_certificate_entry,
@@ -35,6 +35,8 @@ use super::chunks::{
 use super::positions::Positions;
 use super::swim::Screened;
 
+/// A sync answer that brings this many names a node did not hold makes it catch up again.
+const BEHIND_AFTER_NAMES: usize = 64;
 /// Member entries fill at most this many chunks of a sync (the rest of the view is covered
 /// over several syncs), so items always have room.
 const MAX_MEMBER_CHUNKS: usize = MAX_SYNC_CHUNKS / 2;
@@ -223,7 +225,7 @@ impl Driver {
         {
             self.pull_resume = resume;
             if wrapped {
-                self.catch_up = CatchUp::Done;
+                self.walk_went_round();
             }
         }
         if self.catch_up == CatchUp::Walking && !self.stopped() {
@@ -235,6 +237,10 @@ impl Driver {
     }
 
     pub(super) fn random_member(&mut self) -> Option<SocketAddr> {
+        self.random_member_id().map(|id| id.socket_addr())
+    }
+
+    fn random_member_id(&mut self) -> Option<NodeId> {
         let count = self.foca.num_members();
         if count == 0 {
             return None;
@@ -247,7 +253,7 @@ impl Driver {
         } else {
             self.foca.iter_members().nth(pick)
         };
-        member.map(|m| m.id().socket_addr())
+        member.map(|m| m.id().clone())
     }
 
     pub(super) fn start_sync<O: Transmit + ?Sized>(
@@ -259,21 +265,30 @@ impl Driver {
         let sync_id = self.rng.random();
         self.stats.syncs_started += 1;
         self.pull_sync = Some(sync_id);
+        self.pull_held_at_start = lock(&self.store).len();
         self.pull_answer = None;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
         if self.catch_up == CatchUp::Due {
-            self.catch_up = CatchUp::Walking;
+            self.start_catching_up();
         }
         self.send_state(now, KIND_SYNC_REQUEST, sync_id, peer, None, out);
     }
 
     /// An answer to this node's last sync said where its items ended: the next sync
     /// resumes there. While catching up, the next part is asked for soon, from the same
-    /// peer, until the walk has gone round once.
+    /// peer, until the walk has gone round (see [`Driver::walk_went_round`]). An answer
+    /// that brought at least [`BEHIND_AFTER_NAMES`] names this node did not hold shows it
+    /// is behind (a mesh started together, or a partition healed): it catches up.
     fn follow_walk(&mut self, now: Duration, end: ExportEnd, peer: &NodeId) {
         self.pull_sync = None;
         self.pull_answer = None;
+        let brought = lock(&self.store)
+            .len()
+            .saturating_sub(self.pull_held_at_start);
+        if self.catch_up == CatchUp::Done && brought >= BEHIND_AFTER_NAMES {
+            self.start_catching_up();
+        }
         let went_round = match end {
             ExportEnd::Complete => {
                 self.pull_resume = None;
@@ -284,13 +299,40 @@ impl Driver {
                 wrapped
             }
         };
-        if went_round {
-            self.catch_up = CatchUp::Done;
-        } else if self.catch_up == CatchUp::Walking && !self.stopped() {
-            self.stats.catch_up_syncs += 1;
-            self.timers
-                .push(now + CATCH_UP_PAUSE, TimerEvent::SyncWith(peer.clone()));
+        let next_round = went_round && self.walk_went_round();
+        if self.catch_up != CatchUp::Walking || self.stopped() {
+            return;
         }
+        self.stats.catch_up_syncs += 1;
+        let next = if next_round {
+            self.random_member_id().unwrap_or_else(|| peer.clone())
+        } else {
+            peer.clone()
+        };
+        self.timers
+            .push(now + CATCH_UP_PAUSE, TimerEvent::SyncWith(next));
+    }
+
+    /// A node starts to catch up: its first round begins.
+    pub(super) fn start_catching_up(&mut self) {
+        self.catch_up = CatchUp::Walking;
+        self.catch_up_round = (1, lock(&self.store).len());
+    }
+
+    /// The walk went round. While catching up, a round that brought names this node did
+    /// not hold is followed by another (the peer walked may have lacked some: it was
+    /// catching up itself, or its store grew behind the walk), up to
+    /// [`MAX_CATCH_UP_ROUNDS`]; returns whether one begins. Otherwise catching up is done.
+    fn walk_went_round(&mut self) -> bool {
+        let held = lock(&self.store).len();
+        let (round, held_at_start) = self.catch_up_round;
+        if self.catch_up == CatchUp::Walking && held > held_at_start && round < MAX_CATCH_UP_ROUNDS
+        {
+            self.catch_up_round = (round + 1, held);
+            return true;
+        }
+        self.catch_up = CatchUp::Done;
+        false
     }
 
     /// Sends this node's view, chunked: itself, members (starting at a random one, so a

@@ -113,19 +113,48 @@ fn a_joiner_walks_a_store_larger_than_one_sync_part_after_part() {
     let late = c.add(9, 100);
     c.join(late, addrs[2]);
     let took = c.run_until(bound, |c| holds_all(c, late));
+    // A second round, from any member, brings no name the first did not: caught up.
+    c.run_until(bound, |c| c.nodes[&late].stats().caught_up);
     let stats = c.nodes[&late].stats();
-    // One part per sync, at most a whole sync's worth each.
+    // One part per sync, at most a whole sync's worth each; two rounds.
     let fewest_parts = count * payload.len() / (MAX_SYNC_CHUNKS * MAX_UNSEALED_LEN);
     assert!(
-        stats.catch_up_syncs as usize + 1 >= fewest_parts,
+        stats.catch_up_syncs as usize + 1 >= 2 * fewest_parts,
         "{took:?} {stats:?}"
     );
-    // Once a walk went round, syncs are back to the push/pull pace.
+    // Once a round went by with nothing new, syncs are back to the push/pull pace.
     c.run_for(CATCH_UP_PAUSE * 10);
     let after = c.nodes[&late].stats();
     assert_eq!(after.catch_up_syncs, stats.catch_up_syncs);
     assert_eq!(after.syncs_started, stats.syncs_started);
     assert!(c.items_at(late).len() == count, "each item delivered once");
+    c.assert_driver_healthy();
+}
+
+#[test]
+fn a_joiner_that_walked_a_peer_still_catching_up_goes_round_again_from_another() {
+    let mut c = Cluster::new();
+    // Push/pull far beyond the bound: only catching up can bring the store in time.
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let origin = c.add(0, 100);
+    let payload = [7u8; 900];
+    let count = 1_200;
+    c.publish_providers(origin, count, &payload);
+    let parts = (count * (payload.len() + 100)).div_ceil(part_bytes());
+    // A peer joins the origin, and a joiner joins that peer at once: the joiner's first
+    // walk goes round the peer's store while the peer still takes the origin's in.
+    let peer = c.add(1, 100);
+    c.join(peer, origin);
+    c.run_until(Duration::from_secs(5), |c| {
+        (1..count).contains(&c.items_at(peer).len())
+    });
+    let joiner = c.add(2, 100);
+    c.join(joiner, peer);
+    let bound = CATCH_UP_PAUSE * (MAX_CATCH_UP_ROUNDS as u32 * parts as u32 + 4) + TICK * 50;
+    assert!(bound * 4 < c.swim.push_pull_interval);
+    c.run_until(bound, |c| {
+        c.items_at(joiner).len() == count && c.nodes[&joiner].stats().caught_up
+    });
     c.assert_driver_healthy();
 }
 
@@ -154,13 +183,14 @@ fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
     c.lossy = Some((joiner, 50));
     c.join(joiner, origin);
     let bound = (CATCH_UP_PAUSE + SYNC_ANSWER_WAIT) * (4 * parts as u32 + 4);
-    assert!(bound * 4 < c.swim.push_pull_interval);
+    assert!(bound * 8 < c.swim.push_pull_interval);
     let took = c.run_until(bound, |c| c.items_at(joiner).len() == count);
     let stats = c.nodes[&joiner].stats();
     assert!(stats.syncs_incomplete > 0, "{took:?} {stats:?}");
-    // The walk went round even though no answer came whole: catching up ends.
+    // The walk went round even though no answer came whole, and a second round found
+    // nothing new: catching up ends.
+    c.run_until(bound * 2, |c| c.nodes[&joiner].stats().caught_up);
     let pause = (CATCH_UP_PAUSE + SYNC_ANSWER_WAIT) * 10;
-    c.run_for(pause);
     let later = c.nodes[&joiner].stats().syncs_started;
     c.run_for(pause);
     assert_eq!(c.nodes[&joiner].stats().syncs_started, later);
@@ -427,4 +457,31 @@ fn each_item_version_costs_one_signature_check_however_often_it_comes() {
         assert_eq!(c.nodes[at].stats().items_stored as u64, published);
         assert_eq!(checks(&c, *at) - before[i], 20, "at {at}");
     }
+}
+
+#[test]
+fn a_node_whose_sync_brings_many_new_names_catches_up_at_once() {
+    let mut c = Cluster::new();
+    c.swim.push_pull_interval = Duration::from_secs(5);
+    let origin = c.add(0, 100);
+    let behind = c.add(1, 100);
+    c.join(behind, origin);
+    c.run_until(Duration::from_secs(5), |c| {
+        c.all_see_all() && c.nodes[&behind].stats().caught_up
+    });
+    // Published while gossip to `behind` is lost: only syncs bring these items there.
+    let payload = [9u8; 900];
+    let count = 1_200;
+    c.deaf_to = Some((behind, payload[..16].to_vec()));
+    c.publish_providers(origin, count, &payload);
+    let parts = (count * (payload.len() + 100)).div_ceil(part_bytes());
+    assert!(parts >= 3, "the store spans several syncs ({parts})");
+    let syncs_before = c.nodes[&behind].stats().catch_up_syncs;
+    // One push/pull shows it is behind; then it walks part after part, not one part a
+    // push/pull.
+    let bound = c.swim.push_pull_interval * 2 + (CATCH_UP_PAUSE + TICK * 10) * (parts as u32 * 2);
+    assert!(bound < c.swim.push_pull_interval * parts as u32);
+    c.run_until(bound, |c| c.items_at(behind).len() == count);
+    assert!(c.nodes[&behind].stats().catch_up_syncs > syncs_before);
+    c.assert_driver_healthy();
 }
