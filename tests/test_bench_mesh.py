@@ -5,6 +5,7 @@ and refusals before any run."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,8 @@ QUICK = [
     "6s",
     "--warmup",
     "1s",
+    "--joins",
+    "2",
 ]
 FIGURES = (
     "cpu_share",
@@ -68,6 +71,7 @@ def test_the_report_holds_figures_measured_for_both_designs(
     quick_run: tuple[dict[str, Any], Path],
 ) -> None:
     report, _ = quick_run
+    assert report["plan"]["joins"] == 2
     assert report["plan"]["sites"] == 5 and report["plan"]["candidates"] == 16
     assert report["baseline"]["ran"], report["baseline"]["reason"]
     for label in ("current", "baseline"):
@@ -93,6 +97,13 @@ def test_the_report_holds_figures_measured_for_both_designs(
         assert 0 <= run["delivery_ms_p50"] <= run["delivery_ms_p99"] < 10_000
         assert 0 <= run["swim_cpu_share"] < run["cpu_share"]
     current, baseline = report["runs"]["current"], report["runs"]["baseline"]
+    # The site joined a formed mesh, then restarted twice: each restart timed until it
+    # trusted every site again and ranked every candidate (only the current design's).
+    assert current["formed_s"] > 0 and current["converge_s"] > 0
+    assert len(current["restarts"]) == 2 and baseline["restarts"] == []
+    for restart in current["restarts"]:
+        assert 0 < restart["trusted_s"] <= restart["ranked_s"] < 60
+    assert current["restart_ranked_s_p50"] <= current["restart_ranked_s_p99"]
     # Measured, not constants: the two designs (and their memory samples) differ.
     assert current["cpu_share"] != baseline["cpu_share"]
     assert current["bytes_in_per_s"] != baseline["bytes_in_per_s"]
@@ -116,9 +127,10 @@ def test_the_plot_is_a_real_png(quick_run: tuple[dict[str, Any], Path]) -> None:
 
 
 def test_the_text_report_names_the_targets_met_or_missed(tmp_path: Path) -> None:
-    done = grid(*QUICK[:-4], "--duration", "3s", "--warmup", "0s", "--no-baseline")
+    done = grid(*QUICK[:-6], "--duration", "3s", "--warmup", "0s", "--no-baseline")
     assert done.returncode == 0, done.stderr
     assert "today's design did not run: not asked for (--no-baseline)" in done.stdout
+    assert re.search(r"site joined \(every candidate\) after +[0-9.]+ s", done.stdout)
     lines = done.stdout.split("scale targets (100 sites", 1)[1].splitlines()[1:6]
     assert len(lines) == 5, done.stdout
     assert all(line.endswith((" met", " MISSED")) for line in lines), lines

@@ -193,6 +193,15 @@ def _register_mesh(commands: argparse._SubParsersAction[argparse.ArgumentParser]
     )
     mesh.add_argument("--seed", type=int, default=1, help="seed of the load (default: 1)")
     mesh.add_argument(
+        "--joins",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after the measurement, restart the site N times (it leaves and joins again at "
+        "its address) and report how long it takes to trust every site and rank every "
+        "candidate, p50 and p99 (default: 0)",
+    )
+    mesh.add_argument(
         "--no-baseline",
         dest="baseline",
         action="store_false",
@@ -340,6 +349,7 @@ def mesh_plan_from_args(args: argparse.Namespace) -> MeshPlan:
         peers=args.peers,
         seed=args.seed,
         baseline=args.baseline,
+        joins=args.joins,
     )
 
 

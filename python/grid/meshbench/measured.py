@@ -198,18 +198,59 @@ def _collector_settling() -> Callable[[], None] | None:
     return settle_collector
 
 
-async def measure(config: dict[str, Any]) -> dict[str, Any]:
-    logging.getLogger("grid.agent").setLevel(logging.ERROR)
-    options = AgentOptions(
+def _options(config: dict[str, Any], bind: str) -> AgentOptions:
+    return AgentOptions(
         resources=Path(config["resources"]),
         state_dir=Path(config["state"]),
         site=PerNetwork(config["site"]),
-        bind=PerNetwork("127.0.0.1:0"),
+        bind=PerNetwork(bind),
         key_files={None: (Path(config["key_file"]),)},
         tls_dir=Path(config["tls"]),
         probe_interval_s=config["probe_interval_s"],
     )
-    agent = Agent(options)
+
+
+def _active_sites(engine: SiteEngine) -> int:
+    return sum(
+        1
+        for (kind, _name), status in engine.statuses().items()
+        if kind == "GridSite" and getattr(getattr(status, "phase", None), "value", "") == "Active"
+    )
+
+
+async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dict[str, float]]:
+    """The site restarted ``joins`` times at its address (it leaves, and its next life joins
+    the running mesh with its state directory): for each, the seconds until the ``sites``
+    GridSites it trusted before were Active again and until every candidate was ranked."""
+    network, expected = config["network"], config["candidates"]
+    joins = []
+    for _ in range(config.get("joins", 0)):
+        agent = Agent(_options(config, address))
+        started = time.monotonic()
+        await agent.start()
+        engine = agent.networks[network].engine
+        trusted_s = ranked_s = None
+        deadline = started + config["converge_timeout_s"]
+        while (trusted_s is None or ranked_s is None) and time.monotonic() < deadline:
+            if trusted_s is None and _active_sites(engine) >= sites:
+                trusted_s = time.monotonic() - started
+            ranking = engine.ranking
+            if ranked_s is None and ranking is not None and len(ranking.candidates) >= expected:
+                ranked_s = time.monotonic() - started
+            await asyncio.sleep(0.05)
+        await agent.stop()
+        if trusted_s is None or ranked_s is None:
+            raise RuntimeError(
+                f"a restart did not converge within {config['converge_timeout_s']:g} s"
+            )
+        joins.append({"trusted_s": trusted_s, "ranked_s": ranked_s})
+        emit("joined", **joins[-1])
+    return joins
+
+
+async def measure(config: dict[str, Any]) -> dict[str, Any]:
+    logging.getLogger("grid.agent").setLevel(logging.ERROR)
+    agent = Agent(_options(config, "127.0.0.1:0"))
     settle = _collector_settling()
     if settle is not None:
         settle()  # as `grid agent` does, in a design that has it
@@ -273,8 +314,13 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
     last = counters.snapshot(agent, network)
     rss.append(rss_bytes())
     ranked = counters.candidates()
+    node = agent.networks[network].node
+    address = node.address if node is not None else "127.0.0.1:0"
+    sites = _active_sites(engine)
     await agent.stop()
+    joins = await restarts(config, address, sites)
     return {
+        "joins": joins,
         "first": first,
         "last": last,
         "rss_bytes": rss,

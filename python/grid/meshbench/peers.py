@@ -267,8 +267,16 @@ def main(argv: list[str]) -> int:
     now = datetime.now(UTC)
     for peer in peers:
         peer.publish(now)
-    emit("ready", seeds=seeds)
     stop = threading.Event()
+    if role == "load":
+        # The load runs from here on; the measured site joins once the mesh has formed
+        # (every peer holds the same item names, for a while), as a site joins a running
+        # mesh: its join time is then its own, not the time the mesh takes to form.
+        loading = threading.Thread(target=run_load, args=(peers, config, stop, rng))
+        loading.start()
+        emit("ready", seeds=seeds, formed_s=wait_until_formed(peers))
+    else:
+        emit("ready", seeds=seeds)
 
     def stop_when_stdin_closes() -> None:
         sys.stdin.read()
@@ -276,7 +284,7 @@ def main(argv: list[str]) -> int:
 
     threading.Thread(target=stop_when_stdin_closes, daemon=True).start()
     if role == "load":
-        run_load(peers, config, stop, rng)
+        loading.join()
         sink.shutdown()
     else:
         (probe_provider,) = peers[0].loads
@@ -287,6 +295,9 @@ def main(argv: list[str]) -> int:
 
 
 _JOIN_TIMEOUT_S = 60.0
+_FORM_TIMEOUT_S = 600.0
+_FORMED_AFTER_STILL_S = 2.0
+"""The peers' item names must hold still this long to count as formed."""
 
 
 def wait_until_all_alive(peers: list[Peer]) -> None:
@@ -302,6 +313,24 @@ def wait_until_all_alive(peers: list[Peer]) -> None:
         if all(count >= others for count in alive):
             return
         time.sleep(0.05)
+
+
+def wait_until_formed(peers: list[Peer]) -> float | None:
+    """Seconds until every peer's node holds as many item names as the others, unchanged for
+    :data:`_FORMED_AFTER_STILL_S`; None if that did not happen within
+    :data:`_FORM_TIMEOUT_S` (the run goes on, and the convergence wait reports what is
+    missing)."""
+    started = time.monotonic()
+    last: list[int] = []
+    still_since = started
+    while time.monotonic() - started < _FORM_TIMEOUT_S:
+        held = [peer.node.stats()["items_stored"] for peer in peers]
+        if held != last:
+            last, still_since = held, time.monotonic()
+        elif len(set(held)) == 1 and time.monotonic() - still_since >= _FORMED_AFTER_STILL_S:
+            return still_since - started
+        time.sleep(0.1)
+    return None
 
 
 def run_load(

@@ -31,6 +31,12 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ("change -> overlay, p50", "latency_ms_p50", lambda v: f"{v:.0f} ms"),
     ("change -> overlay, p99", "latency_ms_p99", lambda v: f"{v:.0f} ms"),
     ("peers' CPU (the load)", "peers_cpu_share", lambda v: f"{v * 100:.0f} %"),
+    ("the mesh formed (the peers) after", "formed_s", lambda v: f"{v:.1f} s"),
+    ("site joined (every candidate) after", "converge_s", lambda v: f"{v:.1f} s"),
+    ("restart -> every site trusted, p50", "restart_trusted_s_p50", lambda v: f"{v:.2f} s"),
+    ("restart -> every site trusted, p99", "restart_trusted_s_p99", lambda v: f"{v:.2f} s"),
+    ("restart -> every candidate, p50", "restart_ranked_s_p50", lambda v: f"{v:.2f} s"),
+    ("restart -> every candidate, p99", "restart_ranked_s_p99", lambda v: f"{v:.2f} s"),
     ("items the peers published", "peers_items_per_s", lambda v: f"{v:.1f} /s"),
 )
 

@@ -29,7 +29,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
@@ -60,6 +60,7 @@ MAX_PEERS_ONE_EACH = 10
 """Up to this many sites, every other site is a peer of its own."""
 DEFAULT_PEERS = 4
 CONVERGE_TIMEOUT_S = 600.0
+MAX_JOINS = 100
 MISSED_AFTER_S = 5.0
 """A probe change not in the overlay this long before the run ends counts as missed."""
 
@@ -79,6 +80,9 @@ class MeshPlan:
     probe_every_s: float = 2.0
     seed: int = 1
     baseline: bool = True
+    joins: int = 0
+    """Restarts of the measured site after the measurement, each timed until it trusts every
+    site and ranks every candidate again."""
 
     def __post_init__(self) -> None:
         if self.sites < 2:
@@ -95,6 +99,8 @@ class MeshPlan:
                 raise ConfigError(f"{name} must be at least {low:g} s, got {value:g}")
         if not (math.isfinite(self.warmup_s) and self.warmup_s >= 0):
             raise ConfigError(f"the warm-up must not be negative, got {self.warmup_s:g}")
+        if not 0 <= self.joins <= MAX_JOINS:
+            raise ConfigError(f"--joins must be from 0 to {MAX_JOINS}, got {self.joins}")
         if self.peers is not None and not 1 <= self.peers <= self.sites - 1:
             raise ConfigError(f"--peers must be from 1 to {self.sites - 1}, got {self.peers}")
 
@@ -299,6 +305,7 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
                 "probe_site": PROBE_SITE,
                 "candidates": plan.candidates,
                 "converge_timeout_s": CONVERGE_TIMEOUT_S,
+                "joins": plan.joins,
                 "warmup_s": plan.warmup_s,
                 "duration_s": plan.duration_s,
             }
@@ -373,6 +380,7 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
         peers = Child("peers.py", layout.peers_config, tree, "load")
         probe: Child | None = None
         try:
+            progress(f"{tree.label}: the mesh forms", 0, 1)
             ready = next((e for e in peers.events() if e["event"] == "ready"), None)
             if ready is None:
                 raise BenchFailed(peers.failure(f"the peers of {tree.label} did not start"))
@@ -394,6 +402,9 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
                         converge_s = event["seconds"]
                     elif kind == "measuring":
                         progress(f"{tree.label}: measuring", event["done"], event["total"])
+                    elif kind == "joined":
+                        joined = sum(1 for e in measured.lines if e["event"] == "joined")
+                        progress(f"{tree.label}: restarts", joined, plan.joins)
                     elif kind == "result":
                         result = event
                 if result is None:
@@ -406,7 +417,9 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
             if probe is not None:
                 probe.stop()
             peers.stop()
-        return figures(result, peers.lines + probe.lines, converge_s)
+        return figures(result, peers.lines + probe.lines, converge_s) | joins(
+            ready.get("formed_s"), result.get("joins", [])
+        )
 
 
 # -- figures ------------------------------------------------------------------------------
@@ -562,6 +575,18 @@ def figures(
     }
 
 
+def joins(formed_s: float | None, restarts: list[dict[str, float]]) -> dict[str, Any]:
+    """How long the mesh (the peers) took to form before the site joined it, and the
+    measured site's restarts: p50 and p99 of the seconds until it trusted every site and
+    until it ranked every candidate."""
+    figures: dict[str, Any] = {"formed_s": formed_s, "restarts": restarts}
+    for what in ("trusted_s", "ranked_s"):
+        values = [restart[what] for restart in restarts]
+        figures[f"restart_{what}_p50"] = statistics.median(values) if values else None
+        figures[f"restart_{what}_p99"] = _percentile(values, 0.99) if values else None
+    return figures
+
+
 # -- targets ------------------------------------------------------------------------------
 
 TARGET_SIZE = (100, 100, 15.0)
@@ -609,7 +634,7 @@ def run_mesh(plan: MeshPlan, progress: Progress) -> dict[str, Any]:
                     baseline["reason"] = tree
                 else:
                     try:
-                        runs["baseline"] = run_design(tree, plan, progress)
+                        runs["baseline"] = run_design(tree, replace(plan, joins=0), progress)
                         baseline["ran"] = True
                     except BenchFailed as error:
                         baseline["reason"] = str(error)

@@ -485,3 +485,25 @@ fn a_node_whose_sync_brings_many_new_names_catches_up_at_once() {
     assert!(c.nodes[&behind].stats().catch_up_syncs > syncs_before);
     c.assert_driver_healthy();
 }
+
+#[test]
+fn a_node_restarted_at_its_address_is_introduced_to_again_and_takes_the_store_at_once() {
+    let (mut c, addrs) = five_node_cluster();
+    c.publish_providers(addrs[1], 50, b"catalogue");
+    c.run_until(Duration::from_secs(5), |c| {
+        addrs
+            .iter()
+            .all(|at| *at == addrs[1] || c.items_at(*at).len() == 50)
+    });
+    let restarted = addrs[4];
+    c.crashed.insert(restarted);
+    c.add(4, 101);
+    c.events.remove(&restarted);
+    c.join(restarted, addrs[0]);
+    // Its peers introduced themselves to the address before: they do again to its new
+    // life, so their first answers are heard, not refused until a HELLO comes.
+    let took = c.run_until(SYNC_ANSWER_WAIT, |c| c.items_at(restarted).len() == 50);
+    assert!(took < SYNC_ANSWER_WAIT / 2, "took {took:?}");
+    let stats = c.nodes[&restarted].stats().session;
+    assert_eq!(stats.dropped_unknown_sender, 0, "{stats:?}");
+}

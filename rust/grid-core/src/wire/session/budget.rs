@@ -77,6 +77,11 @@ impl Pacer {
     pub(super) fn clear(&mut self) {
         self.last.clear();
     }
+
+    /// Forgets what went to `addr`.
+    pub(super) fn forget(&mut self, addr: NodeAddr) {
+        self.last.remove(&addr);
+    }
 }
 
 /// Records `now` for `addr` in a bounded map, forgetting entries older than `expiry` when

@@ -547,6 +547,16 @@ impl Session {
     }
 
     fn record(&mut self, now: Duration, envelope: &Envelope<'_>) {
+        let addr = envelope.sender.node_addr();
+        if self
+            .senders
+            .latest_at(addr)
+            .is_some_and(|(id, _)| *id != envelope.sender)
+        {
+            // Another identity at an address we introduced ourselves to (a restart there):
+            // it has not heard our `HELLO`, so our next message there brings one.
+            self.introduced.forget(addr);
+        }
         let protocols =
             (envelope.kind == KIND_HELLO).then(|| hello_protocols(envelope.body, &self.interner));
         self.senders
