@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -32,13 +33,17 @@ import pytest
 import yaml
 from aiohttp import web
 
+from grid.demo import MeshSettings
+from grid.demo.builder import GATEWAY_NAME, GATEWAY_NAMESPACE, NETWORK_FILE, PROVIDERS_FILE
 from grid.models.resources import load_resources_from_dir
 from grid.render.consumer import consumer_config_yaml
 from grid.render.overlay import RenderedOverlay, render_overlay
 from grid.render.whatif import WhatIf, build_what_if, parse_metrics_report
 from grid.scoring.ranking import rank_candidates
 from grid.trust import CertificateAuthority
+from support.agents import TOKEN_SITES, AgentMesh, AgentMeshes
 from support.servers import tls_server_context
+from support.token_server import TokenServer
 
 pytestmark = pytest.mark.praxis
 
@@ -72,12 +77,18 @@ class EchoBackend:
         self.port = _free_port()
         self.received: list[dict[str, list[str]]] = []
         """Per request, each header's values by lowercase name, in arrival order."""
+        self.arrived: list[float] = []
+        """Per request, when it arrived (Unix time)."""
+        self.paths: list[str] = []
+        """Per request, its path."""
 
     async def _echo(self, request: web.Request) -> web.Response:
         headers: dict[str, list[str]] = {}
         for name, value in request.headers.items():
             headers.setdefault(name.lower(), []).append(value)
         self.received.append(headers)
+        self.arrived.append(time.time())
+        self.paths.append(request.path)
         body = await request.read()
         return web.json_response(
             {
@@ -257,8 +268,15 @@ class Deployment:
             metrics=parse_metrics_report({"providers": metrics}),
         )
 
-    def render(self, metrics: dict[str, Any], at: datetime) -> tuple[str, RenderedOverlay]:
+    def render(
+        self, metrics: dict[str, Any], at: datetime, *, openai_keys: tuple[str, ...] = ()
+    ) -> tuple[str, RenderedOverlay]:
+        """The configuration and the overlay for ``metrics`` at ``at``; ``openai_keys``: the
+        API provider's credential moved to the first of these keys of its Secret, the
+        configuration listing them all (as Grid moves a minted token's reference)."""
         what_if = self.what_if(metrics)
+        if openai_keys:
+            what_if = _moved_credential(what_if, "openai", openai_keys)
         ranking = rank_candidates(
             what_if.candidates, what_if.consumer, what_if.network.spec.scoring, at
         )
@@ -275,6 +293,31 @@ class Deployment:
             credential_filter=gateway.credential_filter_name,
         )
         return config, overlay
+
+    def put_token(self, key: str, token: str) -> None:
+        """Put ``token`` in the API provider's mounted Secret under ``key``, replacing the
+        file in one step as the kubelet's update of a Secret volume (or a token writer)
+        does; readable by the gateway's user."""
+        target = self.root / "credentials" / "openai-key" / key
+        staging = target.with_name(f".{key}.next")
+        staging.write_text(token + "\n")
+        if os.geteuid() == 0:
+            os.chown(staging, NOBODY, NOBODY)
+        staging.rename(target)
+
+    def write_config(self, config: str) -> None:
+        """Replace the configuration file the running gateway watches."""
+        target = self.root / "praxis.yaml"
+        staging = self.root / ".praxis.yaml.next"
+        staging.write_text(config)
+        if os.geteuid() == 0:
+            os.chown(staging, NOBODY, NOBODY)
+        staging.rename(target)
+
+    def authorization(self, model: str = "gpt-4o") -> tuple[int, str | None]:
+        """The status of a request for ``model`` and the Authorization the backend got."""
+        status, echoed = self.ask(model)
+        return status, echoed.get("authorization")
 
     def publish(self, text: str) -> None:
         """Replace the overlay file the way a ConfigMap volume update does: a new file
@@ -354,6 +397,22 @@ class Deployment:
         except OSError:
             return None
         return echoed.get("backend") if status == 200 else None
+
+
+def _moved_credential(what_if: WhatIf, provider: str, keys: tuple[str, ...]) -> WhatIf:
+    candidates = []
+    declared = []
+    for candidate in what_if.candidates:
+        ref = candidate.credential
+        if candidate.provider != provider or ref is None:
+            candidates.append(candidate)
+            continue
+        moved = dataclasses.replace(ref, key=keys[0])
+        candidates.append(dataclasses.replace(candidate, credential=moved))
+        declared = [dataclasses.replace(ref, key=key) for key in keys]
+    return dataclasses.replace(
+        what_if, candidates=tuple(candidates), declared_credentials=tuple(declared)
+    )
 
 
 @pytest.fixture
@@ -533,3 +592,333 @@ def test_client_credentials_stop_at_the_gateway(
             assert all("client-canary" not in value for value in values)
         assert "authorization" not in local and "authorization" not in egress
     assert TOKEN not in gateway.log.read_text()
+
+
+ROTATED = "sk-test-openai-rotated-9876543210"
+NEXT = "sk-test-openai-next-5555555555"
+
+
+def test_a_token_file_is_read_when_the_pipeline_is_built_and_never_again(
+    pod_dir: Path, praxis_binary: str
+) -> None:
+    """The gateway's credential filter reads each token file when its pipeline is built:
+    a token rotated on disk in place (Grid 0.2's way) is not sent, not even after an overlay
+    reload, until the configuration file changes and the pipeline is built again; an overlay
+    naming a key the pipeline does not hold fails the request closed (503), so Grid lists a
+    new key in the configuration before the overlay names it."""
+    gateway = Deployment(pod_dir, praxis_binary)
+    config, overlay = gateway.render({}, NOW)
+    gateway.publish(overlay.text)
+    with serving([gateway.east, gateway.central, gateway.openai]):
+        gateway.start(config)
+        try:
+            wait_for(lambda: gateway.backend("llama") is not None, 60, "the gateway serves")
+            assert gateway.authorization() == (200, f"Bearer {TOKEN}")
+
+            # Rotated in place, then an overlay reload the gateway has visibly taken.
+            gateway.put_token("token", ROTATED)
+            _, busy = gateway.render(
+                {"llama-east": {"queue_depth": 10_000}}, NOW + timedelta(seconds=1)
+            )
+            gateway.publish(busy.text)
+            wait_for(lambda: gateway.backend("llama") != "llama-east", 30, "the overlay reloaded")
+            for _ in range(10):
+                assert gateway.authorization() == (200, f"Bearer {TOKEN}")
+
+            # The same configuration written again: the pipeline is rebuilt, the file read.
+            gateway.write_config(config)
+            wait_for(
+                lambda: gateway.authorization() == (200, f"Bearer {ROTATED}"),
+                30,
+                "the rotated token sent after the pipeline was rebuilt",
+            )
+
+            # The overlay names a key the pipeline does not hold: failed closed.
+            gateway.put_token("token-next", NEXT)
+            moved_config, moved = gateway.render(
+                {}, NOW + timedelta(seconds=2), openai_keys=("token-next",)
+            )
+            gateway.publish(moved.text)
+            wait_for(lambda: gateway.authorization()[0] == 503, 30, "the unknown key refused")
+            # Listed in the configuration: built again, the new key's token is sent.
+            gateway.write_config(moved_config)
+            wait_for(
+                lambda: gateway.authorization() == (200, f"Bearer {NEXT}"),
+                30,
+                "the new key's token sent",
+            )
+            # Any file changing beside the configuration rebuilds the pipeline too (an
+            # overlay written in the same directory does).
+            gateway.put_token("token-next", ROTATED)
+            (pod_dir / "beside-the-configuration").write_text("x")
+            wait_for(
+                lambda: gateway.authorization() == (200, f"Bearer {ROTATED}"),
+                30,
+                "rebuilt for a file beside the configuration",
+            )
+        except BaseException:
+            print(gateway.log.read_text()[-8000:])
+            raise
+        finally:
+            gateway.stop()
+    log = gateway.log.read_text()
+    assert "config reload complete" in log
+    for token in (TOKEN, ROTATED, NEXT):
+        assert token not in log
+
+
+ROTATION_LIFE_S = 24
+"""Each token's life: refreshed 3.6 to 6 s before it lapses, more than the agent's 2 s
+from listing a new token to naming it."""
+ROTATIONS = 3
+REQUEST_SPACING_S = 0.01
+CLIENT_ID = "grid-site-a"
+
+
+class Kubelet:
+    """Copies the agent's outputs into the gateway pod's volumes as the kubelet syncs
+    mounted Secrets and ConfigMaps: each file replaced in one step, readable by the
+    gateway's user, files gone from the source removed; the Secret first, then the
+    configuration, then the overlay, every 50 ms. (The agent writes its token files for its
+    own user only; the gateway refuses to run as root.)"""
+
+    def __init__(self, volumes: list[tuple[Path, Path, tuple[str, ...] | None]]) -> None:
+        self.volumes = volumes
+        """(source directory, volume directory, the file names to copy or None for all)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Kubelet:
+        self.sync()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.sync()
+
+    def sync(self) -> None:
+        for source, volume, names in self.volumes:
+            wanted = {}
+            if source.is_dir():
+                for path in source.iterdir():
+                    hidden = path.name.startswith(".")
+                    if path.is_file() and not hidden and (names is None or path.name in names):
+                        wanted[path.name] = path.read_bytes()
+            for name, data in wanted.items():
+                target = volume / name
+                if target.exists() and target.read_bytes() == data:
+                    continue
+                staging = volume / f".{name}.sync"
+                staging.write_bytes(data)
+                if os.geteuid() == 0:
+                    os.chown(staging, NOBODY, NOBODY)
+                staging.rename(target)
+            for path in volume.iterdir():
+                if not path.name.startswith(".") and path.name not in wanted:
+                    path.unlink()
+
+
+def _agent_gateway(mesh: AgentMesh, pod: Path, backend: EchoBackend, token_url: str) -> int:
+    """site-a's gateway reads the configuration Grid renders from ``pod``'s volumes, and
+    its provider is ``backend``, with tokens minted at ``token_url``; the listener port."""
+    resources = mesh.sites["site-a"].resources
+    listener = _free_port()
+    network_file = resources / NETWORK_FILE
+    network = yaml.safe_load(network_file.read_text())
+    (gateway,) = network["spec"]["gatewayRefs"]
+    gateway.update(
+        configMapKey=OVERLAY_KEY,
+        routeFilterName="intelligent_route",
+        credentialFilterName="credential_inject",
+        consumerConfig={
+            "enabled": True,
+            "listenerPort": listener,
+            "adminAddress": f"127.0.0.1:{_free_port()}",
+            "overlayMountPath": str(pod / "overlay"),
+            "credentialMountBase": str(pod / "credentials"),
+            "tlsMountPath": str(pod / "tls"),
+            "reloadDebounceMs": 100,
+            "allowPrivateEndpoints": True,
+        },
+    )
+    network_file.write_text(yaml.safe_dump(network))
+    providers_file = resources / PROVIDERS_FILE
+    documents = list(yaml.safe_load_all(providers_file.read_text()))
+    for document in documents:
+        spec = document["spec"]
+        spec["endpoint"] = f"http://127.0.0.1:{backend.port}"
+        spec.pop("metricsConfig", None)
+        spec["auth"] = {
+            "strategy": "Oauth2",
+            "secretRef": {"name": "idp-client", "namespace": "grid", "key": "secret"},
+            "oauth2": {"grant": "ClientCredentials", "tokenUrl": token_url, "clientId": CLIENT_ID},
+        }
+    providers_file.write_text(yaml.safe_dump_all(documents))
+    for volume in ("config", "overlay", "tls", "credentials/grid-token-llama-a"):
+        (pod / volume).mkdir(parents=True)
+    if os.geteuid() == 0:
+        for path in [pod, *pod.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY)
+    return listener
+
+
+async def test_grid_rotates_minted_tokens_and_no_request_carries_a_lapsed_one(
+    pod_dir: Path, praxis_binary: str, agent_mesh: AgentMeshes, tmp_path: Path
+) -> None:
+    """A real ``grid agent`` mints an Oauth2 provider's tokens from a real token endpoint
+    (each lives 24 s) and renders the gateway's configuration and overlay; the gateway reads
+    them (and the token files) from its volumes; a client sends requests without pause
+    through three rotations. Every request reaches the provider with a token that is valid
+    when it arrives, none is refused, and each new token is in use shortly after it is
+    minted."""
+    client_secret = "cs-" + "rotation" * 4
+    secrets_dir = tmp_path / "secrets"
+    (secrets_dir / "grid" / "idp-client").mkdir(parents=True)
+    (secrets_dir / "grid" / "idp-client" / "secret").write_text(client_secret)
+    server = TokenServer(client_secrets={CLIENT_ID: client_secret}, expires_in=ROTATION_LIFE_S)
+    await server.start()
+    backend = EchoBackend("llama-a")
+    runner = await backend.start()
+    mesh = await agent_mesh(TOKEN_SITES, MeshSettings(secrets_dir=secrets_dir))
+    listener = _agent_gateway(mesh, pod_dir, backend, server.url)
+    state = mesh.sites["site-a"].state_dir
+    outputs = state / "overlays" / mesh.settings.network / GATEWAY_NAMESPACE / GATEWAY_NAME
+    tls_dir = mesh.options("site-a").tls_dir
+    assert tls_dir is not None
+    kubelet = Kubelet(
+        [
+            (tls_dir, pod_dir / "tls", None),
+            (
+                state / "credentials/grid/grid-token-llama-a",
+                pod_dir / "credentials/grid-token-llama-a",
+                None,
+            ),
+            (outputs, pod_dir / "config", ("praxis.yaml",)),
+            (outputs, pod_dir / "overlay", (OVERLAY_KEY,)),
+        ]
+    )
+    agent = mesh.spawn("site-a", log=tmp_path / "agent.log")
+    log = pod_dir / "gateway.log"
+    gateway: subprocess.Popen[bytes] | None = None
+    answers: list[tuple[float, int]] = []
+    try:
+        with kubelet:
+            overlay_file = pod_dir / "overlay" / OVERLAY_KEY
+            await agent.until(
+                "the configuration and an overlay naming a token",
+                lambda: (
+                    (pod_dir / "config/praxis.yaml").exists()
+                    and overlay_file.exists()
+                    and "grid-token-llama-a" in overlay_file.read_text()
+                ),
+            )
+            gateway = _start_gateway(praxis_binary, pod_dir / "config/praxis.yaml", log)
+            ask = _asker(listener)
+            await asyncio.to_thread(wait_for, lambda: ask()[0] == 200, 60, "the gateway serves")
+
+            def until_rotated() -> None:
+                deadline = time.monotonic() + ROTATION_LIFE_S * (ROTATIONS + 2)
+                while time.monotonic() < deadline:
+                    answers.append((time.time(), ask()[0]))
+                    time.sleep(REQUEST_SPACING_S)  # pacing, a hundred a second
+                    if len(server.issued) > ROTATIONS:
+                        newest = server.issued[ROTATIONS].token
+                        if f"Bearer {newest}" in _authorizations(backend)[-5:]:
+                            return
+                raise AssertionError(f"{ROTATIONS} rotations not seen in use")
+
+            await asyncio.to_thread(until_rotated)
+    except BaseException:
+        print(log.read_text()[-6000:] if log.exists() else "(no gateway log)")
+        print(agent.log_tail())
+        raise
+    finally:
+        if gateway is not None:
+            _stop(gateway)
+        await asyncio.to_thread(agent.stop)
+        await mesh.stop()
+        await runner.cleanup()
+        await server.stop()
+
+    issued = {record.token: record.at for record in server.issued}
+    lapsed = unknown = 0
+    first_use: dict[str, float] = {}
+    routed = 0
+    for headers, arrived, path in zip(
+        backend.received, backend.arrived, backend.paths, strict=True
+    ):
+        if path != "/v1/chat/completions":
+            continue  # the agent's health checks
+        routed += 1
+        (authorization,) = headers.get("authorization", ["(none)"])
+        token = authorization.removeprefix("Bearer ")
+        if token not in issued:
+            unknown += 1
+            continue
+        first_use.setdefault(token, arrived)
+        if arrived >= issued[token] + ROTATION_LIFE_S:
+            lapsed += 1
+    refused = sum(1 for _, status in answers if status != 200)
+    delays = [first_use[r.token] - r.at for r in server.issued[1 : ROTATIONS + 1]]
+    print(
+        f"{routed} requests through {ROTATIONS} rotations: {lapsed} with a lapsed token, "
+        f"{unknown} with no minted token, {refused} not answered 200; "
+        f"new token in use {', '.join(f'{d:.2f}' for d in delays)} s after it was minted"
+    )
+    assert routed >= len(answers) - refused  # and the requests that saw the gateway up
+    assert (lapsed, unknown, refused) == (0, 0, 0)
+    assert all(0 < delay < ROTATION_LIFE_S * 0.15 for delay in delays), delays
+    assert client_secret not in log.read_text()
+
+
+def _authorizations(backend: EchoBackend) -> list[str]:
+    return [value for headers in backend.received for value in headers.get("authorization", [])]
+
+
+def _asker(listener: int) -> Callable[[], tuple[int, str | None]]:
+    def ask() -> tuple[int, str | None]:
+        body = json.dumps({"model": "llama", "messages": [{"role": "user", "content": "hi"}]})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{listener}/v1/chat/completions",
+            data=body.encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=10) as reply:
+                return reply.status, json.loads(reply.read()).get("authorization")
+        except urllib.error.HTTPError as error:
+            return error.code, None
+        except OSError:
+            return 0, None
+
+    return ask
+
+
+def _start_gateway(binary: str, config_file: Path, log: Path) -> subprocess.Popen[bytes]:
+    user: dict[str, int] = {}
+    if os.geteuid() == 0:
+        user = {"user": NOBODY, "group": NOBODY}
+    checked = subprocess.run(
+        [binary, "-t", "-c", str(config_file)], check=False, capture_output=True, timeout=60, **user
+    )
+    assert checked.returncode == 0, checked.stderr.decode()[-4000:]
+    with log.open("wb") as output:
+        return subprocess.Popen(
+            [binary, "-c", str(config_file)], stdout=output, stderr=subprocess.STDOUT, **user
+        )
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
