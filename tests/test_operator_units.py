@@ -35,6 +35,7 @@ from grid.models.phases import CredentialState
 from grid.models.resources import load_resource
 from grid.models.schema import validate_custom_resource
 from grid.models.site import AUTO_DISCOVER_LABEL
+from grid.oauth.rotation import OPERATOR_SETTLE, Settle
 from grid.operator.cache import ResourceCache
 from grid.operator.configmaps import (
     DIGEST_ANNOTATION,
@@ -567,6 +568,12 @@ def test_settings_come_from_the_deployment_s_environment() -> None:
     assert v6.swim_advertise(7946) == "[fd00::5]:7946" and v6.swim_bind(7946) == "[::]:7946"
     alone = OperatorOptions.from_environment({})
     assert alone.swim_bind(7946) == "127.0.0.1:7946" and alone.namespace == "grid-system"
+    assert alone.token_settle == OPERATOR_SETTLE
+    slow = OperatorOptions.from_environment({"GRID_TOKEN_SETTLE_SECONDS": "300"})
+    assert slow.token_settle == Settle(timedelta(minutes=5), timedelta(minutes=5))
+    for unusable in ("0", "1.5", "3601", "soon"):
+        with pytest.raises(OperatorConfigError, match="GRID_TOKEN_SETTLE_SECONDS must be"):
+            OperatorOptions.from_environment({"GRID_TOKEN_SETTLE_SECONDS": unusable})
     with pytest.raises(OperatorConfigError, match="GRID_SWIM_PORT must be a port number"):
         OperatorOptions.from_environment({"GRID_SWIM_PORT": "lots"})
     with pytest.raises(OperatorConfigError, match="no port"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 
 from grid.errors import OperatorConfigError
 from grid.models.fields import join_host_port
@@ -19,6 +20,7 @@ DEFAULT_HEALTH_PORT = 8080
 WILDCARD_V4 = "0.0.0.0"  # noqa: S104
 WILDCARD_V6 = "::"
 LOOPBACK = "127.0.0.1"
+MAX_TOKEN_SETTLE_S = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,8 @@ class OperatorOptions:
     token_settle: Settle = OPERATOR_SETTLE
     """How long a minted token's new Secret key is given to reach the gateway's volume
     before the gateway configuration lists it, and that configuration to reach the gateway
-    before the overlay names the key (:mod:`grid.oauth.rotation`)."""
+    before the overlay names the key (:mod:`grid.oauth.rotation`;
+    ``GRID_TOKEN_SETTLE_SECONDS`` sets both)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -100,8 +103,9 @@ class OperatorOptions:
     ) -> OperatorOptions:
         """Settings from the Deployment's environment (``GRID_SWIM_ADVERTISE_ADDRESS``,
         ``GRID_SWIM_PORT``, ``GRID_METRICS_PORT``, ``GRID_HEALTH_PORT``,
-        ``POD_NAMESPACE``, ``POD_NAME``, optionally ``GRID_SITE_NAME``); ``namespace`` and
-        ``site`` (from the command line) win over the environment."""
+        ``POD_NAMESPACE``, ``POD_NAME``, optionally ``GRID_SITE_NAME`` and
+        ``GRID_TOKEN_SETTLE_SECONDS``); ``namespace`` and ``site`` (from the command line)
+        win over the environment."""
         advertise = environ.get("GRID_SWIM_ADVERTISE_ADDRESS") or None
         if advertise is not None:
             advertise = _host(advertise, "GRID_SWIM_ADVERTISE_ADDRESS")
@@ -121,7 +125,21 @@ class OperatorOptions:
             health_address=join_host_port(
                 wildcard, _port(environ, "GRID_HEALTH_PORT", DEFAULT_HEALTH_PORT)
             ),
+            token_settle=_settle(environ, "GRID_TOKEN_SETTLE_SECONDS"),
         )
+
+
+def _settle(environ: Mapping[str, str], name: str) -> Settle:
+    """Each of a token rotation's two waits, in whole seconds (1 to 3600)."""
+    text = environ.get(name)
+    if not text:
+        return OPERATOR_SETTLE
+    if not text.isdigit() or not 1 <= int(text) <= MAX_TOKEN_SETTLE_S:
+        raise OperatorConfigError(
+            f"{name} must be a whole number of seconds from 1 to {MAX_TOKEN_SETTLE_S}"
+        )
+    step = timedelta(seconds=int(text))
+    return Settle(step, step)
 
 
 def _port(environ: Mapping[str, str], name: str, default: int) -> int:
