@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 
 from grid.engine import SpendCheckpoint
+from grid.engine.spend_checkpoint import own_checkpoint
 from grid.fsutil import PRIVATE_FILE_MODE, write_atomically
 
 _log = logging.getLogger("grid.agent")
@@ -38,9 +39,7 @@ class SpendStore:
             _log.error("cannot read %s: %s", self.path, error.strerror or type(error).__name__)
             return None
         try:
-            checkpoint = SpendCheckpoint.from_json(data)
-            if checkpoint.site != self._site:
-                raise ValueError(f"it is site {checkpoint.site!r}'s, not {self._site!r}'s")
+            checkpoint = own_checkpoint(data, self._site)
         except ValueError as problem:
             _log.error("%s not used (spend counts from the first scrape): %s", self.path, problem)
             with contextlib.suppress(OSError):

@@ -95,6 +95,15 @@ class SpendCheckpoint:
         )
 
 
+def own_checkpoint(data: bytes, site: str) -> SpendCheckpoint:
+    """The checkpoint ``data`` holds, if it is ``site``'s: :class:`ValueError` (saying what
+    is wrong, quoting nothing) for one that cannot be read or is another site's."""
+    checkpoint = SpendCheckpoint.from_json(data)
+    if checkpoint.site != site:
+        raise ValueError(f"it is site {checkpoint.site!r}'s, not {site!r}'s")
+    return checkpoint
+
+
 _Count = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
 _Value = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 _Fraction = Annotated[float, Field(ge=0, lt=1)]

@@ -27,6 +27,7 @@ from grid.operator.metrics import OperatorMetrics
 from grid.operator.options import OperatorOptions
 from grid.operator.ports import SwimPorts, udp_bindable
 from grid.operator.runtime import NetworkRuntime, PostEvent, Shared, utc_now
+from grid.operator.spend_checkpoints import checkpoint_name
 from grid.operator.status import dump_status, orphan_status
 from grid.operator.validation import known_spec
 from grid.operator.writes import StatusWriter, delete_managed_configmap
@@ -239,6 +240,7 @@ class Operator:
         if runtime is not None:
             await runtime.stop(leave=True)
             targets |= runtime.written_targets
+        targets.add((self.options.namespace, checkpoint_name(name)))
         for namespace in sorted({namespace for namespace, _ in targets}):
             with contextlib.suppress(KubernetesApiError):
                 for found in await self.kube.list_configmaps(namespace, selector(name)):

@@ -25,7 +25,7 @@ from typing import Any
 
 import aiohttp
 
-from grid.engine import SiteEngine
+from grid.engine import SiteEngine, SpendCheckpoint
 from grid.engine.events import ResourceEvent
 from grid.errors import (
     CertificateRejected,
@@ -50,6 +50,7 @@ from grid.operator.ports import Assignment, SwimPorts, claims_of
 from grid.operator.secrets import TrustMaterial, load_trust_material
 from grid.operator.sites import auto_discovers, discovered_site_manifest, resolve_local_site
 from grid.operator.spec_events import SPEC_REJECTED, SpecEvents
+from grid.operator.spend_checkpoints import CheckpointUnusable, SpendCheckpoints
 from grid.operator.status import (
     SPEC_VALID,
     GatewayOutcome,
@@ -77,6 +78,7 @@ PostEvent = Callable[[Mapping[str, Any], EventType, str, str], None]
 
 _GRID_ID = re.compile(DNS_LABEL_PATTERN)
 _WRITE_RETRY_TICKS = 5
+SPEND_CHECKPOINT_IGNORED = "SpendCheckpointIgnored"
 
 
 def utc_now() -> datetime:
@@ -116,6 +118,9 @@ class NetworkRuntime:
             on_conflict=self._name_conflict,
             on_version_refused=self._version_refused,
         )
+        self._spend = SpendCheckpoints(shared.kube, options.namespace, name)
+        self._owner: Mapping[str, Any] | None = None
+        """The GridNetwork as last read, which the spend checkpoint's ConfigMap names."""
         self._observers = Observers(
             session=shared.session,
             prober=SiteProber.from_pem(),
@@ -124,6 +129,7 @@ class NetworkRuntime:
             logger=_log,
             prefix=f"network {name}",
             egress_reader=partial(read_egress_source, shared.kube),
+            keep_spend=self._spend.keep,
         )
         self._credentials = CredentialChecks(
             shared.kube, metrics, self._notices, options.secret_refresh_s
@@ -165,6 +171,7 @@ class NetworkRuntime:
         """When (monotonic) the engine has a change to render, if it has one."""
         self._main: asyncio.Task[None] | None = None
         self._stopped = False
+        self._stopping: asyncio.Future[None] | None = None
         self.passes = 0
         """Reconcile passes run so far."""
 
@@ -220,9 +227,13 @@ class NetworkRuntime:
 
     async def stop(self, *, leave: bool = True) -> None:
         """Stop every loop; ``leave`` tells peers this site is going, otherwise it vanishes
-        as a crash would. Idempotent."""
-        if self._stopped:
-            return
+        as a crash would; leaving, the spend checkpoint is written. Idempotent: a second
+        call waits for the first."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop(leave))
+        await self._stopping
+
+    async def _stop(self, leave: bool) -> None:
         self._stopped = True
         for task in (self._main, self._minting):
             if task is not None:
@@ -230,6 +241,8 @@ class NetworkRuntime:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self._observers.stop()
+        if leave:
+            await self._write_spend(time.monotonic(), now=True)
         await self.mesh.stop(leave=leave)
         self._shared.ports.release(self.name)
         _log.info("network %s stopped (%s)", self.name, "left the mesh" if leave else "crashed")
@@ -288,6 +301,7 @@ class NetworkRuntime:
             return
         if self._network_status is None:
             self._network_status = _recorded_status(entry)
+        self._owner = entry.body
         await self._refresh_material(network, entry, now, moment)
         engine = await self._engine_for(network, entry, revision)
         if engine is None:
@@ -324,6 +338,7 @@ class NetworkRuntime:
         await self._configmaps.sync(engine, network, entry.body)
         self._post_events(result.events)
         await self._write_statuses(engine, network, entry, now, moment)
+        await self._write_spend(moment)
         await self._discover_sites(engine, network)
 
     async def _engine_for(
@@ -346,6 +361,12 @@ class NetworkRuntime:
             self.engine = None
         if self.engine is None:
             assert local.name is not None
+            try:
+                checkpoint = await self._spend_checkpoint(local.name, entry)
+            except KubernetesApiError as error:
+                # Going on without it would count from scratch and write over it.
+                self._notices.say("spend checkpoint", f"{error}; not started yet", logging.WARNING)
+                return None
             self.engine = SiteEngine(
                 network,
                 local.name,
@@ -354,12 +375,37 @@ class NetworkRuntime:
                 grid_id=_grid_id(network, entry),
                 probe_interval_s=self._shared.options.probe_interval_s,
             )
+            if checkpoint is not None:
+                self.engine.restore_spend(checkpoint)
             self._notices.say("site", f"this cluster is site {local.name} ({local.how})")
         elif revision != self._applied_revision:
             # Only on a change: the engine re-ranks everything after new resources.
             self.engine.set_resources(network, sites, providers)
         self._applied_revision = revision
         return self.engine
+
+    async def _spend_checkpoint(self, site: str, entry: Entry) -> SpendCheckpoint | None:
+        """This site's spend checkpoint, if usable; one that is not is reported (a Warning
+        Event and a log line) and ignored."""
+        try:
+            checkpoint = await self._spend.load(site)
+        except CheckpointUnusable as problem:
+            message = f"{problem}; spend counts from the first scrape"
+            _log.warning("network %s: %s", self.name, message)
+            self._post(entry, Event(EventType.WARNING, SPEND_CHECKPOINT_IGNORED, message))
+            return None
+        if checkpoint is not None:
+            self._notices.say("spend checkpoint", f"spend counts on from {self._spend.where}")
+        return checkpoint
+
+    async def _write_spend(self, moment: float, *, now: bool = False) -> None:
+        """Store the spend checkpoint when due (see grid.operator.spend_checkpoints)."""
+        if self._owner is None:
+            return
+        try:
+            await self._spend.write(self._owner, moment, now=now)
+        except KubernetesApiError as error:
+            self._notices.say("spend checkpoint write", str(error), logging.WARNING)
 
     def _config_error(self, entry: Entry) -> str | None:
         problems = []
