@@ -13,13 +13,8 @@ from typing import Any
 
 import pytest
 
-from grid.meshbench.run import (
-    MeshPlan,
-    delivery_latencies,
-    probe_latencies,
-    verdicts,
-    versions_skipped,
-)
+from grid.meshbench.figures import delivery_latencies, probe_latencies, versions_skipped
+from grid.meshbench.run import MeshPlan, verdicts
 
 GRID = [sys.executable, "-m", "grid.cli"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
