@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,9 @@ from grid.render.budgets import verify_budget_document
 
 ESCROW, BOUNDED = "escrow", "bounded"
 CAP = 2400
-WINDOW_S = 60
+WINDOW_S = 90
+"""Long enough that the sites settle on the exact sums after the heal (:data:`STOP_S`) well
+before the window ends, on a loaded machine too."""
 RATE = 80
 """Tokens a second a loaded site's gateway is asked for, per tenant."""
 GATE_TICK_S = 0.1
@@ -74,6 +77,8 @@ class Gate:
     """When (seconds into the window) it refused some of the escrow tenant's load."""
     tenants: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The tenants of the last whole budget document read."""
+    by_window: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    """The last figures read of each tenant, by the start of their window."""
     revision: str | None = None
 
     @property
@@ -98,6 +103,9 @@ class Gate:
             self.revision = verdict.revision
             tenants = json.loads(data)["budgets"]["tenants"]
             self.tenants = {t["tenant"]: t for t in tenants}
+            for tenant in tenants:
+                window = self.by_window.setdefault(tenant["window_start"], {})
+                window[tenant["tenant"]] = tenant
 
     def grant(self, tenant: str, asked: int) -> int:
         """What the gateway grants of ``asked`` tokens: escrow, up to this site's allowance
@@ -216,7 +224,7 @@ def play(mesh: ChaosMesh, log: Callable[[str], None] = print) -> EscrowOutcome:
         time.sleep(GATE_TICK_S)
     mesh.lab.heal()
     granted = {t: sum(g.granted[t] for g in gates.values()) for t in (ESCROW, BOUNDED)}
-    statuses = settle(gates, granted)
+    statuses = settle(gates, granted, played_window(gates, start))
     return EscrowOutcome(
         granted,
         peak,
@@ -226,15 +234,28 @@ def play(mesh: ChaosMesh, log: Callable[[str], None] = print) -> EscrowOutcome:
     )
 
 
-def settle(gates: dict[str, Gate], granted: dict[str, int]) -> dict[str, dict[str, int]]:
-    """Each site's documented ``used`` once every site shows the exact sum granted (or
-    after 60 s, as they stand)."""
+def played_window(gates: dict[str, Gate], start: float) -> str:
+    """The ``window_start`` the documents give the window played from ``start``."""
+    for gate in gates.values():
+        for window in gate.by_window:
+            if abs(datetime.fromisoformat(window).timestamp() - start) < 1.0:
+                return window
+    raise AssertionError(f"no budget document names the window from {start:.0f}")
+
+
+def settle(
+    gates: dict[str, Gate], granted: dict[str, int], window: str
+) -> dict[str, dict[str, int]]:
+    """Each site's documented ``used`` in ``window`` once every site shows the exact sum
+    granted (or after 60 s, as they stand: the figures last read in that window, should it
+    have ended meanwhile)."""
 
     def used() -> dict[str, dict[str, int]]:
         for gate in gates.values():
             gate.read()
         return {
-            n: {t: g.tenants.get(t, {}).get("used", -1) for t in granted} for n, g in gates.items()
+            n: {t: g.by_window.get(window, {}).get(t, {}).get("used", -1) for t in granted}
+            for n, g in gates.items()
         }
 
     def exact() -> bool:
