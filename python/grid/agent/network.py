@@ -75,9 +75,6 @@ class Shared:
 
 
 _MAX_EVENTS = 200
-_PROBE_CHECK_S = 0.25
-"""How often the agent looks for sites due a probe of their egress: a site it just learned
-of (a join, its own restart) is probed, and can be trusted, within this."""
 
 
 class NetworkRuntime:
@@ -454,7 +451,7 @@ class NetworkRuntime:
                 self.engine.observe_credentials(provider, state)
 
     async def _probe_loop(self) -> None:
-        period = min(_PROBE_CHECK_S, self._shared.probe_interval_s / 2)
+        period = min(1.0, self._shared.probe_interval_s / 2)
         while True:
             self.observers.probe_due_sites(self.engine, utc_now())
             await asyncio.sleep(period)
