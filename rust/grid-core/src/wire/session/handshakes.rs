@@ -20,10 +20,8 @@ use super::{Session, Transmit};
 impl Session {
     /// Whether this node and `id` (by its latest `HELLO`) both speak the session form.
     fn speaks_sessions(&self, id: &NodeId) -> bool {
-        self.senders
-            .get(id)
-            .and_then(|sender| self.protocols.common(sender.protocols?))
-            .is_some_and(|spoken| spoken >= SESSIONS_SINCE)
+        self.peer_protocols(id)
+            .is_some_and(|(_, spoken)| spoken >= SESSIONS_SINCE)
     }
 
     /// The verified identity heard most recently from `to`, if it speaks the session form.

@@ -518,10 +518,8 @@ impl Session {
         let limit = if self.pairs.speaks_in_session(now, sender) {
             Limit::InSession
         } else if self
-            .senders
-            .get(sender)
-            .and_then(|known| self.protocols.common(known.protocols?))
-            .is_some_and(|spoken| spoken < crate::wire::versions::SESSIONS_SINCE)
+            .peer_protocols(sender)
+            .is_some_and(|(_, spoken)| spoken < crate::wire::versions::SESSIONS_SINCE)
         {
             Limit::None
         } else {
