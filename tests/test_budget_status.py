@@ -12,15 +12,21 @@ import pytest
 from pydantic import ValidationError
 
 from grid.engine import SiteEngine
-from grid.engine.budgets import budget_condition, budget_events, budget_state
+from grid.engine.budgets import (
+    HEARD_WITHIN_S,
+    budget_condition,
+    budget_events,
+    budget_state,
+    unheard_sites,
+)
 from grid.engine.windows import budget_window
 from grid.models.budgets import BudgetState, TenantBudget, TenantBudgetStatus, UnheardSite
 from grid.models.network import GridNetworkStatus
 from grid.models.phases import EventType
 from grid.operator.status import NetworkReport, network_status
 from grid.runtime.metrics import FAMILIES, Exposition, add_budgets
-from test_engine import SITES, T0, connect, engine, network
-from test_engine_spend import budget, scrape, source, spending
+from test_engine import SITES, T0, connect, engine, exchange, network
+from test_engine_spend import at, budget, scrape, source, spending
 
 NETWORK = ("GridNetwork", "mesh")
 
@@ -124,26 +130,77 @@ def test_a_network_without_budgets_has_no_budget_condition() -> None:
     assert "BudgetsWithinLimits" not in {c.type for c in status_of(a, 1).conditions}
 
 
-def test_the_spend_is_a_lower_bound_while_a_site_is_not_heard_from() -> None:
+def unheard_of(e: SiteEngine, seconds: float) -> tuple[list[UnheardSite], bool | None]:
+    status = status_of(e, seconds)
+    return status.unheard_sites, status.budgets[0].complete
+
+
+def test_the_spend_is_complete_only_once_every_member_is_heard_in_the_window() -> None:
     net = spending(sources=[source("site-a"), source("site-b", name="other")])
     a, b = engine("site-a", [], net=net), engine("site-b", [], net=net)
     connect([a, b], T0)
-    # site-c is a GridSite of the mesh that was never heard from.
-    first = status_of(a, 1)
-    assert first.unheard_sites == [UnheardSite(site="site-c", since=None)]
-    assert first.budgets[0].complete is False
-    a.member_up("site-c", "site-c:7946", 1, T0 + timedelta(seconds=2))
-    complete = status_of(a, 2)
-    assert (complete.unheard_sites, complete.budgets[0].complete) == ([], True)
-    # site-b goes down: its spend since is not known here.
-    down_at = T0 + timedelta(seconds=3)
-    a.member_down("site-b", "site-b:7946", 1, down_at)
-    partial = status_of(a, 4)
-    assert partial.unheard_sites == [UnheardSite(site="site-b", since=down_at)]
-    assert partial.budgets[0].complete is False
+    # Alive in SWIM is not hearing: nothing of site-b's spend state arrived yet; site-c,
+    # a GridSite of the mesh, was never heard from at all.
+    assert unheard_of(a, 1) == (
+        [UnheardSite(site="site-b", since=None), UnheardSite(site="site-c", since=None)],
+        False,
+    )
+    exchange([a, b], at(2))  # site-b's slot of the window arrives (a heartbeat of 0)
+    assert unheard_of(a, 3) == ([UnheardSite(site="site-c", since=None)], False)
+    c = engine("site-c", [], net=net)
+    connect([a, b, c], at(4))
+    exchange([a, b, c], at(4))
+    assert unheard_of(a, 5) == ([], True)
+
+
+def test_a_silent_member_makes_the_spend_a_lower_bound_since_it_was_last_heard() -> None:
+    net = spending(sources=[source("site-a"), source("site-b", name="other")])
+    a, b, c = (engine(name, [], net=net) for name in ("site-a", "site-b", "site-c"))
+    connect([a, b, c], T0)
+    exchange([a, b, c], T0)
+    assert unheard_of(a, 1) == ([], True)
+    # site-c stays alive in SWIM (its probes answer) but none of its items arrive any more;
+    # site-b's heartbeats go on arriving every HEARTBEAT_S.
+    for seconds in range(60, int(HEARD_WITHIN_S) + 1, 60):
+        exchange([a, b], at(seconds))
+    assert unheard_of(a, HEARD_WITHIN_S) == ([], True)  # its last heartbeat is just in time
+    assert unheard_of(a, HEARD_WITHIN_S + 1) == ([UnheardSite(site="site-c", since=T0)], False)
+    # It speaks again: its next heartbeat brings the figure back to complete.
+    exchange([a, b, c], at(HEARD_WITHIN_S + 2))
+    assert unheard_of(a, HEARD_WITHIN_S + 3) == ([], True)
+
+
+def test_a_member_heard_only_in_the_previous_window_is_unheard_since_the_new_one_began() -> None:
+    net = spending(sources=[source("site-a"), source("site-b", name="other")])
+    a, b = (engine(name, [], net=net, sites=SITES[:2]) for name in ("site-a", "site-b"))
+    connect([a, b], T0)
+    exchange([a, b], T0)
+    window = budget_window(tenant_budget(), T0)
+    turn = (window.end - T0).total_seconds()
+    assert unheard_of(a, turn + 1) == ([UnheardSite(site="site-b", since=window.end)], False)
+    exchange([a, b], at(turn + 2))  # each site publishes its slot of the new window at once
+    assert unheard_of(a, turn + 3) == ([], True)
+
+
+def test_members_down_or_gone_and_peers_of_the_previous_release() -> None:
+    net = spending(sources=[source("site-a"), source("site-b", name="other")])
+    a, b, c = (engine(name, [], net=net) for name in ("site-a", "site-b", "site-c"))
+    connect([a, b, c], T0)
+    exchange([a, b, c], T0)
+    # Heard a second ago, but SWIM sees it down here: it may be spending out of reach.
+    a.member_down("site-b", "site-b:7946", 1, at(2))
+    assert unheard_of(a, 3) == ([UnheardSite(site="site-b", since=T0)], False)
     # A site that left on purpose spends no more: the figure is complete again.
-    a.member_left("site-b", "site-b:7946", 1, T0 + timedelta(seconds=5))
-    assert status_of(a, 5).budgets[0].complete is True
+    a.member_left("site-b", "site-b:7946", 1, at(4))
+    assert unheard_of(a, 5) == ([], True)
+    # A peer of the release before sends no heartbeat: alive in SWIM is what hears it.
+    windows = {"acme": budget_window(tenant_budget(), at(500))}
+    members = a.members
+    old = unheard_sites("site-a", ["site-c"], members, a.state, windows, at(500).timestamp())
+    assert old == {"acme": [UnheardSite(site="site-c", since=T0)]}
+    assert unheard_sites(
+        "site-a", ["site-c"], members, a.state, windows, at(500).timestamp(), ["site-c"]
+    ) == {"acme": []}
 
 
 def test_the_condition_says_when_its_figures_are_lower_bounds() -> None:

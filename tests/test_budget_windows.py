@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from grid.crdt import MAX_COUNTERS, BudgetHorizon, GridState
 from grid.crdt.budget import window_end
+from grid.crdt.snapshot import spend_key
 from grid.engine.engine import ItemOutcome
 from grid.engine.windows import (
     CLOSE_AFTER_S,
@@ -261,7 +262,9 @@ def test_a_window_closed_everywhere_is_forgotten_and_stays_forgotten() -> None:
         assert ("acme", old) in e.state.budget_counters(), site
         closed = e.refresh(BOUNDARY + timedelta(seconds=CLOSE_AFTER_S))
         assert ("acme", old) not in e.state.budget_counters(), site
-        assert not [i for i in e.state.all_items() if i.key.startswith("budget/")], site
+        old_key = spend_key("acme", old, e.state.spend_epoch or 0)
+        assert not [i for i in e.state.all_items() if i.key == old_key], site
+        assert [i for i in e.state.all_items() if i.key.startswith("budget/")], site  # new one
         assert sorted(peer for peer, _ in closed.forgotten) == sorted(set(CLOCKS) - {site})
     # A late copy (a relay, a restarted site, a peer that never forgets) brings nothing back.
     c = mesh.engines["site-c"]

@@ -475,7 +475,7 @@ def test_budget_windows_are_aligned_for_every_site() -> None:
     assert start == NOW and label == f"w3600-{int(NOW.timestamp())}"
     state = GridState("site-a")
     state.add_spend("acme", label, 150, NOW.timestamp())
-    (status,) = budget_statuses([budget], state, NOW + timedelta(minutes=30), complete=True)
+    (status,) = budget_statuses([budget], state, NOW + timedelta(minutes=30), unheard={})
     assert (status.used, status.cap, status.exhausted) == (150, 100, True)
 
 

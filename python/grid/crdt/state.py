@@ -159,6 +159,12 @@ class GridState:
         """The (tenant, window) of each of this site's spend and escrow items."""
         self._peer_spend: dict[tuple[str, str], set[tuple[str, str]]] = {}
         """The (origin, key) of peers' spend and escrow items, by (tenant, window)."""
+        self._spend_heard: dict[tuple[str, str], dict[str, tuple[int, float]]] = {}
+        """Per (tenant, window), per peer: the highest version of its spend items received
+        and when it arrived (this site's clock). A newer version, spend or heartbeat, is
+        news from the peer; an old one relayed late is not."""
+        self._spend_published_at: dict[tuple[str, str], float] = {}
+        """When this site last published its slot of each (tenant, window)."""
         self._horizon: BudgetHorizon | None = None
         """Which budget windows are closed: their items are no longer merged."""
         self._pages = PageBook(self._site)
@@ -377,11 +383,31 @@ class GridState:
             if held:
                 self._publish_spend(tenant, window, held, now)
 
+    def heartbeat_spend(self, tenant: str, window: str, now: float, every: float) -> bool:
+        """Publish this life's slot of ``tenant``'s ``window`` again, 0 included, unless it
+        was published less than ``every`` seconds ago: peers then know they hold all this
+        site counted there as of now (grid.engine.budgets). Whether it was published."""
+        at = self._spend_published_at.get((tenant, window))
+        if at is not None and now - at < every:
+            return False
+        epoch = self.take_spend_epoch(now)
+        self._publish_spend(
+            tenant, window, self._ledger.slot(tenant, window, self._site, epoch), now
+        )
+        return True
+
+    def spend_heard_at(self, tenant: str, window: str, site: str) -> float | None:
+        """When (this site's clock) the newest spend item of ``site`` for ``tenant``'s
+        ``window`` arrived, of any of its lives; None if none did."""
+        heard = self._spend_heard.get((tenant, window), {}).get(site)
+        return None if heard is None else heard[1]
+
     def _publish_spend(self, tenant: str, window: str, value: int, now: float) -> None:
         assert self._epoch is not None
         slot = SpendSlot(tenant, window, self._epoch, value, self._clock.tick(now))
         item = encode_spend(self._site, slot)
         self._spend_windows[(item.lane, item.key)] = (tenant, window)
+        self._spend_published_at[(tenant, window)] = now
         self._publish(item)
 
     # -- escrowed budgets (grid.crdt.escrow) ----------------------------------------------
@@ -514,6 +540,9 @@ class GridState:
                 return False
             counter = (fragment.tenant, fragment.window)
             self._peer_spend.setdefault(counter, set()).add((origin, key))
+            heard = self._spend_heard.setdefault(counter, {})
+            if version > heard.get(origin, (0, 0.0))[0]:
+                heard[origin] = (version, now)
         changed = self._merge(records, origin, fragment, now)
         records.last_received_at = now
         self._sites[origin] = records
@@ -853,6 +882,8 @@ class GridState:
             self._drop_own_item(key)
         for counter in [counter for counter in self._peer_spend if counter[1] == window]:
             del self._peer_spend[counter]
+        for counter in [counter for counter in self._spend_heard if counter[1] == window]:
+            del self._spend_heard[counter]
         return self._ledger.forget_window(window)
 
     def close_budget_windows(
@@ -869,11 +900,13 @@ class GridState:
             self._drop_own_item(own)
         by_site: dict[str, list[tuple[str, str]]] = {}
         for counter in closed:
+            self._spend_heard.pop(counter, None)
             for site, key in sorted(self._peer_spend.pop(counter, ())):
                 by_site.setdefault(site, []).append((STATE_LANE, key))
         return tuple((site, tuple(keys)) for site, keys in sorted(by_site.items()))
 
     def _drop_own_item(self, key: tuple[str, str]) -> None:
+        self._spend_published_at.pop(self._spend_windows[key], None)
         del self._spend_windows[key]
         del self._own_items[key]
         self._dirty.discard(key)

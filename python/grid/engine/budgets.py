@@ -6,13 +6,13 @@ function takes ``now``."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from grid.crdt.state import GridState
 from grid.engine.escrow import EscrowFigures
 from grid.engine.members import MemberInfo
-from grid.engine.windows import budget_window
+from grid.engine.windows import BudgetWindow, budget_window
 from grid.models.budgets import (
     BudgetEnforcement,
     BudgetState,
@@ -30,21 +30,71 @@ MAX_TENANTS_NAMED = 20
 _RANK = {BudgetState.OK: 0, BudgetState.WARN: 1, BudgetState.EXHAUSTED: 2}
 
 
-def unheard_sites(
-    site: str, known: Iterable[str], members: Mapping[str, MemberInfo], state: GridState
-) -> list[UnheardSite]:
-    """The sites of the mesh, besides ``site``, that may have counted spend this site does
-    not hold: every site ``known`` (the GridSites) or met in SWIM that is not alive here
-    now (a site that left on purpose counts no more). ``since`` is when SWIM last saw it
-    go, else when its last item arrived, else never."""
-    found = []
+HEARTBEAT_S = 60.0
+"""How often a site publishes its slot of each budget's current window even when it counted
+nothing since (grid.crdt.state.GridState.heartbeat_spend): what tells its peers they hold
+all it spent there, as of then."""
+HEARD_WITHIN_S = 3 * HEARTBEAT_S
+"""A peer whose spend state for a window arrived no later than this ago is heard: two of its
+heartbeats may be lost or late before its figure stops counting as known."""
+
+
+def unheard_sites(  # noqa: PLR0917 - the site, who to hear, what was heard, and when
+    site: str,
+    known: Iterable[str],
+    members: Mapping[str, MemberInfo],
+    state: GridState,
+    windows: Mapping[str, BudgetWindow],
+    now: float,
+    old_peers: Collection[str] = (),
+) -> dict[str, list[UnheardSite]]:
+    """Per tenant (``windows``: each budget's current window), the sites of the mesh besides
+    ``site`` whose spend in that window this site may not hold. Every site ``known`` (the
+    GridSites) or met in SWIM is a member, but one that left on purpose (it spends no more).
+    A member is heard when a spend item of it for the window (a rise or a heartbeat) arrived
+    within :data:`HEARD_WITHIN_S` and SWIM does not see it down here; a peer of the release
+    before escrow (``old_peers``) sends no heartbeat, so being alive in SWIM is what hears it.
+    ``since`` is when its spend state for the window last arrived; else the window's start
+    for a site heard from before, and never (None) for one never heard from at all."""
+    found: dict[str, list[UnheardSite]] = {tenant: [] for tenant in windows}
     for name in sorted({*known, *members} - {site}):
         member = members.get(name)
-        if member is not None and member.state in (MemberState.ALIVE, MemberState.LEFT):
+        if member is not None and member.state is MemberState.LEFT:
             continue
-        since = member.since if member is not None else _received(state.last_received_at(name))
-        found.append(UnheardSite(site=name, since=since))
+        down = member is not None and member.state is not MemberState.ALIVE
+        for tenant, window in windows.items():
+            if name in old_peers:
+                if not down and member is not None:
+                    continue
+                found[tenant].append(UnheardSite(site=name, since=member and member.since))
+                continue
+            heard = [state.spend_heard_at(tenant, label, name) for label in window.summed]
+            last = max((at for at in heard if at is not None), default=None)
+            if not down and last is not None and now - last <= HEARD_WITHIN_S:
+                continue
+            if last is not None:
+                since: datetime | None = datetime.fromtimestamp(last, UTC)  # last heard
+            elif state.last_received_at(name) is not None:
+                since = window.start
+            else:
+                since = None
+            found[tenant].append(UnheardSite(site=name, since=since))
     return found
+
+
+def mesh_unheard(by_tenant: Mapping[str, Sequence[UnheardSite]]) -> list[UnheardSite]:
+    """The sites unheard for some tenant, each with the earliest moment it is unheard since
+    (never, None, first)."""
+    earliest: dict[str, datetime | None] = {}
+    for unheard in by_tenant.values():
+        for entry in unheard:
+            if entry.site not in earliest:
+                earliest[entry.site] = entry.since
+            else:
+                held = earliest[entry.site]
+                if held is not None and (entry.since is None or entry.since < held):
+                    earliest[entry.site] = entry.since
+    return [UnheardSite(site=name, since=since) for name, since in sorted(earliest.items())]
 
 
 def budget_state(used: int, budget: TenantBudget) -> BudgetState:
@@ -61,13 +111,14 @@ def budget_statuses(
     state: GridState,
     now: datetime,
     *,
-    complete: bool,
+    unheard: Mapping[str, Sequence[UnheardSite]],
     escrow: Mapping[str, EscrowFigures] | None = None,
 ) -> list[TenantBudgetStatus]:
     """Each tenant's known spend in its current window: the sum of every site's slot this
-    site has heard of, the mesh's whole spend when ``complete`` (every site heard from),
-    else a lower bound. A tenant in ``escrow`` (grid.engine.escrow) also shows this site's
-    allowance, and is exhausted here once that is used, whatever the mesh's total."""
+    site has heard of, the mesh's whole spend when no site is ``unheard`` for the tenant
+    (:func:`unheard_sites`), else a lower bound. A tenant in ``escrow``
+    (grid.engine.escrow) also shows this site's allowance, and is exhausted here once that
+    is used, whatever the mesh's total."""
     found = []
     for budget in budgets:
         window = budget_window(budget, now)
@@ -82,7 +133,7 @@ def budget_statuses(
                 used=used,
                 cap=budget.cap,
                 state=standing,
-                complete=complete,
+                complete=not unheard.get(budget.tenant),
                 window_start=window.start,
                 window_end=window.end,
                 exhausted=standing is BudgetState.EXHAUSTED,
@@ -151,7 +202,3 @@ def _named(tenants: list[str]) -> str:
 
 def _moment(moment: datetime | None) -> str:
     return "?" if moment is None else moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _received(at: float | None) -> datetime | None:
-    return None if at is None else datetime.fromtimestamp(at, UTC)

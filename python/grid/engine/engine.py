@@ -31,7 +31,7 @@ from grid.crdt.escrow import ESCROW_PREFIX
 from grid.crdt.snapshot import GATEWAY_LANE, SPEND_PREFIX, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
-from grid.engine.budgets import unheard_sites
+from grid.engine.budgets import HEARTBEAT_S, unheard_sites
 from grid.engine.certificates import KnownCertificates, SiteCertificate
 from grid.engine.egress import SourceRead
 from grid.engine.escrow import (
@@ -473,6 +473,9 @@ class SiteEngine:
         if not self.network.spec.grid_id:
             self._grid_id = adopted_grid_id(self._grid_id, self._members.view, self._state)
         self._spend.resume_into(self._state, now)
+        for budget in self.network.spec.budgets:
+            counting = budget_window(budget, now).counting
+            self._state.heartbeat_spend(budget.tenant, counting, now.timestamp(), HEARTBEAT_S)
         self._state.take_escrow_epoch(now.timestamp())  # a life's holder begins with it
         if self._publisher.write(
             self._state, self._inputs, self._phases, self._grid_id, self._events, now
@@ -566,8 +569,14 @@ class SiteEngine:
             unreachable_sites=self._trust.unreachable(),
             connected_sites=len(self._trust.trusted),
             spend_sources=self._spend.statuses(),
-            unheard_sites=unheard_sites(
-                self._site, self._inputs.sites, self._members.view, self._state
+            unheard=unheard_sites(
+                self._site,
+                self._inputs.sites,
+                self._members.view,
+                self._state,
+                windows,
+                now.timestamp(),
+                old_peers,
             ),
             escrow=run_escrow(self._escrow, budgets, windows, self._state, plan, now.timestamp()),
             escrow_condition=escrow_condition(budgets, old_peers, self.network.metadata.generation),

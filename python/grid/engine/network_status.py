@@ -15,6 +15,7 @@ from grid.engine.budgets import (
     budget_condition,
     budget_events,
     budget_statuses,
+    mesh_unheard,
 )
 from grid.engine.escrow import ESCROW_CONDITION, EscrowFigures
 from grid.engine.events import NETWORK_KIND, EventLog
@@ -36,8 +37,9 @@ class NetworkView:
     unreachable_sites: tuple[str, ...]
     connected_sites: int
     spend_sources: Sequence[SpendSourceStatus] = ()
-    unheard_sites: Sequence[UnheardSite] = ()
-    """Sites whose spend this site may not hold (grid.engine.budgets.unheard_sites)."""
+    unheard: Mapping[str, Sequence[UnheardSite]] = field(default_factory=dict)
+    """Per tenant, the sites whose spend in its window this site may not hold
+    (grid.engine.budgets.unheard_sites)."""
     escrow: Mapping[str, EscrowFigures] = field(default_factory=dict)
     """Escrowed budgets' figures at this site, by tenant (grid.engine.escrow)."""
     escrow_condition: ConditionUpdate | None = None
@@ -69,7 +71,7 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
     outcome = evaluate_network(network.model_copy(update={"status": current}), observation, now)
     events.record(NETWORK_KIND, network.metadata.name, outcome.events, now)
     budgets = budget_statuses(
-        network.spec.budgets, state, now, complete=not view.unheard_sites, escrow=view.escrow
+        network.spec.budgets, state, now, unheard=view.unheard, escrow=view.escrow
     )
     events.record(NETWORK_KIND, network.metadata.name, budget_events(current.budgets, budgets), now)
     conditions = [
@@ -107,5 +109,5 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
         ],
         budgets=budgets,
         spend_sources=list(view.spend_sources),
-        unheard_sites=list(view.unheard_sites),
+        unheard_sites=mesh_unheard(view.unheard),
     )
