@@ -39,7 +39,7 @@ from grid.render.overlay import (
     credential_document,
 )
 from grid.render.validate import validate_overlay
-from grid.render.whatif import build_what_if
+from grid.render.whatif import build_what_if, header_refusal
 from grid.scoring.inputs import (
     CandidateInput,
     ConsumingSite,
@@ -270,30 +270,41 @@ def write_mesh(directory: Path, providers: list[dict[str, Any]]) -> Path:
     return directory
 
 
-def credentials_by_provider(directory: Path) -> dict[str, SecretRef | None]:
+def offers(directory: Path) -> tuple[dict[str, SecretRef | None], dict[str, str]]:
+    """Each offered provider's credential, and why each other is not offered."""
     resources = load_resources_from_dir(directory)
     assert resources.errors == ()
     plan = build_what_if(resources, site="east", gateway="edge-gateway")
-    assert plan.not_offered == ()
-    return {candidate.provider: candidate.credential for candidate in plan.candidates}
+    credentials = {candidate.provider: candidate.credential for candidate in plan.candidates}
+    return credentials, dict(plan.not_offered)
 
 
-def test_what_if_derives_the_strategy_and_header_of_every_provider(tmp_path: Path) -> None:
-    found = credentials_by_provider(write_mesh(tmp_path, MESH_PROVIDERS))
-
-    def api_key(header: str) -> SecretRef:
-        return SecretRef(**KEY_REF, strategy=CredentialStrategy.API_KEY, header=header)
-
-    assert found == {
-        "claude": api_key("x-api-key"),
-        "gemini": api_key("x-goog-api-key"),
-        "vllm": api_key("x-api-key"),
-        "azure": api_key("api-key"),
-        # The kinds that take API keys as bearer tokens keep doing so.
+def test_a_key_the_gateway_would_send_in_a_header_of_its_own_is_not_offered(
+    tmp_path: Path,
+) -> None:
+    """The Praxis AI gateway injects credentials as ``Authorization: Bearer`` only: an API
+    key bound for another header is not offered, with the reason, and the kinds that take
+    API keys as bearer tokens stay routed."""
+    offered, refused = offers(write_mesh(tmp_path, MESH_PROVIDERS))
+    assert offered == {
         "openai": SecretRef(**KEY_REF),
         "titan": SecretRef(**KEY_REF),
         "mistral": SecretRef(**KEY_REF),
     }
+    assert refused == {
+        name: header_refusal(AuthStrategy.API_KEY, header)
+        for name, header in [
+            ("claude", "x-api-key"),
+            ("gemini", "x-goog-api-key"),
+            ("vllm", "x-api-key"),
+            ("azure", "api-key"),
+        ]
+    }
+    assert refused["claude"] == (
+        "auth strategy ApiKey sends the key in header 'x-api-key', and the gateway injects "
+        "credentials as 'Authorization: Bearer' only (its credential_inject filter has no "
+        "header strategy, and an overlay naming one would be refused whole)"
+    )
 
 
 def test_the_candidate_of_an_api_key_anthropic_provider() -> None:
@@ -324,7 +335,7 @@ def test_the_candidate_of_an_api_key_anthropic_provider() -> None:
     }
 
 
-def test_grid_render_then_overlay_verify_accepts_the_api_key_overlay(
+def test_grid_render_leaves_header_keys_out_and_overlay_verify_accepts_the_rest(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mesh = write_mesh(tmp_path / "mesh", MESH_PROVIDERS)
@@ -336,13 +347,10 @@ def test_grid_render_then_overlay_verify_accepts_the_api_key_overlay(
         candidate["cluster"]: candidate["credential"]
         for candidate in document["overlay"]["candidates"]
     }
-    assert credentials["claude"] == {
-        "strategy": "apikey",
-        "secretRef": KEY_REF,
-        "header": "x-api-key",
+    assert credentials == {
+        name: {"strategy": "bearer_token", "secretRef": KEY_REF}
+        for name in ("openai", "titan", "mistral")
     }
-    assert credentials["gemini"]["header"] == "x-goog-api-key"
-    assert credentials["openai"] == {"strategy": "bearer_token", "secretRef": KEY_REF}
     overlay = tmp_path / "overlay.json"
     overlay.write_text(text)
     assert main(["overlay", "verify", str(overlay), "--local-site", "east"]) == 0

@@ -1,7 +1,7 @@
-"""The Custom strategy: the Secret's value sent as the whole value of ``auth.header``, with
-ApiKey's header rules; projected into the overlay as an ``apikey`` credential (a reference
-and the header, never the value); not offered without a header; replicated as the strategy
-and the reference only, in the form release 0.2.0 reads."""
+"""The Custom strategy: the Secret's value meant as the whole value of ``auth.header``, with
+ApiKey's header rules; not offered, with the reason (the Praxis AI gateway injects bearer
+tokens only), and without a header for that reason too; replicated as the strategy and the
+reference only, in the form release 0.2.0 reads."""
 
 from __future__ import annotations
 
@@ -11,15 +11,12 @@ from typing import Any
 
 import pytest
 
-from grid.cli import main
 from grid.crdt.records import ProviderMetrics, ProviderSpec
 from grid.engine.records import provider_record
 from grid.models.common import AuthStrategy, ProviderKind
 from grid.models.provider import InferenceProvider, InferenceProviderPhase, api_key_header
 from grid.models.resources import load_resource, load_resources_from_dir
-from grid.render.validate import validate_overlay
-from grid.render.whatif import build_what_if
-from grid.scoring.inputs import CredentialStrategy, SecretRef
+from grid.render.whatif import build_what_if, header_refusal
 from test_provider_apikey import KEY_REF, problems, provider, write_mesh
 
 VALUE = "Token tok-" + "c" * 40
@@ -55,15 +52,13 @@ def test_custom_needs_a_secret_ref() -> None:
     assert "strategy Custom needs secretRef" in reason["spec.auth"]
 
 
-def test_a_custom_provider_with_a_header_is_offered_as_an_apikey_credential(
+def test_a_custom_provider_is_not_offered_the_gateway_sends_no_header_of_its_own(
     tmp_path: Path,
 ) -> None:
     mesh = write_mesh(tmp_path, [provider("legacy", "self_hosted", custom_auth(header="X-Auth"))])
     plan = build_what_if(load_resources_from_dir(mesh), site="east", gateway="edge-gateway")
-    assert plan.not_offered == ()
-    assert [candidate.credential for candidate in plan.candidates] == [
-        SecretRef(**KEY_REF, strategy=CredentialStrategy.API_KEY, header="X-Auth")
-    ]
+    assert plan.candidates == ()
+    assert plan.not_offered == (("legacy", header_refusal(AuthStrategy.CUSTOM, "X-Auth")),)
 
 
 def test_a_custom_provider_without_a_header_is_not_offered_and_says_why(tmp_path: Path) -> None:
@@ -79,24 +74,6 @@ def test_a_custom_provider_without_a_header_is_not_offered_and_says_why(tmp_path
             "Secret's value is sent in",
         ),
     )
-
-
-def test_grid_render_then_overlay_verify_accepts_the_custom_overlay(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    mesh = write_mesh(
-        tmp_path / "mesh", [provider("legacy", "self_hosted", custom_auth(header="X-Auth"))]
-    )
-    args = ["render", "--resources", str(mesh), "--site", "east", "--gateway", "edge-gateway"]
-    assert main([*args, "--now", "2026-09-14T00:00:00Z"]) == 0
-    text = capsys.readouterr().out
-    (candidate,) = json.loads(text)["overlay"]["candidates"]
-    assert candidate["credential"] == {
-        "strategy": "apikey",
-        "secretRef": KEY_REF,
-        "header": "X-Auth",
-    }
-    assert str(validate_overlay(text)).startswith("accept ")
 
 
 def test_a_custom_record_carries_the_strategy_and_reference_only() -> None:

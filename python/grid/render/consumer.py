@@ -83,6 +83,17 @@ _DEFAULT_PORTS = {
 
 
 @dataclass(frozen=True, slots=True)
+class ClientCertificate:
+    """A client certificate the gateway presents to a provider (``MtlsOnly``): a Secret
+    mounted under the credential mount base, its certificate chain under ``key`` and its
+    private key under :data:`CLIENT_KEY_FILE` beside it."""
+
+    name: str
+    namespace: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterEndpoint:
     """Where a gateway cluster sends traffic, and how it secures the connection."""
 
@@ -93,6 +104,8 @@ class ClusterEndpoint:
     """TLS server name (SNI) and ``Host``; default the host of ``address``."""
     path: str = ""
     """Base path of the endpoint URL (``/v1`` for ``https://api.openai.com/v1``)."""
+    client_certificate: ClientCertificate | None = None
+    """What the gateway presents in the TLS handshake to a provider's own endpoint."""
 
     @property
     def host(self) -> str:
@@ -170,10 +183,25 @@ def _path_segment(value: str, what: str) -> str:
     return value
 
 
-def _cluster(name: str, endpoint: ClusterEndpoint, tls_mount_path: str) -> dict[str, Any]:
+def _cluster(name: str, endpoint: ClusterEndpoint, settings: ConsumerConfig) -> dict[str, Any]:
     cluster: dict[str, Any] = {"name": name, "endpoints": [endpoint.address]}
-    if endpoint.tls_mode is EgressTlsMode.MUTUAL_TLS:
-        base = tls_mount_path.rstrip("/")
+    certificate = endpoint.client_certificate
+    if certificate is not None and endpoint.tls_mode is EgressTlsMode.TLS:
+        # Verified against the system's roots, as any TLS provider is.
+        secret = (
+            f"{settings.credential_mount_base.rstrip('/')}/"
+            f"{_path_segment(certificate.name, 'Secret name')}"
+        )
+        cluster["tls"] = {
+            "sni": endpoint.sni,
+            "verify": True,
+            "client_cert": {
+                "cert_path": f"{secret}/{_path_segment(certificate.key, 'Secret key')}",
+                "key_path": f"{secret}/{CLIENT_KEY_FILE}",
+            },
+        }
+    elif endpoint.tls_mode is EgressTlsMode.MUTUAL_TLS:
+        base = settings.tls_mount_path.rstrip("/")
         cluster["tls"] = {
             "sni": endpoint.sni,
             "verify": True,
@@ -336,9 +364,7 @@ def consumer_config(
     filters.append(
         {
             "filter": LOAD_BALANCER_FILTER,
-            "clusters": [
-                _cluster(name, endpoint, settings.tls_mount_path) for name, endpoint in clusters
-            ],
+            "clusters": [_cluster(name, endpoint, settings) for name, endpoint in clusters],
         }
     )
     config: dict[str, Any] = {

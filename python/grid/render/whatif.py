@@ -31,7 +31,12 @@ from grid.models.resources import LoadedResources
 from grid.models.selectors import select
 from grid.models.site import EgressTlsMode, GridSite
 from grid.oauth.rotation import TokenKeys
-from grid.render.consumer import ClusterEndpoint, GatewayPlan
+from grid.render.consumer import (
+    CLIENT_KEY_FILE,
+    ClientCertificate,
+    ClusterEndpoint,
+    GatewayPlan,
+)
 from grid.render.overlay import OverlayScope, OverlaySource, credential_document
 from grid.scoring.inputs import (
     UNKNOWN_GEOGRAPHY,
@@ -266,16 +271,48 @@ def _pick_gateway(
 
 
 def endpoint_of(provider: InferenceProvider) -> ClusterEndpoint:
-    """The gateway cluster endpoint of ``provider``'s own URL."""
+    """The gateway cluster endpoint of ``provider``'s own URL, with the client certificate
+    an ``MtlsOnly`` provider's Secret holds (:func:`client_certificate_of`)."""
     parts = urlsplit(provider.spec.endpoint)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     address = join_host_port(host, port)
     tls_mode = EgressTlsMode.TLS if parts.scheme == "https" else EgressTlsMode.PLAINTEXT
     server_name = provider.spec.server_name or (None if is_ip_address(host) else host)
+    certificate, _ = client_certificate_of(provider)
     return ClusterEndpoint(
-        address=address, tls_mode=tls_mode, server_name=server_name, path=parts.path
+        address=address,
+        tls_mode=tls_mode,
+        server_name=server_name,
+        path=parts.path,
+        client_certificate=certificate,
     )
+
+
+def client_certificate_of(
+    provider: InferenceProvider,
+) -> tuple[ClientCertificate | None, str | None]:
+    """The client certificate the gateway presents to an ``MtlsOnly`` provider whose
+    ``secretRef`` names one (its key the certificate chain, the private key under
+    ``tls.key`` beside it: a ``kubernetes.io/tls`` Secret), or the reason it cannot. An
+    ``MtlsOnly`` provider without ``secretRef`` gets none: its mutual TLS is the platform's
+    (a service mesh's sidecar), as in 0.2.0."""
+    auth = provider.spec.auth
+    if auth is None or auth.strategy is not AuthStrategy.MTLS_ONLY or auth.secret_ref is None:
+        return None, None
+    ref = auth.secret_ref
+    if urlsplit(provider.spec.endpoint).scheme != "https":
+        return None, (
+            "auth strategy MtlsOnly with a secretRef needs an https endpoint: the client "
+            "certificate is presented in the TLS handshake"
+        )
+    if ref.key == CLIENT_KEY_FILE:
+        return None, (
+            f"auth strategy MtlsOnly: secretRef.key names the certificate chain, and the "
+            f"private key is read from {CLIENT_KEY_FILE!r} beside it, so the key cannot be "
+            f"{CLIENT_KEY_FILE!r} (use tls.crt)"
+        )
+    return ClientCertificate(ref.name, ref.namespace, ref.key), None
 
 
 def _egress_of(site: GridSite) -> ClusterEndpoint | None:
@@ -302,6 +339,9 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
         name = minted_token_secret(provider.metadata.name)
         return SecretRef(name, auth.service_account.namespace, MINTED_TOKEN_KEY), None
     ref = auth.secret_ref
+    if auth.strategy is AuthStrategy.MTLS_ONLY:
+        # No header to inject: the certificate goes with the cluster (endpoint_of).
+        return None, client_certificate_of(provider)[1]
     if auth.strategy in NO_SECRET_STRATEGIES or ref is None:
         return None, None  # every other strategy has a secretRef: the model requires it
     if auth.strategy is AuthStrategy.OAUTH2 and auth.oauth2 is None:
@@ -324,8 +364,22 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
     # provider's auth.header or its kind's default), or as a bearer token for the kinds that
     # take API keys that way (open_ai, bedrock); Custom as the whole value of auth.header.
     header = api_key_header(provider.spec.provider_kind, auth.strategy, auth.header)
-    strategy = CredentialStrategy.BEARER_TOKEN if header is None else CredentialStrategy.API_KEY
-    return SecretRef(ref.name, ref.namespace, ref.key, strategy, header), None
+    if header is not None:
+        return None, header_refusal(auth.strategy, header)
+    return SecretRef(ref.name, ref.namespace, ref.key, CredentialStrategy.BEARER_TOKEN), None
+
+
+def header_refusal(strategy: AuthStrategy, header: str) -> str:
+    """Why a credential sent in a header of its own is not offered: the Praxis AI gateway
+    injects credentials as ``Authorization: Bearer`` only. Its ``credential_inject`` filter
+    has no other strategy, and its overlay parser refuses a credential with a ``header``,
+    which would make it refuse the whole overlay, every other candidate's routing with it
+    (the overlay contract's ``apikey`` strategy is not in the gateway)."""
+    return (
+        f"auth strategy {strategy.value} sends the key in header {header!r}, and the gateway "
+        "injects credentials as 'Authorization: Bearer' only (its credential_inject filter "
+        "has no header strategy, and an overlay naming one would be refused whole)"
+    )
 
 
 def with_token_keys(what_if: WhatIf, keys: Mapping[str, TokenKeys]) -> WhatIf:
