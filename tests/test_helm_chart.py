@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ import yaml
 
 import grid
 from grid.models.crd import crd_directory_files
+from grid.oauth.rotation import Settle
+from grid.operator.options import OperatorOptions
 from k8s.control_plane import ControlPlaneUnavailable
 from k8s.kustomize import Manifest, build, object_key
 from support.helm import CHART, REPO, Helm, HelmError, helm_binary
@@ -155,7 +158,7 @@ def test_the_alerts_are_those_of_deploy_monitoring() -> None:
             "--set",
             "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true",
             "--set",
-            "watchedNamespaces={grid-system,gateways},siteName=east-edge",
+            "watchedNamespaces={grid-system,gateways},siteName=east-edge,tokenSettleSeconds=300",
         ],
     ],
     ids=["defaults", "everything-on"],
@@ -343,6 +346,16 @@ def test_the_site_name_and_resources_values(helm: Helm) -> None:
     assert container["resources"] == resources
 
 
+def test_the_token_settle_value_reaches_the_operators_environment(helm: Helm) -> None:
+    default = operator_container(helm.template())
+    assert "GRID_TOKEN_SETTLE_SECONDS" not in {entry["name"] for entry in default["env"]}
+    container = operator_container(helm.template({"tokenSettleSeconds": 300}))
+    assert {"name": "GRID_TOKEN_SETTLE_SECONDS", "value": "300"} in container["env"]
+    environment = {entry["name"]: entry.get("value", "") for entry in container["env"]}
+    options = OperatorOptions.from_environment(environment)
+    assert options.token_settle == Settle(timedelta(minutes=5), timedelta(minutes=5))
+
+
 @pytest.mark.parametrize("service_monitor", [False, True])
 @pytest.mark.parametrize("prometheus_rule", [False, True])
 def test_the_monitoring_toggles(helm: Helm, service_monitor: bool, prometheus_rule: bool) -> None:
@@ -417,6 +430,9 @@ def test_the_service_monitor_selects_the_service(helm: Helm) -> None:
         ({"image": {"repository": "", "pullPolicy": "IfNotPresent"}}, "repository"),
         ({"image": {"repository": "grid", "pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"metrics": {"serviceMonitor": {"enabled": "yes"}}}, "enabled"),
+        ({"tokenSettleSeconds": 0}, "tokenSettleSeconds"),
+        ({"tokenSettleSeconds": 3601}, "tokenSettleSeconds"),
+        ({"tokenSettleSeconds": "120"}, "tokenSettleSeconds"),
         # At 2 days or fewer the critical GridSiteCertificateExpiryImminent has taken over.
         ({"metrics": {"prometheusRule": {"enabled": True, "certificateExpiryDays": 2}}}, "Days"),
         ({"metrics": {"prometheusRule": {"enabled": True, "certificateExpiryDays": "14"}}}, "Days"),
