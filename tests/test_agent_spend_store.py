@@ -1,14 +1,15 @@
 """The agent's spend checkpoint file: written only when it changed, private, read back as
 written, and set aside (spend then counts from the first scrape) when it is not this
-site's or not a checkpoint."""
+site's or not a checkpoint. The escrow holder file beside it likewise."""
 
 from __future__ import annotations
 
 import stat
 from pathlib import Path
 
-from grid.agent.spend_store import SpendStore
-from grid.engine import SpendCheckpoint
+from grid.agent.spend_store import EscrowStore, SpendStore
+from grid.crdt.escrow import EscrowRecord
+from grid.engine import EscrowCheckpoint, SpendCheckpoint
 from grid.engine.spend_checkpoint import SourceBaseline
 
 CHECKPOINT = SpendCheckpoint(
@@ -52,3 +53,31 @@ def test_another_sites_or_a_broken_checkpoint_is_set_aside(tmp_path: Path) -> No
     assert (tmp_path / "spend" / "prod.json.unreadable").exists()
     store.path.write_bytes(b'{"format": 1, "site": "site-b"')
     assert store.load() is None
+
+
+def escrow_holder() -> EscrowCheckpoint:
+    record = EscrowRecord("acme", "w3600-1749945600", 7, 1000, 3, 250, revision=9)
+    return EscrowCheckpoint("site-a", 7, (record,))
+
+
+def test_the_escrow_holder_is_written_privately_read_back_or_set_aside(tmp_path: Path) -> None:
+    store = EscrowStore(tmp_path, "prod", "site-a")
+    assert store.load() is None  # a first start
+    assert store.keep(escrow_holder())
+    assert stat.S_IMODE(store.path.stat().st_mode) == 0o600
+    assert store.path == tmp_path / "spend" / "prod.escrow.json"
+    assert EscrowStore(tmp_path, "prod", "site-a").load() == escrow_holder()
+    other = EscrowStore(tmp_path, "prod", "site-b")
+    assert other.load() is None  # another site's: set aside, a new holder starts
+    assert (tmp_path / "spend" / "prod.escrow.json.unreadable").exists()
+    broken = tmp_path / "elsewhere"
+    (broken / "spend").mkdir(parents=True)
+    (broken / "spend" / "prod.escrow.json").write_bytes(b"{")
+    assert EscrowStore(broken, "prod", "site-a").load() is None
+
+
+def test_an_escrow_holder_that_cannot_be_written_says_so(tmp_path: Path) -> None:
+    (tmp_path / "spend").write_text("a file where the directory should be")
+    store = EscrowStore(tmp_path, "prod", "site-a")
+    assert not store.keep(escrow_holder())
+    assert store.failures == 1

@@ -5,6 +5,7 @@ observations run in the shell-neutral :mod:`grid.runtime`."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -17,10 +18,11 @@ import aiohttp
 
 from grid.agent.keys import KeyFile, merge_keys, read_key_file
 from grid.agent.outputs import OutputWriter
-from grid.agent.spend_store import SpendStore
+from grid.agent.spend_store import EscrowStore, SpendStore
 from grid.agent.tokens import agent_io
+from grid.crdt.escrow import ESCROW_PREFIX
 from grid.crdt.snapshot import Item
-from grid.engine import GatewayOverlay, SiteEngine, SourceRead
+from grid.engine import GatewayOverlay, RefreshResult, SiteEngine, SourceRead
 from grid.errors import GridError, KeyFileError
 from grid.membership import NameConflict, SwimCredentials, SwimNode
 from grid.models.egress_source import EgressSource
@@ -102,8 +104,15 @@ class NetworkRuntime:
         self._wake = asyncio.Event()
         self._pass_wanted = False
         """Whether something other than received items woke the refresh loop."""
+        self._probes_wanted = asyncio.Event()
+        """Set when what decides which sites are due a probe may have changed: received
+        items (a gateway, and with it a site's egress) or anything that wakes the loop."""
         self._tasks = Tasks(_log, self.where)
         self.spend_store = SpendStore(shared.writer.state_dir, self.name, engine.site)
+        self.escrow_store = EscrowStore(shared.writer.state_dir, self.name, engine.site)
+        self._escrow_withheld = False
+        """Whether the escrow holder could not be written to disk: its items and the
+        budget documents wait until it is."""
         self._budgets_written: object = None
         """The budget figures the gateways' budget documents were last rendered from."""
         self.swim = SwimDriver(
@@ -170,6 +179,9 @@ class NetworkRuntime:
         checkpoint = self.spend_store.load()
         if checkpoint is not None:
             self.engine.restore_spend(checkpoint)
+        holder = self.escrow_store.load()
+        if holder is not None:
+            self.engine.restore_escrow(holder)
         await self._ensure_node()
         self.observers.follow(self.engine)
         self._tasks.spawn(self._refresh_loop())
@@ -194,11 +206,14 @@ class NetworkRuntime:
         """Refresh the engine as soon as possible (something it depends on changed)."""
         self._pass_wanted = True
         self._wake.set()
+        self._probes_wanted.set()
 
     def _items_applied(self) -> None:
         """Received items changed the engine's state: what that needs is a render, which
-        the engine paces, so the loop takes a pass only once the render is due."""
+        the engine paces, so the loop takes a pass only once the render is due. They may
+        also have brought a site's egress, which is probed at once."""
         self._wake.set()
+        self._probes_wanted.set()
 
     def use_prober(self, prober: SiteProber) -> None:
         """Probe with new TLS material from now on."""
@@ -358,6 +373,7 @@ class NetworkRuntime:
         result = self.engine.refresh(now, flush=final)
         if result.rendered:
             self.engine.note_render_cost(time.thread_time() - started)
+        result = self._keep_escrow(result)
         self.swim.apply(result)
         for overlay in result.changed:
             self._write_overlay(overlay)
@@ -368,10 +384,32 @@ class NetworkRuntime:
         moment = time.monotonic()
         for (kind, name), status in self.engine.statuses().items():
             self._shared.writer.write_status(kind, name, status, moment, force=final)
-        self._write_budgets(now)
+        if not self._escrow_withheld:
+            self._write_budgets(now)
         if result.next_render_at is None:
             return None
         return moment + (result.next_render_at - now).total_seconds()
+
+    def _keep_escrow(self, result: RefreshResult) -> RefreshResult:
+        """Write this life's escrow holder to disk before anything of it goes out: while
+        it cannot be written, its items and the budget documents are held back (a restart
+        from the older file could otherwise grant or give the same allowance again), and
+        once it is, every one of its items goes out again."""
+        holder = self.engine.take_escrow_checkpoint()
+        if holder is None and not self._escrow_withheld:
+            return result
+        if holder is not None and not self.escrow_store.keep(holder):
+            self.engine.escrow_not_kept()
+            self._escrow_withheld = True
+            kept = tuple(i for i in result.items if not i.key.startswith(ESCROW_PREFIX))
+            return dataclasses.replace(result, items=kept)
+        if self._escrow_withheld:
+            self._escrow_withheld = False
+            again = [i for i in self.engine.state.all_items() if i.key.startswith(ESCROW_PREFIX)]
+            held = {(i.lane, i.key) for i in again}
+            items = (*again, *(i for i in result.items if (i.lane, i.key) not in held))
+            return dataclasses.replace(result, items=items)
+        return result
 
     def _write_overlay(self, overlay: GatewayOverlay) -> None:
         gateway = f"{overlay.gateway.namespace}/{overlay.gateway.name}"
@@ -451,10 +489,18 @@ class NetworkRuntime:
                 self.engine.observe_credentials(provider, state)
 
     async def _probe_loop(self) -> None:
+        """Probes the sites due a probe: every ``period``, and as soon as received items may
+        have made one due (a site is probed the moment its egress is learned, which matters
+        most to a site that just joined: it learns every egress within its first second)."""
         period = min(1.0, self._shared.probe_interval_s / 2)
         while True:
+            self._probes_wanted.clear()
             self.observers.probe_due_sites(self.engine, utc_now())
-            await asyncio.sleep(period)
+            try:
+                async with asyncio.timeout(period):
+                    await self._probes_wanted.wait()
+            except TimeoutError:
+                pass
 
 
 def credential_state(base: Path, namespace: str, name: str, key: str) -> CredentialState:

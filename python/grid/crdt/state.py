@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
 
-from grid.crdt.budget import BudgetHorizon, BudgetLedger, BudgetStatus
+from grid.crdt.budget import BudgetHorizon, BudgetLedger, BudgetStatus, slot_id
 from grid.crdt.clock import RevisionClock, wall_millis
 from grid.crdt.codec import MAX_ITEM_BYTES, fail, item_bytes
 from grid.crdt.escrow import (
@@ -431,6 +431,39 @@ class GridState:
         if self._escrow_epoch is None:
             self._escrow_epoch = self._clock.tick(now)
         return self._escrow_epoch
+
+    def own_escrow(self) -> tuple[EscrowRecord, ...]:
+        """Every record of this life's holder (what a shell keeps, see
+        grid.engine.escrow_checkpoint), sorted by tenant and window."""
+        if self._escrow_epoch is None:
+            return ()
+        holder = slot_id(self._site, self._escrow_epoch)
+        found = (self._escrow.record(t, w, holder) for t, w in self._escrow.windows())
+        return tuple(record for record in found if record is not None)
+
+    def resume_escrow(self, epoch: int, records: Iterable[EscrowRecord], now: float) -> None:
+        """Go on as the holder of an earlier life, ``epoch``, whose records a durable
+        checkpoint holds (written before any of them was published, so no peer holds a
+        newer version): they are merged and published again under new versions, and this
+        life grants, gives and claims as that holder. Only before this life took a holder
+        of its own."""
+        if self._escrow_epoch not in (None, epoch):
+            raise CrdtValueError("this life already holds escrow under an epoch of its own")
+        self._clock.observe(epoch)
+        self._escrow_epoch = epoch
+        for record in records:
+            if record.epoch != epoch:
+                raise CrdtValueError("an escrow record of another holder cannot be resumed")
+            if self._horizon is not None and self._horizon.closes(record.tenant, record.window):
+                continue
+            self._clock.observe(record.revision)
+            self._escrow.merge(self._site, record)
+            held = self._escrow.record(record.tenant, record.window, slot_id(self._site, epoch))
+            assert held is not None
+            item = encode_escrow(self._site, replace(held, revision=self._clock.tick(now)))
+            self._escrow.merge(self._site, replace(held, revision=item.version))
+            self._spend_windows[(item.lane, item.key)] = (record.tenant, record.window)
+            self._publish(item)
 
     def write_escrow(
         self,

@@ -14,6 +14,7 @@ from grid.engine.engine import (
     ResourceStatus,
     SiteEngine,
 )
+from grid.engine.escrow_checkpoint import EscrowCheckpoint
 from grid.engine.events import ResourceEvent
 from grid.engine.members import MemberInfo
 from grid.engine.rendering import GatewayOverlay
@@ -33,6 +34,7 @@ __all__ = [
     "CountedSpend",
     "EgressResolution",
     "EgressSourceTarget",
+    "EscrowCheckpoint",
     "GatewayOverlay",
     "HealthTarget",
     "ItemOutcome",

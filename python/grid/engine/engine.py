@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from types import MappingProxyType
 
-from grid.crdt.escrow import ESCROW_PREFIX
+from grid.crdt.escrow import ESCROW_PREFIX, EscrowRecord
 from grid.crdt.snapshot import GATEWAY_LANE, SPEND_PREFIX, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
@@ -41,6 +41,7 @@ from grid.engine.escrow import (
     peers_without_escrow,
     run_escrow,
 )
+from grid.engine.escrow_checkpoint import EscrowCheckpoint
 from grid.engine.events import (
     NETWORK_KIND,
     PROVIDER_KIND,
@@ -153,6 +154,11 @@ class SiteEngine:
         self._renderer = Renderer()
         self._spend = SpendCounting(site)
         self._escrow = EscrowKeeper(site)
+        self._escrow_resume: EscrowCheckpoint | None = None
+        """The holder to go on as at the next refresh: a checkpoint's, or the replaced
+        state's."""
+        self._escrow_kept: tuple[EscrowRecord, ...] | None = None
+        """This life's escrow records as last handed to the shell to keep."""
         self._protocols: dict[str, int] = {}
         """The SWIM protocol each peer was last heard speaking."""
         self._pacing = RenderPacing()
@@ -342,6 +348,31 @@ class SiteEngine:
         """Count what :meth:`count_spend` found in this site's budget slots."""
         self._spend.commit(counted, self._state, self.network, now)
 
+    def restore_escrow(self, checkpoint: EscrowCheckpoint) -> None:
+        """Go on as the escrow holder of this site's previous life (before the first
+        refresh), from a checkpoint its shell wrote before publishing anything of it.
+        Raises :class:`ValueError` for a checkpoint of another site."""
+        if checkpoint.site != self._site:
+            raise ValueError(f"the escrow checkpoint is site {checkpoint.site!r}'s")
+        self._escrow_resume = checkpoint
+        self._escrow_kept = checkpoint.records
+
+    def take_escrow_checkpoint(self) -> EscrowCheckpoint | None:
+        """This life's escrow holder, when its records changed since the last call: a
+        shell that restarts as the same holder writes it durably before it publishes the
+        refresh's items or budget documents (grid.engine.escrow_checkpoint)."""
+        epoch = self._state.escrow_epoch
+        records = self._state.own_escrow()
+        if epoch is None or records == self._escrow_kept:
+            return None
+        self._escrow_kept = records
+        return EscrowCheckpoint(self._site, epoch, records)
+
+    def escrow_not_kept(self) -> None:
+        """The shell could not keep the last checkpoint: the next call of
+        :meth:`take_escrow_checkpoint` returns the holder again."""
+        self._escrow_kept = None
+
     def restore_spend(self, checkpoint: SpendCheckpoint) -> None:
         """Go on from the spend checkpoint of this site's previous life (before its first
         scrape): its slots, and the baselines of the sources that still read the same.
@@ -476,6 +507,9 @@ class SiteEngine:
         for budget in self.network.spec.budgets:
             counting = budget_window(budget, now).counting
             self._state.heartbeat_spend(budget.tenant, counting, now.timestamp(), HEARTBEAT_S)
+        if self._escrow_resume is not None:
+            resumed, self._escrow_resume = self._escrow_resume, None
+            self._state.resume_escrow(resumed.epoch, resumed.records, now.timestamp())
         self._state.take_escrow_epoch(now.timestamp())  # a life's holder begins with it
         if self._publisher.write(
             self._state, self._inputs, self._phases, self._grid_id, self._events, now
@@ -545,6 +579,10 @@ class SiteEngine:
         again through it, and this site's records are written again (on the next refresh)
         under versions above every earlier one, so peers that forgot them take them."""
         self._spend.state_replaced(self._state)
+        epoch = self._state.escrow_epoch
+        if self._escrow_resume is None and epoch is not None:
+            # The same life goes on as the same holder: nothing of it is stranded.
+            self._escrow_resume = EscrowCheckpoint(self._site, epoch, self._state.own_escrow())
         self._state = GridState(self._site)
         self._escrow = EscrowKeeper(self._site)
         self._advertised.clear()

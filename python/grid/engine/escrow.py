@@ -141,6 +141,11 @@ class EscrowKeeper:
         epoch = int(holder.rpartition("#")[2])
         record = book.record(tenant, label, holder)
         changes = _Changes()
+        if self._site not in plan.sites:
+            # Retiring (its GridSite removed while it runs): it releases nothing more and
+            # keeps nothing back, so what it holds goes to the peers that ask. Only its own
+            # signed sends move it: nobody takes a silent site's allowance.
+            floor = 0
         share = 0
         if (record is None or not record.of) and epoch <= (
             window.start.timestamp() - CLAIM_SLACK_S
@@ -150,13 +155,13 @@ class EscrowKeeper:
         available = book.available(tenant, label, holder) + share
         # Release ahead of the gateways' spend.
         margin = book.granted_by_site(tenant, label, self._site) - used
-        headroom = max(floor, math.ceil(rate * HEADROOM_S))
+        headroom = max(floor, math.ceil(rate * HEADROOM_S)) if floor else 0
         grant = min(max(available, 0), max(headroom - margin, 0))
         if grant:
             changes.grant = grant
             available -= grant
             margin += grant
-        keep = max(floor, math.ceil(rate * RESERVE_S))
+        keep = max(floor, math.ceil(rate * RESERVE_S)) if floor else 0
         # Answer the peers that asked this holder.
         sends: dict[str, int] = {}
         partners = set(record.sent) if record is not None else set()
@@ -285,7 +290,9 @@ def _donor(  # noqa: PLR0917 - the asker's view of its peers
             continue
         published = book.record(tenant, label, other)
         rate = 0 if published is None else published.rate / 60
-        spare = book.available(tenant, label, other) - max(floor, math.ceil(rate * RESERVE_S))
+        # A retiring site (no longer configured) keeps nothing back.
+        kept = max(floor, math.ceil(rate * RESERVE_S)) if other_site in plan.sites else 0
+        spare = book.available(tenant, label, other) - kept
         if spare > 0 and (best is None or spare > best[0]):
             best = (spare, other)
     return None if best is None else best[1]
