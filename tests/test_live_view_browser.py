@@ -135,6 +135,11 @@ async def _converged(agents: Agents, timeout: float = 60) -> None:
             await asyncio.sleep(0.2)
 
 
+def _catch_up_shown(driver: Any) -> tuple[str, str] | None:
+    shown = driver.find_elements("css selector", ".catch-up")
+    return (shown[0].get_attribute("data-caught-up"), shown[0].text) if shown else None
+
+
 def _watch_a_site_go_down(url: str, kill: Callable[[], float], bound: float) -> dict[str, Any]:
     """The browser session (blocking, run in a worker thread)."""
     with browser() as driver:
@@ -147,6 +152,12 @@ def _watch_a_site_go_down(url: str, kill: Callable[[], float], bound: float) -> 
             what="every site's candidates in the ranking",
         )
         assert driver.execute_script("return document.body.dataset.rendered") == "true"
+        # Every site's candidates are ranked, so the page says the view is complete.
+        wait_for(
+            lambda: _catch_up_shown(driver) == ("true", "items complete"),
+            timeout=30,
+            what="the items' view shown complete",
+        )
         booklet = driver.find_element("link text", "Grid Booklet").get_attribute("href")
         assert booklet == url + "booklet/"
         converged_errors = console_errors(driver)

@@ -212,6 +212,18 @@ def test_members_show_this_site_first_then_every_peer_with_its_state() -> None:
     assert stopped["members"][0]["state"] == "stopped"
 
 
+def test_the_swim_part_says_whether_the_items_view_is_complete() -> None:
+    a = mesh()["site-a"]
+    partial = NodeInfo(True, "10.0.0.1:7946", 7, ("k-1",), caught_up=False, items_waiting=3)
+    swim = network_document(NetworkSource(NETWORK, a, partial), MemberHistory(), T0)["swim"]
+    assert (swim["caughtUp"], swim["itemsWaiting"]) == (False, 3)
+    whole = NodeInfo(True, "10.0.0.1:7946", 7, ("k-1",), caught_up=True)
+    swim = network_document(NetworkSource(NETWORK, a, whole), MemberHistory(), T0)["swim"]
+    assert (swim["caughtUp"], swim["itemsWaiting"]) == (True, 0)
+    absent = network_document(NetworkSource(NETWORK, a, None), MemberHistory(), T0)["swim"]
+    assert (absent["caughtUp"], absent["itemsWaiting"]) == (False, 0)
+
+
 def test_the_history_records_each_transition_at_the_time_the_engine_says() -> None:
     a = mesh()["site-a"]
     history = MemberHistory()

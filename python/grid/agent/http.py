@@ -26,7 +26,7 @@ from grid.runtime.http import Endpoint, health_handler, metrics_handler
 from grid.runtime.metrics import Exposition, Family, GridCollector, Kind, NetworkView
 from grid.runtime.tokens import CREDENTIAL_EXPIRY_FAMILY
 from grid.trust.probe import parse_address
-from grid.view import LiveView, NetworkSource, NodeInfo
+from grid.view import LiveView, NetworkSource, catch_up, node_info
 from grid.view.model import certificates_part
 
 
@@ -49,18 +49,6 @@ class ServedAgent(Protocol):
     @property
     def events(self) -> list[dict[str, str]]:
         """Recent resource events, newest last."""
-
-
-def _catch_up(node: SwimNode | None) -> dict[str, object]:
-    """Whether the node's view of the mesh's items is complete (it walked a peer's whole
-    store since it joined, and no item waits for its origin's certificate)."""
-    if node is None or not node.running:
-        return {"caughtUp": False, "itemsWaiting": 0}
-    try:
-        stats = node.stats()
-    except GridError:
-        return {"caughtUp": False, "itemsWaiting": 0}  # stopped between the check and the call
-    return {"caughtUp": bool(stats["caught_up"]), "itemsWaiting": stats["items_waiting"]}
 
 
 def _protocols_spoken(node: SwimNode | None) -> dict[tuple[str, str, int], int | None]:
@@ -113,6 +101,7 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
             }
         )
     spoken = _protocols_spoken(node)
+    caught_up, waiting = catch_up(node)
     return {
         "gridId": engine.grid_id,
         "membership": {
@@ -121,7 +110,8 @@ def network_status(runtime: NetworkRuntime) -> dict[str, Any]:
             "generation": None if node is None else node.generation,
             "keyIds": [] if node is None else node.key_ids(),
             "swimError": runtime.swim_error,
-            **_catch_up(node),
+            "caughtUp": caught_up,
+            "itemsWaiting": waiting,
             "protocols": list(PROTOCOLS),
             "members": [
                 {
@@ -258,9 +248,7 @@ def network_source(runtime: NetworkRuntime) -> NetworkSource:
     return NetworkSource(
         runtime.name,
         runtime.engine,
-        None
-        if node is None
-        else NodeInfo(node.running, node.address, node.generation, tuple(node.key_ids())),
+        node_info(node),
         runtime.swim_error,
     )
 

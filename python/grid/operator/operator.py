@@ -32,7 +32,7 @@ from grid.operator.status import dump_status, orphan_status
 from grid.operator.validation import known_spec
 from grid.operator.writes import StatusWriter, delete_managed_configmap
 from grid.runtime.http import Endpoint
-from grid.view import LiveView, NetworkSource, NodeInfo
+from grid.view import LiveView, NetworkSource, node_info
 
 _log = logging.getLogger("grid.operator")
 
@@ -329,9 +329,7 @@ def network_source(runtime: NetworkRuntime) -> NetworkSource:
     return NetworkSource(
         runtime.name,
         engine,
-        None
-        if node is None
-        else NodeInfo(node.running, node.address, node.generation, tuple(node.key_ids())),
+        node_info(node),
         swim_error,
         held_back=lambda overlay: overlay.message or runtime.write_message(*overlay.key),
         problem=None if engine is not None else "this cluster's site is not known yet",

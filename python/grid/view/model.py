@@ -46,6 +46,7 @@ from grid.scoring.explain import explain_document
 from grid.scoring.inputs import CandidateInput, ConsumingSite, Geography
 from grid.scoring.ranking import Ranking, rank_candidates
 from grid.view.history import MemberHistory
+from grid.view.node import NodeInfo
 
 VIEW_SCHEMA_VERSION = 1
 EXTERNAL = "(no site)"
@@ -56,16 +57,6 @@ _ROUTING = (MemberState.ALIVE, MemberState.SUSPECT)
 EMPTY_MATRIX: Mapping[str, Any] = MappingProxyType(
     {"viewer": None, "sites": [], "columns": [], "rows": []}
 )
-
-
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """What the view shows of a network's SWIM node (no key material)."""
-
-    running: bool
-    address: str | None
-    generation: int | None
-    key_ids: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +85,8 @@ def swim_part(source: NetworkSource) -> dict[str, Any]:
         "address": None if node is None else node.address,
         "generation": None if node is None else node.generation,
         "keyIds": [] if node is None else list(node.key_ids),
+        "caughtUp": node is not None and node.caught_up,
+        "itemsWaiting": 0 if node is None else node.items_waiting,
         "error": source.swim_error,
     }
     if source.engine is not None:

@@ -83,6 +83,12 @@
       el("span", {}, el("b", { text: "SWIM " }), swim.running ? yesNo(true) : yesNo(false),
         swim.running ? ` at ${swim.address} (generation ${swim.generation})` : ""),
       el("span", {}, el("b", { text: "key ids " }), el("span", { class: "mono", text: swim.keyIds.join(", ") || "–" })));
+    if (swim.running) {
+      // A site that just joined routes on a partial view until it has walked a peer's store.
+      const waiting = swim.itemsWaiting ? `, ${swim.itemsWaiting} items waiting for their site's certificate` : "";
+      facts.append(el("span", { class: "catch-up", "data-caught-up": String(swim.caughtUp) },
+        el("b", { text: "items " }), swim.caughtUp ? "complete" : `partial: still catching up${waiting}`));
+    }
     if (swim.detectionBoundSeconds !== undefined) {
       facts.append(el("span", { class: "muted", text:
         `probe every ${swim.probeIntervalSeconds} s, suspicion ${swim.suspicionTimeoutSeconds} s: ` +
