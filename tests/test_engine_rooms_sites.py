@@ -242,6 +242,11 @@ def test_a_plaintext_peer_advertising_nothing_is_not_trusted() -> None:
     assert (status.phase, status.observed_fingerprint) == (GridSitePhase.CONNECTING, None)
     advertised = find_condition(status.conditions, "CertificateAdvertised")
     assert advertised is not None and advertised.status is ConditionStatus.UNKNOWN
+    # Not yet known is not a mismatch: a site that just joined probes the egresses it
+    # learned before the certificates that pin them have all arrived.
+    trusted = find_condition(status.conditions, "Trusted")
+    assert trusted is not None and trusted.status is ConditionStatus.UNKNOWN
+    assert trusted.reason == "CertificateNotAdvertised"
 
 
 def test_this_sites_plaintext_egress_is_pinned_by_its_own_certificate() -> None:

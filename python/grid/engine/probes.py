@@ -44,7 +44,7 @@ class Probe:
         if self.tls_mode is EgressTlsMode.PLAINTEXT:
             reachable = result.reachable and result.error is None
             return ProbeObservation(
-                self.at, reachable, advertised_fingerprint, latency, result.error or ""
+                self.at, reachable, advertised_fingerprint, latency, result.error or "", True
             )
         if result.ok:
             return ProbeObservation(self.at, True, result.fingerprint, latency)

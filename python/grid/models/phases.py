@@ -221,6 +221,9 @@ class ProbeObservation:
     presented_fingerprint: str | None = None
     latency_ms: float | None = None
     error: str = ""
+    advertised: bool = False
+    """The fingerprint is the one the site advertises, not one read off TLS (a plaintext
+    egress): None then means its certificate has not arrived yet, not that it showed none."""
 
 
 @dataclass(frozen=True)
@@ -363,9 +366,21 @@ def evaluate_site(
             "Reachable", True, "ProbeSucceeded", "egress probe passed", generation
         )
         check = _check_trust(site, probe.presented_fingerprint, observation.revoked)
-        trusted = condition_update(
-            "Trusted", check.pin is not None, check.reason, check.message, generation
-        )
+        if probe.advertised and probe.presented_fingerprint is None:
+            # A site that just joined learns the certificates a little after the egresses:
+            # not a mismatch, only not yet known.
+            trusted = condition_update(
+                "Trusted",
+                None,
+                "CertificateNotAdvertised",
+                "the site's certificate has not reached this site yet "
+                "(a plaintext egress is pinned by the certificate the site advertises)",
+                generation,
+            )
+        else:
+            trusted = condition_update(
+                "Trusted", check.pin is not None, check.reason, check.message, generation
+            )
     conditions = _apply_conditions(
         previous,
         [reachable, trusted, _ready(phase, GridSitePhase.ACTIVE, generation)],
