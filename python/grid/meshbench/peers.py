@@ -223,9 +223,19 @@ class _Sink(BaseHTTPRequestHandler):
         return
 
 
+class _SinkServer(ThreadingHTTPServer):
+    """One listener stands for every site's gateway (the egress each site's probe reaches)
+    as well as the providers' ``/metrics``: a joining site probes all of them at once, so
+    its accept queue holds one connection per site, as each site's own gateway would. With
+    the default five, the probes past the fifth lost their SYN and waited a second for the
+    retransmission, a delay no real mesh has."""
+
+    request_queue_size = 1024
+
+
 def serve_sink(address: str) -> ThreadingHTTPServer:
     host, port = address.rsplit(":", 1)
-    server = ThreadingHTTPServer((host, int(port)), _Sink)
+    server = _SinkServer((host, int(port)), _Sink)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
