@@ -40,6 +40,7 @@ from grid.engine.escrow import (
     escrow_condition,
     peers_without_escrow,
     run_escrow,
+    switched_within,
 )
 from grid.engine.escrow_checkpoint import EscrowCheckpoint
 from grid.engine.events import (
@@ -157,6 +158,8 @@ class SiteEngine:
         self._escrow_resume: EscrowCheckpoint | None = None
         """The holder to go on as at the next refresh: a checkpoint's, or the replaced
         state's."""
+        self._escrow_same_life: EscrowCheckpoint | None = None
+        """The holder to go on as when it is this life's own (a new SWIM node)."""
         self._escrow_kept: tuple[EscrowRecord, ...] | None = None
         """This life's escrow records as last handed to the shell to keep."""
         self._protocols: dict[str, int] = {}
@@ -510,6 +513,11 @@ class SiteEngine:
         if self._escrow_resume is not None:
             resumed, self._escrow_resume = self._escrow_resume, None
             self._state.resume_escrow(resumed.epoch, resumed.records, now.timestamp())
+            if resumed is not self._escrow_same_life:
+                # What the earlier life saw of the budgets is not in the file: it claims
+                # no window begun before now (it may have spent in one outside escrow).
+                self._escrow.claim_from(now.timestamp())
+            self._escrow_same_life = None
         self._state.take_escrow_epoch(now.timestamp())  # a life's holder begins with it
         if self._publisher.write(
             self._state, self._inputs, self._phases, self._grid_id, self._events, now
@@ -583,8 +591,8 @@ class SiteEngine:
         if self._escrow_resume is None and epoch is not None:
             # The same life goes on as the same holder: nothing of it is stranded.
             self._escrow_resume = EscrowCheckpoint(self._site, epoch, self._state.own_escrow())
+            self._escrow_same_life = self._escrow_resume
         self._state = GridState(self._site)
-        self._escrow = EscrowKeeper(self._site)
         self._advertised.clear()
         self._pacing.pending = True
 
@@ -617,7 +625,12 @@ class SiteEngine:
                 old_peers,
             ),
             escrow=run_escrow(self._escrow, budgets, windows, self._state, plan, now.timestamp()),
-            escrow_condition=escrow_condition(budgets, old_peers, self.network.metadata.generation),
+            escrow_condition=escrow_condition(
+                budgets,
+                old_peers,
+                self.network.metadata.generation,
+                switched_within(self._escrow, budgets, windows, self._state),
+            ),
         )
         self._network_status = network_status(
             self._network_status,

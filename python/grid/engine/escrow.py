@@ -17,6 +17,7 @@ import math
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 
 from grid.crdt.budget import slot_id
 from grid.crdt.escrow import MAX_PARTNERS, EscrowBook, EscrowRecord, holder_site
@@ -99,6 +100,29 @@ class EscrowKeeper:
         """(time, this site's spend) of each escrowed window, the last RATE_WINDOW_S."""
         self._asked_at: dict[tuple[str, str, str], float] = {}
         """When this life last asked each donor, per (tenant, window, donor)."""
+        self._claims_from = 0.0
+        """No window that started earlier is claimed (see :meth:`claim_from`)."""
+        self._unescrowed_at: dict[str, float] = {}
+        """When this life last saw each tenant's budget configured without escrow (in
+        memory: a life that never saw it so fails closed in a window it began within)."""
+
+    def note_budgets(self, budgets: Sequence[TenantBudget], now: float) -> None:
+        """The budgets as configured now: the latest time this life saw each tenant's
+        budget not escrowed is kept (a switch to escrow within a window is told by it)."""
+        for budget in budgets:
+            if budget.enforcement is not BudgetEnforcement.ESCROW:
+                self._unescrowed_at[budget.tenant] = now
+
+    def claim_from(self, moment: float) -> None:
+        """Claim no window that started before ``moment``: this holder goes on from an
+        earlier life whose view of the budgets is lost (a switch within a window)."""
+        self._claims_from = moment
+
+    def switched_in(self, tenant: str, window: BudgetWindow) -> bool:
+        """Whether this life saw the tenant's budget not escrowed within ``window``: the
+        spend this site counted in it so far was under no allowance."""
+        at = self._unescrowed_at.get(tenant)
+        return at is not None and at >= window.start.timestamp()
 
     def step(
         self,
@@ -107,8 +131,11 @@ class EscrowKeeper:
         state: GridState,
         plan: EscrowPlan,
         now: float,
+        *,
+        may_claim: bool = True,
     ) -> EscrowFigures:
-        """Run ``budget``'s escrow for one refresh and report where it stands."""
+        """Run ``budget``'s escrow for one refresh and report where it stands; a holder
+        claims its share only if ``may_claim`` (not after a switch within the window)."""
         tenant, label = budget.tenant, window.counting
         epoch = state.take_escrow_epoch(now)
         holder = slot_id(self._site, epoch)
@@ -118,7 +145,9 @@ class EscrowKeeper:
         if plan.held:
             self._forget_old(tenant, label)
             floor = max(1, budget.cap // max(len(plan.sites), 1) // FLOOR_DIVISOR)
-            changes = self._changes(budget, window, book, plan, holder, used, rate, floor, now)
+            changes = self._changes(
+                budget, window, book, plan, holder, used, rate, floor, now, may_claim=may_claim
+            )
             if changes:
                 _write(state, tenant, label, changes, now)
         allowance = book.granted_by_site(tenant, label, self._site)
@@ -136,6 +165,8 @@ class EscrowKeeper:
         rate: float,
         floor: int,
         now: float,
+        *,
+        may_claim: bool,
     ) -> _Changes:
         tenant, label = budget.tenant, window.counting
         epoch = int(holder.rpartition("#")[2])
@@ -147,9 +178,12 @@ class EscrowKeeper:
             # signed sends move it: nobody takes a silent site's allowance.
             floor = 0
         share = 0
-        if (record is None or not record.of) and epoch <= (
-            window.start.timestamp() - CLAIM_SLACK_S
-        ) * 1000:
+        if (
+            may_claim
+            and window.start.timestamp() >= self._claims_from
+            and (record is None or not record.of)
+            and epoch <= (window.start.timestamp() - CLAIM_SLACK_S) * 1000
+        ):
             share = _even_share(budget.cap, plan.sites, self._site)
             changes.claim = (share, len(plan.sites))
         available = book.available(tenant, label, holder) + share
@@ -310,27 +344,77 @@ def run_escrow(  # noqa: PLR0917 - the keeper, the budgets and their windows, st
     now: float,
 ) -> dict[str, EscrowFigures]:
     """One refresh of every escrowed budget with a fixed or calendar window (``windows``:
-    each budget's current one, by tenant); their figures, by tenant."""
-    return {
-        budget.tenant: keeper.step(budget, windows[budget.tenant], state, plan, now)
+    each budget's current one, by tenant) that is escrowed in that window
+    (:meth:`EscrowKeeper.escrowed_in`); their figures, by tenant."""
+    keeper.note_budgets(budgets, now)
+    figures = {}
+    for budget in budgets:
+        if budget.enforcement is not BudgetEnforcement.ESCROW or budget.rolling is not None:
+            continue
+        window = windows[budget.tenant]
+        switched = keeper.switched_in(budget.tenant, window)
+        if switched and not _claimed(state, budget.tenant, window):
+            continue  # lowerBound until the next window (switched_within says so)
+        figures[budget.tenant] = keeper.step(
+            budget, window, state, plan, now, may_claim=not switched
+        )
+    return figures
+
+
+def _claimed(state: GridState, tenant: str, window: BudgetWindow) -> bool:
+    """Whether some holder, this site's or a peer's, claimed a share of ``window``: the
+    mesh escrows it."""
+    return any(record.of for record in state.escrow.holders(tenant, window.counting).values())
+
+
+def switched_within(
+    keeper: EscrowKeeper,
+    budgets: Sequence[TenantBudget],
+    windows: Mapping[str, BudgetWindow],
+    state: GridState,
+) -> list[tuple[str, BudgetWindow]]:
+    """The escrowed budgets (fixed or calendar windows) counted as lowerBound in their
+    current window, with the window: this site saw them switched to escrow within it and no
+    holder claimed a share of it. Escrow starts with the next window."""
+    return [
+        (budget.tenant, windows[budget.tenant])
         for budget in budgets
-        if budget.enforcement is BudgetEnforcement.ESCROW and budget.rolling is None
-    }
+        if budget.enforcement is BudgetEnforcement.ESCROW
+        and budget.rolling is None
+        and keeper.switched_in(budget.tenant, windows[budget.tenant])
+        and not _claimed(state, budget.tenant, windows[budget.tenant])
+    ]
 
 
 def escrow_condition(
-    budgets: Sequence[TenantBudget], old_peers: Sequence[str], generation: int | None
+    budgets: Sequence[TenantBudget],
+    old_peers: Sequence[str],
+    generation: int | None,
+    switched: Sequence[tuple[str, BudgetWindow]] = (),
 ) -> ConditionUpdate | None:
     """``EscrowHeld``, while some budget asks for escrow: True when every escrowed cap
     holds; False, saying why, when a peer runs a release without escrow (its sites spend
-    without allowance: nothing is claimed, granted or moved here meanwhile) or a budget
-    with a rolling window asks for it (counted as lowerBound)."""
+    without allowance: nothing is claimed, granted or moved here meanwhile), a budget
+    was ``switched`` to escrow within its current window (lowerBound until the next one
+    starts, said with when) or a budget with a rolling window asks for it (counted as
+    lowerBound)."""
     escrowed = [b for b in budgets if b.enforcement is BudgetEnforcement.ESCROW]
     if not escrowed:
         return None
     rolling = [b.tenant for b in escrowed if b.rolling is not None]
     problems = []
     reason = "CapsHeld"
+    if switched:
+        reason = "SwitchedWithinWindow"
+        problems.append(
+            "switched to escrow within the current window, whose spend so far was counted "
+            "without allowances: lowerBound until the next window starts, when each site "
+            "claims its share: "
+            + ", ".join(
+                f"{tenant} (from {window.end.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ})"
+                for tenant, window in switched[:20]
+            )
+        )
     if old_peers:
         reason = "PeerWithoutEscrow"
         problems.append(
@@ -339,7 +423,7 @@ def escrow_condition(
             "site runs this release; gateways keep the allowance already granted"
         )
     if rolling:
-        reason = "PeerWithoutEscrow" if old_peers else "RollingWindow"
+        reason = reason if reason != "CapsHeld" else "RollingWindow"
         problems.append(
             "escrow applies to fixed and calendar windows; counted as lowerBound: "
             + ", ".join(rolling[:20])
