@@ -43,7 +43,7 @@ from support.bedrock_keys import AwsKeys, new_keys, signature_holds
 from support.canary import Canaries, pem_body
 from support.pki import make_pki
 from support.servers import ProviderEndpoint, TlsServer
-from test_operator_oauth2 import prepare_network, token_in_secret
+from test_operator_oauth2 import SETTLE, prepare_network, token_in_secret
 from test_operator_sigv4 import put_aws_secret, sigv4_provider
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
@@ -87,7 +87,7 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
     }
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None) as running:
+        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
             await cluster.create(
                 GRID_NETWORKS,
                 network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
@@ -191,7 +191,7 @@ async def test_no_aws_secret_or_bedrock_key_reaches_anything_the_operator_writes
     }
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None) as running:
+        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
             await cluster.create(
                 GRID_NETWORKS,
                 network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),

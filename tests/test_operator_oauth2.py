@@ -157,6 +157,11 @@ async def test_the_operator_mints_refreshes_and_withdraws(
                 return candidates[0] if candidates else None
 
             candidate = await eventually(referenced, what="the provider's candidate")
+            # The first token is offered only once both settle times have passed: before,
+            # the gateway could not have read its file.
+            first_named_after = time.time() - server.issued[0].at
+            assert first_named_after >= SETTLE_S * 2 - 0.2, first_named_after
+            print(f"the first token named {first_named_after:.2f} s after it was minted")
             assert candidate["credential"] == reference(first_key)
 
             # Refreshed before it lapses: the new token under a key of its own beside the

@@ -53,7 +53,7 @@ from support.canary import Canaries
 from support.servers import ProviderEndpoint, TlsServer
 from support.token_server import Mode, TokenServer
 from support.token_store import MemoryTokens
-from test_operator_oauth2 import NETWORK, SITE, prepare_network
+from test_operator_oauth2 import NETWORK, SETTLE, SITE, prepare_network
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -80,7 +80,7 @@ async def running_mesh(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Mesh]:
     await ensure_account(cluster)
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
-    async with egress, operator_for(cluster, None) as running:
+    async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
         await cluster.create(
             GRID_NETWORKS,
             network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
@@ -317,6 +317,8 @@ async def test_the_token_is_exchanged_at_the_sts(
             assert len(sts.subjects) >= 2  # the refused attempts and the served one
             for subject in sts.subjects:
                 await assert_issued_by_the_api_server(cluster, subject)
+            # Offered once its first token has settled where the gateway reads it.
+            await eventually(lambda: candidate_of(cluster), what="the token named")
             seen = await everything_written(mesh, ["vertex"])
     await sts.stop()
     canaries = Canaries([t.encode() for t in (*sts.subjects, *sts.tokens)])

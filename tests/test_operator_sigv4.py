@@ -37,6 +37,7 @@ from support.canary import Canaries
 from support.servers import ProviderEndpoint, TlsServer
 from test_operator_oauth2 import (
     NETWORK,
+    SETTLE,
     SITE,
     TOKEN_SECRET,
     prepare_network,
@@ -80,7 +81,7 @@ async def test_the_operator_signs_a_key_once_the_credentials_can(
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None) as running:
+        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
             await cluster.create(
                 GRID_NETWORKS,
                 network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),

@@ -33,7 +33,7 @@ from grid.oauth.rotation import (
 )
 from grid.render.consumer import consumer_config, consumer_config_yaml
 from grid.render.overlay import render_overlay
-from grid.render.whatif import build_what_if, with_token_keys
+from grid.render.whatif import FIRST_TOKEN_SETTLING, build_what_if, with_token_keys
 from grid.runtime.tokens import MintingPlan, TokenMinter, oauth2_mint
 from grid.scoring.ranking import rank_candidates
 from support.token_server import TokenServer
@@ -42,6 +42,7 @@ from support.token_store import MemoryTokens
 T0 = datetime(2026, 9, 1, 12, 0, tzinfo=UTC)
 HOUR = timedelta(hours=1)
 MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 CLIENT = "grid-app"
 SECRET = "cs-rotation-secret"
 
@@ -68,7 +69,9 @@ def test_the_operator_lists_a_new_key_then_names_it_each_after_the_settle_time()
     refresh = T0 + 48 * MINUTE
     second = issued(refresh)
     tokens = (first, second)
-    assert token_keys((first,), T0, OPERATOR_SETTLE) == TokenKeys(first.key, (first.key,))
+    assert token_keys((first,), T0 + 4 * MINUTE, OPERATOR_SETTLE) == TokenKeys(
+        first.key, (first.key,)
+    )
     # Written: not listed before the kubelet can have put it in the gateway's volume.
     at_write = token_keys(tokens, refresh, OPERATOR_SETTLE)
     assert at_write == TokenKeys(first.key, (first.key,))
@@ -85,6 +88,45 @@ def test_the_operator_lists_a_new_key_then_names_it_each_after_the_settle_time()
     assert named == TokenKeys(second.key, (second.key,))
     # The first token was in use until then, and lasts past it.
     assert first.expires_at is not None and first.expires_at > refresh + 6 * MINUTE
+
+
+@pytest.mark.parametrize(
+    ("settle", "listed_at", "named_at"),
+    [(OPERATOR_SETTLE, 2 * MINUTE, 4 * MINUTE), (AGENT_SETTLE, timedelta(0), 2 * SECOND)],
+    ids=["operator", "agent"],
+)
+def test_a_first_token_is_named_only_once_the_gateway_can_read_it(
+    settle: Settle, listed_at: timedelta, named_at: timedelta
+) -> None:
+    """No token reached the gateway before this one: listed once its file can be in the
+    gateway's volume, named (the provider offered) once that configuration can have been
+    read, never before; the minter's loop wakes at both moments."""
+    first = issued(T0)
+    waiting = TokenKeys(None, ())
+    listed = TokenKeys(None, (first.key,))
+    named = TokenKeys(first.key, (first.key,))
+    if listed_at:
+        assert token_keys((first,), T0, settle) == waiting
+        assert token_keys((first,), T0 + listed_at - SECOND, settle) == waiting
+        assert next_change((first,), T0, settle) == T0 + listed_at
+    assert token_keys((first,), T0 + listed_at, settle) == listed
+    assert token_keys((first,), T0 + named_at - SECOND, settle) == listed
+    assert next_change((first,), T0 + listed_at, settle) == T0 + named_at
+    assert token_keys((first,), T0 + named_at, settle) == named
+
+
+def test_a_provider_whose_first_token_is_settling_is_not_offered_but_its_key_is_listed() -> None:
+    resources = LoadedResources(
+        resources=tuple(load_resource(doc) for doc in yaml.safe_load_all(MESH))
+    )
+    what_if = build_what_if(resources, site="east", gateway="edge", namespace="gateways")
+    first = token_key(T0)
+    waiting = with_token_keys(what_if, {"vertex": TokenKeys(None, (first,))})
+    assert waiting.candidates == ()
+    assert waiting.not_offered == (("vertex", FIRST_TOKEN_SETTLING),)
+    assert [entry["secretRef"] for entry in waiting.plan.credentials] == [
+        {"name": "grid-token-vertex", "namespace": "gateways", "key": first}
+    ]
 
 
 def test_the_agent_lists_a_new_file_at_once_and_names_it_after_the_gateway_reloaded() -> None:

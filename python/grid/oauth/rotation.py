@@ -113,8 +113,9 @@ def found_keys(keys: Iterable[str]) -> tuple[IssuedKey, ...]:
 class TokenKeys:
     """What the gateway is told about a provider's minted tokens."""
 
-    reference: str
-    """The key the overlay's credential reference names."""
+    reference: str | None
+    """The key the overlay's credential reference names; None while no token has reached
+    the gateway (the first one is still settling): the provider is not offered then."""
     declared: tuple[str, ...]
     """The keys the gateway configuration lists (``reference`` among them), in order."""
 
@@ -130,6 +131,11 @@ def token_keys(issued: Sequence[IssuedKey], now: datetime, settle: Settle) -> To
         for k in declared
         if k.found or now >= k.issued_at + settle.declare_after + settle.reference_after
     ]
+    if not settled:
+        # The first token is on its way to the gateway: naming it before its file is
+        # there fails the provider's requests (503) and the gateway's rebuild (it cannot
+        # read a listed file), so the provider waits, not offered.
+        return TokenKeys(None, tuple(k.key for k in declared[-1:]))
     # A reference named now reaches the gateway within reference_after: it must last that.
     lasting = now + settle.reference_after
     reference = next((k for k in reversed(settled) if k.lasts_past(lasting)), None)

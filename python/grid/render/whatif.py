@@ -386,26 +386,40 @@ def with_token_keys(what_if: WhatIf, keys: Mapping[str, TokenKeys]) -> WhatIf:
     """``what_if`` with the references to the tokens this site mints moved to the keys they
     are written under: each candidate of a provider in ``keys`` names its
     :attr:`~grid.oauth.rotation.TokenKeys.reference`, and the gateway's configuration lists
-    every key of :attr:`~grid.oauth.rotation.TokenKeys.declared`. A provider not in
-    ``keys`` (no token written yet) keeps the reference to ``token``."""
+    every key of :attr:`~grid.oauth.rotation.TokenKeys.declared`. A provider whose first
+    token has not reached the gateway yet (no reference) is not offered, saying so. A
+    provider not in ``keys`` (no token written yet) keeps the reference to ``token``."""
     if not keys:
         return what_if
     candidates = []
     declared: dict[SecretRef, None] = {}
+    waiting: dict[str, None] = {}
     for candidate in what_if.candidates:
         ref = candidate.credential
         found = keys.get(candidate.provider)
         if ref is None or found is None or ref.name != minted_token_secret(candidate.provider):
             candidates.append(candidate)
             continue
-        candidates.append(replace(candidate, credential=replace(ref, key=found.reference)))
         for key in found.declared:
             declared[replace(ref, key=key)] = None
+        if found.reference is None:
+            waiting[candidate.provider] = None
+            continue
+        candidates.append(replace(candidate, credential=replace(ref, key=found.reference)))
     return replace(
         what_if,
         candidates=tuple(candidates),
         declared_credentials=(*what_if.declared_credentials, *declared),
+        not_offered=(*what_if.not_offered, *((name, FIRST_TOKEN_SETTLING) for name in waiting)),
     )
+
+
+FIRST_TOKEN_SETTLING = (
+    "its first token is on its way to the gateway: offered once the gateway can read it "
+    "(both rotation settle times after it was written: 4 min at the operator by default, "
+    "2 s at the agent)"
+)
+"""Why a provider whose first minted token has not settled is not offered yet."""
 
 
 def _check_reports(metrics: MetricsReport, providers: list[InferenceProvider]) -> None:
