@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TypeVar
@@ -401,6 +401,13 @@ class GridState:
         ``window`` arrived, of any of its lives; None if none did."""
         heard = self._spend_heard.get((tenant, window), {}).get(site)
         return None if heard is None else heard[1]
+
+    def spend_heard(self) -> Iterator[tuple[str, str, str, float]]:
+        """(tenant, window, peer, when its newest spend item of it arrived) of every spend
+        item a peer published that this site holds."""
+        for (tenant, window), heard in self._spend_heard.items():
+            for site, (_, at) in heard.items():
+                yield tenant, window, site, at
 
     def _publish_spend(self, tenant: str, window: str, value: int, now: float) -> None:
         assert self._epoch is not None

@@ -31,6 +31,7 @@ from grid.crdt.escrow import ESCROW_PREFIX, EscrowRecord
 from grid.crdt.snapshot import GATEWAY_LANE, SPEND_PREFIX, Item
 from grid.crdt.state import GridState
 from grid.engine.advertised import AdvertisedCerts
+from grid.engine.budget_agreement import agreement_condition, disagreements
 from grid.engine.budgets import HEARTBEAT_S, unheard_sites
 from grid.engine.certificates import KnownCertificates, SiteCertificate
 from grid.engine.egress import SourceRead
@@ -630,6 +631,11 @@ class SiteEngine:
                 old_peers,
                 self.network.metadata.generation,
                 switched_within(self._escrow, budgets, windows, self._state),
+            ),
+            agreement=agreement_condition(
+                budgets,
+                disagreements(budgets, tuple(self._inputs.sites), self._state, now),
+                self.network.metadata.generation,
             ),
         )
         self._network_status = network_status(

@@ -184,7 +184,7 @@ class EscrowKeeper:
             and (record is None or not record.of)
             and epoch <= (window.start.timestamp() - CLAIM_SLACK_S) * 1000
         ):
-            share = _even_share(budget.cap, plan.sites, self._site)
+            share = even_share(budget.cap, plan.sites, self._site)
             changes.claim = (share, len(plan.sites))
         available = book.available(tenant, label, holder) + share
         # Release ahead of the gateways' spend.
@@ -286,7 +286,7 @@ def _write(state: GridState, tenant: str, label: str, changes: _Changes, now: fl
         pass
 
 
-def _even_share(cap: int, sites: Sequence[str], site: str) -> int:
+def even_share(cap: int, sites: Sequence[str], site: str) -> int:
     """``site``'s part of ``cap`` split evenly among ``sites`` (the remainder's units to the
     first sites by name): the parts sum to ``cap`` exactly; 0 for a site not listed."""
     ordered = sorted(set(sites))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from grid.crdt.state import GridState
+from grid.engine.budget_agreement import AGREEMENT_CONDITION, agreement_events
 from grid.engine.budgets import (
     BUDGETS_CONDITION,
     budget_condition,
@@ -22,7 +23,7 @@ from grid.engine.events import NETWORK_KIND, EventLog
 from grid.engine.inputs import SiteInputs
 from grid.engine.rendering import GatewayOverlay
 from grid.models.budgets import UnheardSite
-from grid.models.conditions import ConditionUpdate, set_condition
+from grid.models.conditions import ConditionStatus, ConditionUpdate, set_condition
 from grid.models.network import GatewayOverlayStatus, GridNetworkStatus
 from grid.models.phases import GatewayRender, NetworkObservation, evaluate_network
 from grid.models.spend import SpendSourceStatus
@@ -44,6 +45,8 @@ class NetworkView:
     """Escrowed budgets' figures at this site, by tenant (grid.engine.escrow)."""
     escrow_condition: ConditionUpdate | None = None
     """``EscrowHeld``, while some budget asks for escrow."""
+    agreement: ConditionUpdate | None = None
+    """``BudgetsAgreed``, while the network has budgets (grid.engine.budget_agreement)."""
 
 
 def network_status(  # noqa: PLR0917 - the network, its state, and what the rooms report
@@ -74,14 +77,18 @@ def network_status(  # noqa: PLR0917 - the network, its state, and what the room
         network.spec.budgets, state, now, unheard=view.unheard, escrow=view.escrow
     )
     events.record(NETWORK_KIND, network.metadata.name, budget_events(current.budgets, budgets), now)
-    conditions = [
-        c for c in outcome.conditions if c.type not in (BUDGETS_CONDITION, ESCROW_CONDITION)
-    ]
+    held = {c.type: c for c in current.conditions}.get(AGREEMENT_CONDITION)
+    before = None if held is None else held.status is ConditionStatus.TRUE
+    told = agreement_events(before, view.agreement)
+    events.record(NETWORK_KIND, network.metadata.name, told, now)
+    ours = (BUDGETS_CONDITION, ESCROW_CONDITION, AGREEMENT_CONDITION)
+    conditions = [c for c in outcome.conditions if c.type not in ours]
     if network.spec.budgets:
         generation = network.metadata.generation
         conditions = set_condition(conditions, budget_condition(budgets, generation), now)
-    if view.escrow_condition is not None:
-        conditions = set_condition(conditions, view.escrow_condition, now)
+    for update in (view.escrow_condition, view.agreement):
+        if update is not None:
+            conditions = set_condition(conditions, update, now)
     # Counted, not united: the union of 10,000 names on every pass would cost more than the
     # rest of this evaluation.
     published = state.provider_names()

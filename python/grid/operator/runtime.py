@@ -26,6 +26,8 @@ from typing import Any
 import aiohttp
 
 from grid.engine import SiteEngine, SpendCheckpoint
+from grid.engine.budget_agreement import AGREEMENT_CONDITION
+from grid.engine.escrow import ESCROW_CONDITION
 from grid.engine.events import ResourceEvent
 from grid.errors import (
     CertificateRejected,
@@ -34,7 +36,7 @@ from grid.errors import (
     TrustConfigError,
 )
 from grid.membership import NameConflict, SwimNode, VersionRefused
-from grid.models.conditions import Condition
+from grid.models.conditions import Condition, ConditionUpdate
 from grid.models.fields import DNS_LABEL_PATTERN
 from grid.models.network import GridNetwork, GridNetworkStatus, generate_grid_id
 from grid.models.phases import Event, EventType
@@ -562,6 +564,17 @@ class NetworkRuntime:
             budgets=tuple(view.budgets),
             spend_sources=tuple(view.spend_sources),
             unheard_sites=tuple(view.unheard_sites),
+            budget_conditions=tuple(
+                ConditionUpdate(
+                    type=c.type,
+                    status=c.status,
+                    reason=c.reason,
+                    message=c.message,
+                    observed_generation=c.observed_generation,
+                )
+                for c in view.conditions
+                if c.type in (ESCROW_CONDITION, AGREEMENT_CONDITION)
+            ),
             swim_port=self._swim_port.describe() if self._swim_port is not None else "",
         )
 

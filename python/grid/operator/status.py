@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from grid.engine.budget_agreement import AGREEMENT_CONDITION, agreement_events
 from grid.engine.budgets import BUDGETS_CONDITION, budget_condition, budget_events
+from grid.engine.escrow import ESCROW_CONDITION
 from grid.models.budgets import TenantBudgetStatus, UnheardSite
-from grid.models.conditions import Condition, ConditionUpdate, set_condition
+from grid.models.conditions import Condition, ConditionStatus, ConditionUpdate, set_condition
 from grid.models.meta import ObjectMeta
 from grid.models.network import (
     GatewayOverlayStatus,
@@ -191,6 +193,8 @@ class NetworkReport:
     budgets: tuple[TenantBudgetStatus, ...] = ()
     spend_sources: tuple[SpendSourceStatus, ...] = ()
     unheard_sites: tuple[UnheardSite, ...] = ()
+    budget_conditions: tuple[ConditionUpdate, ...] = ()
+    """The engine's ``EscrowHeld`` and ``BudgetsAgreed``, as it computed them."""
     swim_port: str = ""
     """The SWIM node's port and how it was chosen (``MembershipReady``'s message)."""
 
@@ -225,12 +229,20 @@ def network_status(
         conditions = set_condition(conditions, running, now)
     if report.membership_running:
         conditions = set_condition(conditions, _peers_condition(report, generation), now)
-    conditions = [c for c in conditions if c.type != BUDGETS_CONDITION]
+    ours = (BUDGETS_CONDITION, ESCROW_CONDITION, AGREEMENT_CONDITION)
+    conditions = [c for c in conditions if c.type not in ours]
     if network.spec.budgets:
         budgets = budget_condition(report.budgets, generation)
         conditions = set_condition(conditions, budgets, now)
+    for update in report.budget_conditions:
+        conditions = set_condition(conditions, update, now)
     before = () if previous is None else previous.budgets
-    events = [*outcome.events, *budget_events(before, report.budgets)]
+    agreed = {c.type: c for c in (previous.conditions if previous else ())}
+    held = agreed.get(AGREEMENT_CONDITION)
+    agreement = next((u for u in report.budget_conditions if u.type == AGREEMENT_CONDITION), None)
+    was = None if held is None else held.status is ConditionStatus.TRUE
+    told = agreement_events(was, agreement)
+    events = [*outcome.events, *budget_events(before, report.budgets), *told]
     status = GridNetworkStatus(
         phase=outcome.phase,
         phase_transition_time=outcome.phase_transition_time,

@@ -478,6 +478,11 @@ FAMILIES: dict[str, Family] = {
             "1 while the spend this site knows is the mesh's whole spend (every site heard "
             "from), 0 while it is a lower bound.",
         ),
+        _gauge(
+            "grid_budget_config_agreed",
+            "1 while no peer publishes a budget configured otherwise than here (its window, "
+            "escrow cap and sites, enforcement), 0 while one does (BudgetsAgreed).",
+        ),
     )
 }
 
@@ -867,6 +872,9 @@ def add_budgets(
             out.add("grid_budget_state", (*labels, str(budget.state)), 1)
     if budgets:
         out.add("grid_budget_complete", (network,), 0 if status.unheard_sites else 1)
+    agreed = next((c for c in status.conditions if c.type == "BudgetsAgreed"), None)
+    if agreed is not None:
+        out.add("grid_budget_config_agreed", (network,), 1 if agreed.status == "True" else 0)
 
 
 def peers_by_protocol(node: SwimNode) -> Counter[str]:
