@@ -6,13 +6,14 @@ exhausted tenants and keeps its last good document when a torn or edited one app
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.error import HTTPError
@@ -22,7 +23,13 @@ import pytest
 
 from grid.agent.outputs import OutputWriter
 from grid.cli import main
-from grid.models.budgets import BudgetState, TenantBudget, TenantBudgetStatus, UnheardSite
+from grid.models.budgets import (
+    BudgetEnforcement,
+    BudgetState,
+    TenantBudget,
+    TenantBudgetStatus,
+    UnheardSite,
+)
 from grid.models.network import GatewayRef, GridNetworkStatus
 from grid.render.budgets import (
     BudgetScope,
@@ -248,3 +255,83 @@ def test_the_example_gate_denies_exhausted_tenants_and_keeps_its_last_good_docum
     process.terminate()
     _, err = process.communicate(timeout=10)
     assert "keeping the last document: the revision is not the digest" in err
+
+
+def escrowed(allowance: int, site_used: int, start: datetime = T0) -> str:
+    """A document of one escrowed tenant, acme, with this site's figures."""
+    figures = GridNetworkStatus(
+        budgets=[
+            TenantBudgetStatus(
+                tenant="acme",
+                used=site_used,
+                cap=1000,
+                state=BudgetState.OK,
+                window_start=start,
+                window_end=start + timedelta(days=1),
+                enforcement=BudgetEnforcement.ESCROW,
+                allowance=allowance,
+                site_used=site_used,
+            )
+        ]
+    )
+    return str(render_budget_document(SCOPE, BUDGETS, figures, T0).text)
+
+
+def replace(document: Path, text: str) -> None:
+    """Write ``document`` as the agent does: a new file moved over the old one."""
+    fresh = document.with_suffix(".new")
+    fresh.write_text(text)
+    fresh.replace(document)
+
+
+def costing(url: str, tenant: str, cost: str | None) -> int:
+    headers = {"x-tenant": tenant, **({} if cost is None else {"x-grid-cost": cost})}
+    try:
+        with urlopen(Request(url, headers=headers), timeout=5) as response:
+            return int(response.status)
+    except HTTPError as error:
+        return error.code
+
+
+def test_the_example_gate_keeps_an_escrowed_tenant_within_this_sites_allowance(
+    gate: tuple[Path, str, subprocess.Popen[str]],
+) -> None:
+    document, url, _ = gate
+    replace(document, escrowed(allowance=100, site_used=20))
+    # Room is the allowance less the larger of what it admitted and what Grid counted here.
+    assert [costing(url, "acme", "30") for _ in range(3)] == [200, 200, 200]  # 90 admitted
+    assert costing(url, "acme", "30") == 403  # 120 would pass 100
+    assert costing(url, "acme", "10") == 200  # exactly 100
+    assert costing(url, "acme", None) == 403  # 1 more would pass it
+    assert costing(url, "acme", "0") == 200
+    for bad in ("-1", "x", "1.5", "9" * 16):
+        assert costing(url, "acme", bad) == 400
+    # More allowance released: Grid counted 90 of what it admitted (the rest not scraped).
+    replace(document, escrowed(allowance=250, site_used=90))
+    assert costing(url, "acme", "150") == 200  # 100 admitted + 150 = 250
+    assert costing(url, "acme", "1") == 403
+    # Spend it did not admit (another gate of this site) counts as soon as Grid counted it.
+    replace(document, escrowed(allowance=400, site_used=390))
+    assert costing(url, "acme", "20") == 403
+    assert costing(url, "acme", "10") == 200
+    # A new window starts from what the new document says.
+    replace(document, escrowed(allowance=50, site_used=0, start=T0 + timedelta(days=1)))
+    assert costing(url, "acme", "50") == 200
+    assert costing(url, "acme", "1") == 403
+
+
+def test_an_escrowed_tenant_without_its_allowance_is_not_taken(
+    gate: tuple[Path, str, subprocess.Popen[str]],
+) -> None:
+    document, url, process = gate
+    broken = json.loads(escrowed(allowance=100, site_used=0))
+    tenant = broken["budgets"]["tenants"][0]
+    del tenant["allowance"]
+    broken["revision"]["value"] = hashlib.sha256(
+        json.dumps(broken["budgets"], sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
+    document.write_text(json.dumps(broken))
+    assert answer(url, "initech") == 403  # the last good document still holds
+    process.terminate()
+    _, err = process.communicate(timeout=10)
+    assert "keeping the last document: tenant 'acme' is escrowed without its allowance" in err

@@ -7,10 +7,17 @@ the budget document Grid writes beside the gateway's overlay.
 
 For each request it reads the tenant from a header (``x-tenant`` by default) and answers
 403 when the tenant's budget is ``exhausted``, 200 otherwise (a tenant without a budget,
-or no tenant at all, passes). It re-reads the document when the file changes and takes a
-new one only when it is whole and Grid's: its schema, its scope, and its revision, the
-SHA-256 of the canonical JSON of its ``budgets`` member (docs/overlay.md, "The budget
-document"); until then it keeps the last good one. Standard library only."""
+or no tenant at all, passes). For an escrowed budget (``enforcement: escrow``) it also
+keeps to this site's ``allowance``: it counts what it admitted of the tenant in the
+window, each request at the cost its ``x-grid-cost`` header gives (the most the request
+may spend, e.g. its max_tokens; 1 without the header), and admits a request only while
+that cost fits in ``allowance`` less the larger of what it admitted and the document's
+``site_used`` (what Grid counted at this site: other gates' spend, and this one's before a
+restart). A header that is not a whole number >= 0 is answered 400. It re-reads the
+document when the file changes and takes a new one only when it is whole and Grid's: its
+schema, its scope, and its revision, the SHA-256 of the canonical JSON of its ``budgets``
+member (docs/overlay.md, "The budget document"); until then it keeps the last good one.
+Standard library only."""
 
 from __future__ import annotations
 
@@ -24,6 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 STATES = ("ok", "warn", "exhausted")
+ESCROW_FIGURES = ("allowance", "site_used")
+COST_HEADER = "x-grid-cost"
 
 
 def canonical(value: Any) -> bytes:
@@ -32,9 +41,10 @@ def canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def check(document: Any, scope: dict[str, str]) -> dict[str, str]:
-    """Each tenant's state, if ``document`` is a whole budget document of ``scope``;
-    ValueError saying what is wrong otherwise."""
+def check(document: Any, scope: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each tenant's figures (``state``, and for escrow ``allowance``, ``site_used``,
+    ``window_start``), if ``document`` is a whole budget document of ``scope``; ValueError
+    saying what is wrong otherwise."""
     if not isinstance(document, dict) or document.get("kind") != "grid.budgets":
         raise ValueError("not a budget document")
     if document.get("schema_version") != 1:
@@ -47,23 +57,29 @@ def check(document: Any, scope: dict[str, str]) -> dict[str, str]:
     revision = document.get("revision", {}).get("value")
     if hashlib.sha256(canonical(budgets)).hexdigest() != revision:
         raise ValueError("the revision is not the digest of the budgets: torn or edited")
-    states = {}
+    tenants = {}
     for tenant in budgets["tenants"]:
         if tenant["state"] not in STATES:
             raise ValueError(f"tenant {tenant['tenant']!r} has no known state")
-        states[tenant["tenant"]] = tenant["state"]
-    return states
+        escrowed = tenant.get("enforcement") == "escrow"
+        if escrowed and not all(isinstance(tenant.get(k), int) for k in ESCROW_FIGURES):
+            raise ValueError(f"tenant {tenant['tenant']!r} is escrowed without its allowance")
+        tenants[tenant["tenant"]] = tenant
+    return tenants
 
 
 class Gate:
-    """The last good document's states, reloaded when the file changes."""
+    """The last good document's figures, reloaded when the file changes, and what this gate
+    admitted of each escrowed tenant in its window."""
 
     def __init__(self, path: str, scope: dict[str, str]) -> None:
         self.path = path
         self.scope = scope
-        self.states: dict[str, str] = {}
+        self.tenants: dict[str, dict[str, Any]] = {}
         self.revision: str | None = None
-        self._seen: tuple[int, int] | None = None
+        self.admitted: dict[tuple[str, str], int] = {}
+        """What this gate admitted, by (tenant, window_start)."""
+        self._seen: tuple[int, int, int] | None = None
         self._lock = threading.Lock()
 
     def refresh(self) -> None:
@@ -71,7 +87,9 @@ class Gate:
             stat = os.stat(self.path)
         except OSError:
             return  # not written yet, or being replaced: keep what we have
-        seen = (stat.st_mtime_ns, stat.st_size)
+        # Grid replaces the file whole (a new inode), so a change of the same size within
+        # one tick of the file system's clock is seen too.
+        seen = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         with self._lock:
             if seen == self._seen:
                 return
@@ -79,24 +97,55 @@ class Gate:
             try:
                 with open(self.path, "rb") as file:
                     document = json.load(file)
-                self.states = check(document, self.scope)
+                self.tenants = check(document, self.scope)
                 self.revision = document["revision"]["value"]
                 print(f"budget-gate: revision {self.revision[:12]}", file=sys.stderr, flush=True)
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
                 print(f"budget-gate: keeping the last document: {error}", file=sys.stderr)
+            current = {(t, f.get("window_start")) for t, f in self.tenants.items()}
+            self.admitted = {k: v for k, v in self.admitted.items() if k in current}
 
-    def allows(self, tenant: str | None) -> bool:
+    def allows(self, tenant: str | None, cost: int = 1) -> bool:
+        """Whether to admit a request of ``tenant`` that may spend ``cost``; an admitted
+        request of an escrowed tenant is counted against this site's allowance."""
         self.refresh()
-        return tenant is None or self.states.get(tenant) != "exhausted"
+        figures = self.tenants.get(tenant or "")
+        if tenant is None or figures is None:
+            return True
+        if figures["state"] == "exhausted":
+            return False
+        if figures.get("enforcement") != "escrow":
+            return True
+        key = (tenant, figures["window_start"])
+        with self._lock:
+            used = max(self.admitted.get(key, 0), figures["site_used"])
+            if used + cost > figures["allowance"]:
+                return False
+            self.admitted[key] = self.admitted.get(key, 0) + cost
+            return True
+
+
+def cost_of(value: str | None) -> int | None:
+    """A request's cost from its header: 1 without one, None for one that is not a whole
+    number >= 0."""
+    if value is None:
+        return 1
+    text = value.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 15 else None
 
 
 def serve(gate: Gate, header: str, host: str, port: int) -> None:
     class Handler(BaseHTTPRequestHandler):
         def _answer(self) -> None:
             tenant = self.headers.get(header)
-            allowed = gate.allows(tenant)
-            body = b"" if allowed else f"tenant {tenant} has exhausted its budget\n".encode()
-            self.send_response(200 if allowed else 403)
+            cost = cost_of(self.headers.get(COST_HEADER))
+            if cost is None:
+                code, body = 400, f"{COST_HEADER} must be a whole number >= 0\n".encode()
+            elif gate.allows(tenant, cost):
+                code, body = 200, b""
+            else:
+                code, body = 403, f"tenant {tenant} has no budget left here\n".encode()
+            self.send_response(code)
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
