@@ -396,18 +396,17 @@ class GridState:
         )
         return True
 
-    def spend_heard_at(self, tenant: str, window: str, site: str) -> float | None:
-        """When (this site's clock) the newest spend item of ``site`` for ``tenant``'s
-        ``window`` arrived, of any of its lives; None if none did."""
-        heard = self._spend_heard.get((tenant, window), {}).get(site)
-        return None if heard is None else heard[1]
+    def spend_heard_in(self, tenant: str, window: str) -> Mapping[str, float]:
+        """Per peer, when (this site's clock) its newest spend item of ``tenant``'s
+        ``window`` arrived, of any of its lives."""
+        heard = self._spend_heard.get((tenant, window))
+        return {} if heard is None else {site: at for site, (_, at) in heard.items()}
 
-    def spend_heard(self) -> Iterator[tuple[str, str, str, float]]:
-        """(tenant, window, peer, when its newest spend item of it arrived) of every spend
-        item a peer published that this site holds."""
+    def spend_heard(self) -> Iterator[tuple[str, str, Mapping[str, float]]]:
+        """(tenant, window, per peer when its newest spend item of it arrived) of every
+        counter a peer published spend items of."""
         for (tenant, window), heard in self._spend_heard.items():
-            for site, (_, at) in heard.items():
-                yield tenant, window, site, at
+            yield tenant, window, {site: at for site, (_, at) in heard.items()}
 
     def _publish_spend(self, tenant: str, window: str, value: int, now: float) -> None:
         assert self._epoch is not None

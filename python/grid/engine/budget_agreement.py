@@ -46,15 +46,13 @@ def disagreements(
     found: set[Disagreement] = set()
     moment = now.timestamp()
     by_tenant = {budget.tenant: budget for budget in budgets}
-    fits: dict[tuple[str, str], bool] = {}  # one reading per counter, not per site
-    for tenant, window, site, at in state.spend_heard():
+    for tenant, window, heard in state.spend_heard():
         budget = by_tenant.get(tenant)
-        if budget is None or moment - at > HEARD_WITHIN_S:
-            continue
-        if (tenant, window) not in fits:
-            fits[(tenant, window)] = counts_in(budget, window)
-        if not fits[(tenant, window)]:
-            found.add(Disagreement(tenant, site, f"window (counts in {window})"))
+        if budget is None or counts_in(budget, window):
+            continue  # one reading per counter; its sites only when it does not fit
+        for site, at in heard.items():
+            if moment - at <= HEARD_WITHIN_S:
+                found.add(Disagreement(tenant, site, f"window (counts in {window})"))
     for budget in budgets:
         counting = budget_window(budget, now).counting
         for holder, record in state.escrow.holders(budget.tenant, counting).items():
