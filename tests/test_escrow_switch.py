@@ -86,3 +86,13 @@ def test_a_restart_within_the_switched_window_claims_none_of_it() -> None:
     assert mesh.status("site-b").enforcement is BudgetEnforcement.LOWER_BOUND
     skip_to(mesh, NEXT + timedelta(seconds=2))
     assert mesh.status("site-a").allowance == 100  # the next window is claimed
+
+
+def test_a_rolling_window_made_fixed_within_a_window_is_a_switch_too() -> None:
+    mesh = Mesh(escrow_network(cap=3_000, window=None, rolling={"length": "2h", "step": "1h"}))
+    mesh.run_until(T0 + timedelta(seconds=5))
+    switch(mesh)  # escrow all along, but counted as lowerBound while rolling
+    mesh.tick()
+    held = mesh.conditions("site-a")["EscrowHeld"]
+    assert (held.status, held.reason) == ("False", "SwitchedWithinWindow")
+    assert mesh.status("site-a").enforcement is BudgetEnforcement.LOWER_BOUND

@@ -108,9 +108,11 @@ class EscrowKeeper:
 
     def note_budgets(self, budgets: Sequence[TenantBudget], now: float) -> None:
         """The budgets as configured now: the latest time this life saw each tenant's
-        budget not escrowed is kept (a switch to escrow within a window is told by it)."""
+        budget not escrowed (or with a rolling window) is kept (a switch to escrow within a
+        window is told by it)."""
         for budget in budgets:
-            if budget.enforcement is not BudgetEnforcement.ESCROW:
+            # A rolling window is counted as lowerBound whatever its enforcement.
+            if budget.enforcement is not BudgetEnforcement.ESCROW or budget.rolling is not None:
                 self._unescrowed_at[budget.tenant] = now
 
     def claim_from(self, moment: float) -> None:
