@@ -211,6 +211,58 @@ async def test_a_checkpoint_not_written_by_grid_is_left_alone(
     assert kept.data == {"spend.json": "someone else's"}
 
 
+def escrow_network(port: int, exporter: ProviderEndpoint) -> dict[str, Any]:
+    body = spend_network(port, exporter)
+    body["spec"]["budgets"][0]["enforcement"] = "escrow"
+    return body
+
+
+async def _holder_epoch(cluster: Cluster) -> int | None:
+    if not await configmap_exists(cluster, CHECKPOINT, NAMESPACE):
+        return None
+    configmap = await read_configmap(cluster, CHECKPOINT, NAMESPACE)
+    text = (configmap.data or {}).get("escrow.json")
+    return None if text is None else int(json.loads(text)["epoch"])
+
+
+async def test_the_escrow_holder_survives_an_operator_restart(
+    cluster: Cluster, exporter: ProviderEndpoint
+) -> None:
+    """The operator stores its escrow holder (escrow.json of the checkpoint ConfigMap)
+    before it publishes anything of it, and a restarted operator goes on as that holder."""
+    await prepare_namespaces(cluster)
+    await put_trust(cluster, SITE)
+    port = free_udp_port()
+    exporter.set_counter(LITELLM, 1000, team="acme")
+    async with operator_for(cluster, SITE, swim_port=port) as first:
+        await cluster.create(GRID_NETWORKS, escrow_network(port, exporter))
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        # A life begun within the window holds nothing; once it spends, its holder
+        # publishes its spend rate: a record to keep.
+        await wait_used(cluster, 0, exporter)
+        exporter.set_counter(LITELLM, 1100, team="acme")
+        await eventually(
+            lambda: _is_set(_holder_epoch(cluster)), timeout=WAIT_S, what="the holder stored"
+        )
+        epoch = await _holder_epoch(cluster)
+        assert first.runtime(NETWORK).engine.state.escrow_epoch == epoch
+
+    async with operator_for(cluster, SITE, swim_port=port) as second:
+
+        def resumed() -> bool:
+            engine = second.runtime(NETWORK).engine  # not there yet: asked again
+            return engine is not None and engine.state.escrow_epoch == epoch
+
+        await eventually(resumed, timeout=WAIT_S, what="the same holder again")
+        assert await _holder_epoch(cluster) == epoch
+        configmap = await read_configmap(cluster, CHECKPOINT, NAMESPACE)
+        assert "spend.json" in configmap.data  # both kept side by side
+
+
+async def _is_set(found: Any) -> bool:
+    return await found is not None
+
+
 async def _checkpoint_holds(cluster: Cluster, value: int) -> bool:
     configmap = await read_configmap(cluster, CHECKPOINT, NAMESPACE)
     document = json.loads(configmap.data["spend.json"])

@@ -20,9 +20,9 @@ from grid.agent.keys import KeyFile, merge_keys, read_key_file
 from grid.agent.outputs import OutputWriter
 from grid.agent.spend_store import EscrowStore, SpendStore
 from grid.agent.tokens import agent_io
-from grid.crdt.escrow import ESCROW_PREFIX
 from grid.crdt.snapshot import Item
 from grid.engine import GatewayOverlay, RefreshResult, SiteEngine, SourceRead
+from grid.engine.escrow_checkpoint import items_to_send
 from grid.errors import GridError, KeyFileError
 from grid.membership import NameConflict, SwimCredentials, SwimNode
 from grid.models.egress_source import EgressSource
@@ -398,18 +398,14 @@ class NetworkRuntime:
         holder = self.engine.take_escrow_checkpoint()
         if holder is None and not self._escrow_withheld:
             return result
-        if holder is not None and not self.escrow_store.keep(holder):
+        kept = holder is None or self.escrow_store.keep(holder)
+        if not kept:
             self.engine.escrow_not_kept()
-            self._escrow_withheld = True
-            kept = tuple(i for i in result.items if not i.key.startswith(ESCROW_PREFIX))
-            return dataclasses.replace(result, items=kept)
-        if self._escrow_withheld:
-            self._escrow_withheld = False
-            again = [i for i in self.engine.state.all_items() if i.key.startswith(ESCROW_PREFIX)]
-            held = {(i.lane, i.key) for i in again}
-            items = (*again, *(i for i in result.items if (i.lane, i.key) not in held))
-            return dataclasses.replace(result, items=items)
-        return result
+        withheld = self._escrow_withheld
+        own = self.engine.state.all_items() if kept and withheld else ()
+        items = items_to_send(result.items, own, kept=kept, withheld=withheld)
+        self._escrow_withheld = not kept
+        return dataclasses.replace(result, items=items)
 
     def _write_overlay(self, overlay: GatewayOverlay) -> None:
         gateway = f"{overlay.gateway.namespace}/{overlay.gateway.name}"

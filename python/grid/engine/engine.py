@@ -367,8 +367,12 @@ class SiteEngine:
         refresh's items or budget documents (grid.engine.escrow_checkpoint)."""
         epoch = self._state.escrow_epoch
         records = self._state.own_escrow()
-        if epoch is None or records == self._escrow_kept:
-            return None
+        if (
+            epoch is None
+            or records == self._escrow_kept
+            or (records, self._escrow_kept) == ((), None)
+        ):
+            return None  # unchanged, or a holder with nothing to lose yet
         self._escrow_kept = records
         return EscrowCheckpoint(self._site, epoch, records)
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from grid.crdt.escrow import EscrowRecord, decode_escrow, encode_escrow
+from grid.crdt.escrow import ESCROW_PREFIX, EscrowRecord, decode_escrow, encode_escrow
+from grid.crdt.snapshot import Item
 from grid.errors import CrdtDecodeError
 
 FORMAT = 1
@@ -73,3 +75,20 @@ class EscrowCheckpoint:
                 raise ValueError(f"records[{index}] is of holder epoch {record.epoch}, not {epoch}")
             records.append(record)
         return cls(site, epoch, tuple(records))
+
+
+def items_to_send(
+    items: Iterable[Item], own: Iterable[Item], *, kept: bool, withheld: bool
+) -> tuple[Item, ...]:
+    """What a shell publishes of a refresh's ``items`` once it tried to keep the escrow
+    holder: without the escrow items while it could not (``kept`` False); with every one
+    of this site's escrow items (``own``: all its current items) again once it could after
+    a pass that held them back (``withheld``), since those passes' versions never went
+    out; else the items as they are."""
+    if not kept:
+        return tuple(item for item in items if not item.key.startswith(ESCROW_PREFIX))
+    if not withheld:
+        return tuple(items)
+    again = [item for item in own if item.key.startswith(ESCROW_PREFIX)]
+    sent = {(item.lane, item.key) for item in again}
+    return (*again, *(item for item in items if (item.lane, item.key) not in sent))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import re
 import secrets
@@ -23,7 +24,8 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from grid.engine import SiteEngine, SpendCheckpoint
+from grid.engine import EscrowCheckpoint, RefreshResult, SiteEngine, SpendCheckpoint
+from grid.engine.escrow_checkpoint import items_to_send
 from grid.errors import KubernetesApiError
 from grid.membership import NameConflict, SwimNode, VersionRefused
 from grid.models.fields import DNS_LABEL_PATTERN
@@ -114,6 +116,9 @@ class NetworkRuntime:
         self._material = NetworkMaterial(shared, self._notices)
         self._discovery = SiteDiscovery(name, shared, self._notices)
         self._swim_port: Assignment | None = None
+        self._escrow_withheld = False
+        """Whether the escrow holder could not be stored: its items and the budget
+        documents wait until it is."""
         self._applied_revision = -1
         self._wake = asyncio.Event()
         self._render_due: float | None = None
@@ -282,8 +287,9 @@ class NetworkRuntime:
         self._render_due = None
         if result.next_render_at is not None:
             self._render_due = moment + (result.next_render_at - now).total_seconds()
+        result, held = await self._keep_escrow(engine, result)
         self.mesh.apply(result)
-        await self._configmaps.sync(engine, network, entry.body)
+        await self._configmaps.sync(engine, network, entry.body, hold_budgets=held)
         self._reports.post_events(result.events)
         report = partial(
             network_report,
@@ -338,6 +344,9 @@ class NetworkRuntime:
             )
             if checkpoint is not None:
                 self.engine.restore_spend(checkpoint)
+            holder = self._escrow_holder(local.name, entry)
+            if holder is not None:
+                self.engine.restore_escrow(holder)
             self._notices.say("site", f"this cluster is site {local.name} ({local.how})")
         elif revision != self._applied_revision:
             # Only on a change: the engine re-ranks everything after new resources.
@@ -358,6 +367,45 @@ class NetworkRuntime:
         if checkpoint is not None:
             self._notices.say("spend checkpoint", f"spend counts on from {self._spend.where}")
         return checkpoint
+
+    def _escrow_holder(self, site: str, entry: Entry) -> EscrowCheckpoint | None:
+        """This site's escrow holder as the checkpoint ConfigMap held it, if usable; one
+        that is not is reported (a Warning Event and a log line) and a new holder starts."""
+        try:
+            holder = self._spend.escrow_holder(site)
+        except CheckpointUnusable as problem:
+            message = f"{problem}; a new escrow holder starts"
+            _log.warning("network %s: %s", self.name, message)
+            self._reports.post(entry, Event(EventType.WARNING, SPEND_CHECKPOINT_IGNORED, message))
+            return None
+        if holder is not None:
+            self._notices.say("escrow holder", f"goes on as {site}#{holder.epoch}")
+        return holder
+
+    async def _keep_escrow(
+        self, engine: SiteEngine, result: RefreshResult
+    ) -> tuple[RefreshResult, bool]:
+        """Store this life's escrow holder before anything of it goes out; while it cannot
+        be stored, its items and the budget documents wait (a restart from an older one
+        could grant or give the same allowance again), and once it is, they all go out.
+        The result to publish, and whether the budget documents wait."""
+        holder = engine.take_escrow_checkpoint()
+        if holder is None and not self._escrow_withheld:
+            return result, False
+        kept = True
+        if holder is not None:
+            try:
+                assert self._owner is not None  # set by the pass before its refresh
+                await self._spend.keep_holder(self._owner, holder)
+            except (KubernetesApiError, CheckpointUnusable) as error:
+                kept = False
+                engine.escrow_not_kept()
+                self._notices.say("escrow holder", f"{error}; it waits", logging.WARNING)
+        withheld = self._escrow_withheld
+        own = engine.state.all_items() if kept and withheld else ()
+        items = items_to_send(result.items, own, kept=kept, withheld=withheld)
+        self._escrow_withheld = not kept
+        return dataclasses.replace(result, items=items), not kept
 
     async def _write_spend(self, moment: float, *, now: bool = False) -> None:
         """Store the spend checkpoint when due (see grid.operator.spend_checkpoints)."""

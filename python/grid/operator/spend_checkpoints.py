@@ -9,7 +9,12 @@ network stops. Spend figures and counter readings are not secrets.
 A checkpoint that cannot be used (not Grid's, not readable, another site's) is reported by
 the caller and ignored: spend counts from the first scrape, as on a first start. Grid
 replaces an unreadable checkpoint it wrote, and never writes over a ConfigMap without its
-labels (docs/operator.md, "What survives a restart")."""
+labels (docs/operator.md, "What survives a restart").
+
+The same ConfigMap holds, under ``escrow.json``, this life's escrow holder
+(:class:`~grid.engine.EscrowCheckpoint`): written at once each time it changed, before the
+pass publishes anything of it, so a restarted operator goes on as the same holder (one
+that cannot be used is set aside: a new holder starts, as on a first start)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any, Final
 
-from grid.engine import SpendCheckpoint
+from grid.engine import EscrowCheckpoint, SpendCheckpoint
 from grid.engine.spend_checkpoint import own_checkpoint
 from grid.operator.configmaps import (
     MANAGED_BY,
@@ -31,6 +36,7 @@ from grid.operator.configmaps import (
 from grid.operator.kube import KubeApi
 
 KEY: Final = "spend.json"
+ESCROW_KEY: Final = "escrow.json"
 ROLE: Final = "spend-checkpoint"
 WRITE_INTERVAL_S: Final = 5.0
 """The least time between two writes while spend is counted (a stop writes at once)."""
@@ -67,6 +73,8 @@ class SpendCheckpoints:
         """Whether Grid's ConfigMap is there (None: not known, read it before writing)."""
         self._foreign = False
         self._written_at: float | None = None
+        self._holder_text: str | None = None
+        """The escrow holder as :meth:`load` found it."""
 
     @property
     def where(self) -> str:
@@ -83,6 +91,7 @@ class SpendCheckpoints:
             return None
         if self._foreign:
             raise CheckpointUnusable(f"{self.where} was not written by Grid: left as it is")
+        self._holder_text = (found.get("data") or {}).get(ESCROW_KEY)
         text = (found.get("data") or {}).get(KEY)
         if not isinstance(text, str):
             raise CheckpointUnusable(f"{self.where} has no {KEY}")
@@ -93,6 +102,24 @@ class SpendCheckpoints:
             raise CheckpointUnusable(f"{self.where}: {problem}") from None
         self._written = data
         return checkpoint
+
+    def escrow_holder(self, site: str) -> EscrowCheckpoint | None:
+        """The escrow holder of this site's previous life, as :meth:`load` found it; None
+        if there was none. Raises :class:`CheckpointUnusable` for one that cannot be
+        used."""
+        if self._holder_text is None:
+            return None
+        try:
+            return EscrowCheckpoint.from_json(self._holder_text.encode(), site)
+        except ValueError as problem:
+            raise CheckpointUnusable(f"{self.where} {ESCROW_KEY}: {problem}") from None
+
+    async def keep_holder(self, owner: Mapping[str, Any], holder: EscrowCheckpoint) -> None:
+        """Store this life's escrow holder now. Raises
+        :class:`~grid.errors.KubernetesApiError` (and writes nothing over a ConfigMap that
+        is not Grid's: :class:`CheckpointUnusable`)."""
+        if not await self._put({ESCROW_KEY: holder.to_json().decode()}, owner):
+            raise CheckpointUnusable(f"{self.where} was not written by Grid: left as it is")
 
     def keep(self, checkpoint: SpendCheckpoint) -> bool:
         """Take the checkpoint holding spend about to be counted; :meth:`write` stores it."""
@@ -110,19 +137,25 @@ class SpendCheckpoints:
         if recent and not now:
             return
         self._written_at = moment
+        if await self._put({KEY: data.decode()}, owner):
+            self._written = data
+
+    async def _put(self, data: Mapping[str, str], owner: Mapping[str, Any]) -> bool:
+        """Merge ``data`` into the ConfigMap, making it if need be; False (writing nothing)
+        when a ConfigMap of that name is not Grid's."""
         if self._exists is None:
             found = await self._kube.read_configmap(self.namespace, self.name)
             self._exists = found is not None and is_managed(found, self.network)
             self._foreign = found is not None and not self._exists
-            if self._foreign:
-                return
+        if self._foreign:
+            return False
         labels = {
             MANAGED_BY_LABEL: MANAGED_BY,
             NETWORK_LABEL: label_value(self.network),
             ROLE_LABEL: ROLE,
         }
         metadata = {"labels": labels, "ownerReferences": [owner_reference(owner)]}
-        body = {"data": {KEY: data.decode()}}
+        body = {"data": dict(data)}
         # Not known while the write is under way (it may fail, or be cancelled).
         exists, self._exists = self._exists, None
         if exists:
@@ -134,4 +167,5 @@ class SpendCheckpoints:
             await self._kube.create_configmap(
                 self.namespace, {"apiVersion": "v1", "kind": "ConfigMap", **manifest}
             )
-        self._exists, self._written = True, data
+        self._exists = True
+        return True

@@ -80,15 +80,23 @@ class ConfigMapWriter:
         self._retired |= targets
 
     async def sync(
-        self, engine: SiteEngine, network: GridNetwork, owner: Mapping[str, Any]
+        self,
+        engine: SiteEngine,
+        network: GridNetwork,
+        owner: Mapping[str, Any],
+        *,
+        hold_budgets: bool = False,
     ) -> None:
         """Write what changed, retry what failed (after ``retry_s``), delete what the spec no
-        longer names. A gateway without a rendered overlay keeps its ConfigMap."""
+        longer names. A gateway without a rendered overlay keeps its ConfigMap; with
+        ``hold_budgets`` the budget documents stay as last rendered (the escrow holder they
+        would grant from is not stored yet)."""
         desired: dict[Target, tuple[DesiredConfigMap, tuple[str, str]]] = {}
         for overlay in engine.overlays.values():
             for configmap in desired_configmaps(self._network, overlay):
                 desired[configmap.target] = (configmap, overlay.key)
-        for configmap in self._budget_configmaps(engine, network):
+        budgets = self._budgets[1] if hold_budgets else self._budget_configmaps(engine, network)
+        for configmap in budgets:
             desired[configmap.target] = (configmap, (configmap.namespace, configmap.gateway))
         moment = time.monotonic()
         messages: dict[tuple[str, str], list[str]] = {}
