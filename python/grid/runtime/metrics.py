@@ -199,6 +199,11 @@ FAMILIES: dict[str, Family] = {
             "Syncs started at once for the next part of a peer's store while catching up.",
         ),
         _counter(
+            "grid_swim_heads_syncs_total",
+            "Parts of heads walks (every site's certificates, gateway and metadata) asked for "
+            "beside the whole store while catching up.",
+        ),
+        _counter(
             "grid_swim_syncs_incomplete_total",
             "Answers to this node's syncs that did not arrive whole in time (asked again).",
         ),
@@ -551,6 +556,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "syncs_done": ("grid_swim_syncs_completed_total", ()),
     "syncs_served": ("grid_swim_syncs_served_total", ()),
     "catch_up_syncs": ("grid_swim_catch_up_syncs_total", ()),
+    "heads_syncs": ("grid_swim_heads_syncs_total", ()),
     "syncs_incomplete": ("grid_swim_syncs_incomplete_total", ()),
     "sync_chunks_sent": ("grid_swim_sync_chunks_sent_total", ()),
     "sync_chunks_received": ("grid_swim_sync_chunks_received_total", ()),

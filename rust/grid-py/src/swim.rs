@@ -385,6 +385,7 @@ impl SwimNode {
             ("syncs_served", d.syncs_served),
             ("syncs_done", d.syncs_completed),
             ("catch_up_syncs", d.catch_up_syncs),
+            ("heads_syncs", d.heads_syncs),
             ("syncs_incomplete", d.syncs_incomplete),
             ("sync_chunks_sent", d.sync_chunks_sent),
             ("sync_chunks_received", d.sync_chunks_received),

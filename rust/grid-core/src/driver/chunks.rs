@@ -24,6 +24,10 @@ pub(super) const ENTRY_CERTIFICATE: u8 = 3;
 pub(super) const ENTRY_RESUME: u8 = 4;
 /// In an answer's first chunk: where its items ended, `end u8 | name?` (see `WALK_*`).
 pub(super) const ENTRY_WALK_END: u8 = 5;
+/// In a request's first chunk, after [`ENTRY_RESUME`], empty: the answer walks only the
+/// lanes that verify and reach sites (certificates, gateway, metadata), none of their
+/// records (protocol 3 on; see `super::heads`).
+pub(super) const ENTRY_HEADS: u8 = 6;
 /// Every held item was sent.
 const WALK_COMPLETE: u8 = 0;
 /// The budget ran out after the name that follows (none: before the first).

@@ -74,6 +74,7 @@ pub mod node;
 pub mod timers;
 
 mod chunks;
+mod heads;
 mod membership;
 mod positions;
 mod renewal;
@@ -85,6 +86,7 @@ mod sync;
 pub use renewal::Unsigned;
 pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
 
+use heads::HeadsWalk;
 use positions::Positions;
 use swim::ProbeHealth;
 use sync::{CatchUp, PullAnswer, SyncBaseline};
@@ -172,6 +174,8 @@ pub struct Driver {
     catch_up_round: (u8, usize),
     /// The item names held when the last sync this node started began.
     pull_held_at_start: usize,
+    /// The walk of every site's certificates, gateway and metadata beside the catch-up.
+    heads: Option<HeadsWalk>,
     probe: ProbeHealth,
     /// Encodes the foca messages the driver writes itself (suspicion notices).
     codec: WireCodec,
@@ -260,6 +264,7 @@ impl Driver {
             catch_up: CatchUp::Due,
             catch_up_round: (0, 0),
             pull_held_at_start: 0,
+            heads: None,
             probe: ProbeHealth::default(),
             stats: DriverStats::default(),
         }
@@ -519,6 +524,7 @@ impl Driver {
                     }
                 }
                 TimerEvent::SyncAnswerDue(sync_id) => self.answer_due(now, sync_id, out),
+                TimerEvent::HeadsPart => self.heads_part_due(now, out),
                 TimerEvent::AskForKeys => self.ask_again(now, out),
                 TimerEvent::SuspicionNotice {
                     target,

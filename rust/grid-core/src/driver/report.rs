@@ -112,6 +112,9 @@ pub struct DriverStats {
     pub syncs_completed: u64,
     /// Syncs started at once for the next part of a peer's store while catching up.
     pub catch_up_syncs: u64,
+    /// Parts of heads walks asked for (each site's certificates, gateway and metadata,
+    /// walked beside the whole store while catching up).
+    pub heads_syncs: u64,
     /// Answers to this node's syncs that did not arrive whole in [`SYNC_ANSWER_WAIT`](super::SYNC_ANSWER_WAIT): the
     /// walk resumed after the chunks received without a gap.
     pub syncs_incomplete: u64,

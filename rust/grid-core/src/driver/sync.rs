@@ -16,7 +16,7 @@ use crate::driver::timers::TimerEvent;
 use crate::identity::auth::FINGERPRINT_LEN;
 use crate::identity::{Interner, NodeId, SiteAddr};
 use crate::lanes::keys::Role;
-use crate::lanes::{lock, ExportEnd, ItemName};
+use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
 use crate::wire::sites::Learned;
 use crate::wire::versions::EARLIER_CERTIFICATES_SINCE;
@@ -30,7 +30,7 @@ use super::{Driver, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, MAX_SYNC_CHUNKS, SYNC_A
 use super::chunks::{
     decode_certificate_entry, decode_resume, decode_walk_end, encode_certificate_entry,
     encode_walk_end, read_chunk_header, read_entry, ChunkHeader, ChunkWriter, ENTRY_CERTIFICATE,
-    ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_WALK_END, WALK_END_ROOM,
+    ENTRY_HEADS, ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_WALK_END, WALK_END_ROOM,
 };
 use super::positions::Positions;
 use super::swim::Screened;
@@ -215,7 +215,7 @@ impl Driver {
         sync_id: u32,
         out: &mut O,
     ) {
-        if self.pull_sync != Some(sync_id) {
+        if self.heads_answer_due(sync_id) || self.pull_sync != Some(sync_id) {
             return;
         }
         self.stats.syncs_incomplete += 1;
@@ -240,7 +240,7 @@ impl Driver {
         self.random_member_id().map(|id| id.socket_addr())
     }
 
-    fn random_member_id(&mut self) -> Option<NodeId> {
+    pub(super) fn random_member_id(&mut self) -> Option<NodeId> {
         let count = self.foca.num_members();
         if count == 0 {
             return None;
@@ -272,15 +272,31 @@ impl Driver {
         if self.catch_up == CatchUp::Due {
             self.start_catching_up();
         }
-        self.send_state(now, KIND_SYNC_REQUEST, sync_id, peer, None, out);
+        self.send_state(
+            now,
+            KIND_SYNC_REQUEST,
+            sync_id,
+            peer,
+            None,
+            WalkLanes::All,
+            out,
+        );
     }
 
     /// An answer to this node's last sync said where its items ended: the next sync
     /// resumes there. While catching up, the next part is asked for soon, from the same
     /// peer, until the walk has gone round (see [`Driver::walk_went_round`]). An answer
     /// that brought at least [`BEHIND_AFTER_NAMES`] names this node did not hold shows it
-    /// is behind (a mesh started together, or a partition healed): it catches up.
-    fn follow_walk(&mut self, now: Duration, end: ExportEnd, peer: &NodeId) {
+    /// is behind (a mesh started together, or a partition healed): it catches up. A store
+    /// larger than one answer is walked for every site's heads beside, from another peer
+    /// (see [`super::heads`]).
+    fn follow_walk<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        end: ExportEnd,
+        peer: &NodeId,
+        out: &mut O,
+    ) {
         self.pull_sync = None;
         self.pull_answer = None;
         let brought = lock(&self.store)
@@ -302,6 +318,9 @@ impl Driver {
         let next_round = went_round && self.walk_went_round();
         if self.catch_up != CatchUp::Walking || self.stopped() {
             return;
+        }
+        if !went_round {
+            self.start_heads_walk(now, peer, out);
         }
         self.stats.catch_up_syncs += 1;
         let next = if next_round {
@@ -341,14 +360,17 @@ impl Driver {
     /// its answer's items should resume and carries this node's own items from where the
     /// last request stopped (none while catching up: it asks, the answers teach). An answer
     /// (`answer_after` set) carries the items after the name the request gave, and says in
-    /// its first chunk where they ended.
-    fn send_state<O: Transmit + ?Sized>(
+    /// its first chunk where they ended. `walked`: the lanes the answer carries (a request
+    /// of the heads walk asks for [`WalkLanes::Heads`] and carries no items of its own).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn send_state<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
         kind: u8,
         sync_id: u32,
         peer: SocketAddr,
         answer_after: Option<Option<ItemName>>,
+        walked: WalkLanes,
         out: &mut O,
     ) {
         let me = self.foca.identity().clone();
@@ -361,10 +383,17 @@ impl Driver {
         let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
 
         if answer_after.is_none() {
-            if let Some(name) = &self.pull_resume {
+            let resume = match walked {
+                WalkLanes::All => self.pull_resume.clone(),
+                WalkLanes::Heads => self.heads_resume(),
+            };
+            if let Some(name) = &resume {
                 name.encode(&mut entry);
             }
             chunks.push(ENTRY_RESUME, &entry, MAX_SYNC_CHUNKS);
+            if walked == WalkLanes::Heads {
+                chunks.push(ENTRY_HEADS, &[], MAX_SYNC_CHUNKS);
+            }
         }
         entry.clear();
         encode_member(
@@ -403,7 +432,8 @@ impl Driver {
             None if self.catch_up != CatchUp::Done => None,
             None => self.push_resume.as_ref(),
         };
-        let end = if answer_after.is_none() && self.catch_up != CatchUp::Done {
+        let own_items_held_back = self.catch_up != CatchUp::Done || walked == WalkLanes::Heads;
+        let end = if answer_after.is_none() && own_items_held_back {
             None
         } else {
             let session = &self.session;
@@ -416,33 +446,35 @@ impl Driver {
             let mut chain_entry = Vec::new();
             let mut last_origin: Option<Arc<str>> = None;
             let mut earlier_in_chunk: Option<(Arc<str>, [u8; FINGERPRINT_LEN], usize)> = None;
-            let end = lock(&self.store).export(after, &mut entry, |origin, item, earlier| {
-                if last_origin.as_ref() != Some(origin) {
-                    last_origin = Some(origin.clone());
-                    if let Some(chain) = session.certificate_chain(origin) {
-                        encode_certificate_entry(origin, chain, &mut chain_entry);
-                        if !chunks.push(ENTRY_CERTIFICATE, &chain_entry, MAX_SYNC_CHUNKS) {
-                            return false;
+            let end =
+                lock(&self.store).export(after, walked, &mut entry, |origin, item, earlier| {
+                    if last_origin.as_ref() != Some(origin) {
+                        last_origin = Some(origin.clone());
+                        if let Some(chain) = session.certificate_chain(origin) {
+                            encode_certificate_entry(origin, chain, &mut chain_entry);
+                            if !chunks.push(ENTRY_CERTIFICATE, &chain_entry, MAX_SYNC_CHUNKS) {
+                                return false;
+                            }
                         }
                     }
-                }
-                let vouching = earlier.filter(|_| earlier_ok).and_then(|fingerprint| {
-                    let chain = session.chain_of(origin, &fingerprint)?;
-                    Some((fingerprint, chain))
+                    let vouching = earlier.filter(|_| earlier_ok).and_then(|fingerprint| {
+                        let chain = session.chain_of(origin, &fingerprint)?;
+                        Some((fingerprint, chain))
+                    });
+                    if let Some((fingerprint, chain)) = vouching {
+                        let written = (origin.clone(), fingerprint, chunks.len());
+                        if earlier_in_chunk.as_ref() != Some(&written) {
+                            encode_certificate_entry(origin, chain, &mut chain_entry);
+                            let pair = (ENTRY_CERTIFICATE, chain_entry.as_slice());
+                            if chunks.push_pair(pair, (ENTRY_ITEM, item), MAX_SYNC_CHUNKS) {
+                                earlier_in_chunk =
+                                    Some((origin.clone(), fingerprint, chunks.len()));
+                                return true;
+                            }
+                        }
+                    }
+                    chunks.push(ENTRY_ITEM, item, MAX_SYNC_CHUNKS)
                 });
-                if let Some((fingerprint, chain)) = vouching {
-                    let written = (origin.clone(), fingerprint, chunks.len());
-                    if earlier_in_chunk.as_ref() != Some(&written) {
-                        encode_certificate_entry(origin, chain, &mut chain_entry);
-                        let pair = (ENTRY_CERTIFICATE, chain_entry.as_slice());
-                        if chunks.push_pair(pair, (ENTRY_ITEM, item), MAX_SYNC_CHUNKS) {
-                            earlier_in_chunk = Some((origin.clone(), fingerprint, chunks.len()));
-                            return true;
-                        }
-                    }
-                }
-                chunks.push(ENTRY_ITEM, item, MAX_SYNC_CHUNKS)
-            });
             Some(end)
         };
 
@@ -485,6 +517,7 @@ impl Driver {
         let mut items = Vec::new();
         let mut certificates = Vec::new();
         let mut resume = None;
+        let mut walked = WalkLanes::All;
         let mut walk_end = None;
         while !r.is_empty() {
             let (tag, body) = read_entry(&mut r)?;
@@ -522,6 +555,9 @@ impl Driver {
                 ENTRY_CERTIFICATE => certificates.push(decode_certificate_entry(body)?),
                 ENTRY_RESUME if kind == KIND_SYNC_REQUEST && index == 0 && resume.is_none() => {
                     resume = Some(decode_resume(body, &self.interner)?);
+                }
+                ENTRY_HEADS if kind == KIND_SYNC_REQUEST && index == 0 && body.is_empty() => {
+                    walked = WalkLanes::Heads;
                 }
                 ENTRY_WALK_END
                     if kind == KIND_SYNC_RESPONSE && index == 0 && walk_end.is_none() =>
@@ -583,11 +619,18 @@ impl Driver {
                     sync_id,
                     sender.socket_addr(),
                     after,
+                    walked,
                     out,
                 );
             } else {
                 self.stats.syncs_completed += 1;
             }
+        }
+        if kind == KIND_SYNC_RESPONSE && self.is_heads_sync(sync_id) {
+            if let Some(end) = walk_end {
+                self.follow_heads(now, end);
+            }
+            return Ok(());
         }
         if kind == KIND_SYNC_RESPONSE && self.pull_sync == Some(sync_id) {
             let chunk = ChunkItems::of(&items, &self.interner);
@@ -598,7 +641,7 @@ impl Driver {
             };
             if answer.note(index, chunk, walk_end) {
                 if let WalkStep::Ended(end) = answer.step() {
-                    self.follow_walk(now, end, &sender);
+                    self.follow_walk(now, end, &sender, out);
                 }
             }
         }

@@ -28,6 +28,8 @@ pub enum TimerEvent {
     SyncWith(NodeId),
     /// The answer to this node's sync with this id should have arrived whole.
     SyncAnswerDue(u32),
+    /// Ask for the next part of the heads walk ([`crate::driver`]'s `heads`).
+    HeadsPart,
     /// Declare a member down whose suspicion began with another member's Down claim, if
     /// it is still suspect at this incarnation.
     ConfirmDown {

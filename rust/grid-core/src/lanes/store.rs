@@ -474,32 +474,37 @@ impl ItemStore {
         handed
     }
 
-    /// Every stored name in [`ItemName`] order.
-    fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+    /// Every stored name of the `walked` lanes in [`ItemName`] order.
+    fn entries(&self, walked: WalkLanes) -> impl Iterator<Item = Entry<'_>> {
         self.origins
             .iter()
-            .flat_map(|(origin, lanes)| lane_entries(origin, lanes, None))
+            .flat_map(move |(origin, lanes)| lane_entries(origin, lanes, None, walked))
     }
 
-    /// Stored names after `after`, in [`ItemName`] order.
-    fn entries_after<'a>(&'a self, after: &'a ItemName) -> impl Iterator<Item = Entry<'a>> {
+    /// Stored names of the `walked` lanes after `after`, in [`ItemName`] order.
+    fn entries_after<'a>(
+        &'a self,
+        after: &'a ItemName,
+        walked: WalkLanes,
+    ) -> impl Iterator<Item = Entry<'a>> {
         use std::ops::Bound::{Included, Unbounded};
         self.origins
             .range::<str, _>((Included(&*after.origin), Unbounded))
             .flat_map(move |(origin, lanes)| {
                 let from = (origin == &after.origin).then_some((after.lane, &*after.key));
-                lane_entries(origin, lanes, from)
+                lane_entries(origin, lanes, from, walked)
             })
     }
 
-    /// Encodes held items (those with payloads) one by one into `scratch`, in [`ItemName`]
-    /// order starting after `after` (from the first name when `None`) and wrapping round,
-    /// and hands each with its origin to `emit` until `emit` says the budget is spent. An
-    /// item signed by an earlier key of its origin comes with that key's certificate
-    /// fingerprint (a sync sends the certificate before it).
+    /// Encodes held items (those with payloads) of the `walked` lanes one by one into
+    /// `scratch`, in [`ItemName`] order starting after `after` (from the first name when
+    /// `None`) and wrapping round, and hands each with its origin to `emit` until `emit`
+    /// says the budget is spent. An item signed by an earlier key of its origin comes with
+    /// that key's certificate fingerprint (a sync sends the certificate before it).
     pub fn export(
         &self,
         after: Option<&ItemName>,
+        walked: WalkLanes,
         scratch: &mut Vec<u8>,
         mut emit: impl FnMut(&Arc<str>, &[u8], Option<[u8; FINGERPRINT_LEN]>) -> bool,
     ) -> ExportEnd {
@@ -539,14 +544,14 @@ impl ItemStore {
         };
         let keys = self.origin_keys.as_ref();
         let Some(after) = after else {
-            if !offer(keys, self.entries(), &mut last, scratch, &mut emit) {
+            if !offer(keys, self.entries(walked), &mut last, scratch, &mut emit) {
                 return stopped(last, false);
             }
             return ExportEnd::Complete;
         };
         if !offer(
             keys,
-            self.entries_after(after),
+            self.entries_after(after, walked),
             &mut last,
             scratch,
             &mut emit,
@@ -554,7 +559,7 @@ impl ItemStore {
             return stopped(last, false);
         }
         let before = self
-            .entries()
+            .entries(walked)
             .take_while(|(origin, lane, key, _)| after.cmp_to(origin, *lane, key).is_ge());
         if !offer(keys, before, &mut last, scratch, &mut emit) {
             return stopped(last, true);
@@ -565,17 +570,37 @@ impl ItemStore {
 
 type Entry<'a> = (&'a Arc<str>, Lane, &'a Arc<str>, &'a Stored);
 
-/// The names of one origin in [`EXPORT_LANES`] order, those after `(lane, key)` if given.
+/// Which lanes a sync walk carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WalkLanes {
+    /// Every lane: the walk that brings a store whole.
+    All,
+    /// What a receiver needs to trust and reach each site (its certificates, gateway and
+    /// metadata), none of its records: a few items per site, which a node catching up walks
+    /// beside the whole store so that it can verify and probe every site early.
+    Heads,
+}
+
+impl WalkLanes {
+    fn carries(self, lane: Lane) -> bool {
+        self == WalkLanes::All || lane != Lane::State
+    }
+}
+
+/// The names of one origin in [`EXPORT_LANES`] order, those after `(lane, key)` if given,
+/// of the `walked` lanes.
 fn lane_entries<'a>(
     origin: &'a Arc<str>,
     lanes: &'a [BTreeMap<Arc<str>, Stored>; LANE_COUNT],
     from: Option<(Lane, &'a str)>,
+    walked: WalkLanes,
 ) -> impl Iterator<Item = Entry<'a>> {
     use std::ops::Bound::{Excluded, Unbounded};
     EXPORT_LANES
         .into_iter()
         .filter(move |lane| {
-            from.map_or(true, |(first, _)| export_rank(*lane) >= export_rank(first))
+            walked.carries(*lane)
+                && from.map_or(true, |(first, _)| export_rank(*lane) >= export_rank(first))
         })
         .flat_map(move |lane| {
             let keys = &lanes[lane as usize];

@@ -82,7 +82,7 @@ fn a_signed_store_takes_only_items_its_origin_signed() {
     // Syncs re-export the origin's own signature.
     let mut exported = Vec::new();
     let mut scratch = Vec::new();
-    s.export(None, &mut scratch, |_, item, _| {
+    s.export(None, WalkLanes::All, &mut scratch, |_, item, _| {
         exported.push(item.to_vec());
         true
     });
@@ -116,13 +116,18 @@ fn items_of_a_renewed_key_wait_for_it_and_earlier_keys_vouch_until_signed_again(
     assert_eq!(fresh, ["old", "new"]);
     // The earlier key still vouches for "old": a sync carries its certificate with it.
     let mut earlier = Vec::new();
-    s.export(None, &mut Vec::new(), |_, item, fingerprint| {
-        earlier.push((
-            decode_item(item).unwrap().key.to_owned(),
-            fingerprint.is_some(),
-        ));
-        true
-    });
+    s.export(
+        None,
+        WalkLanes::All,
+        &mut Vec::new(),
+        |_, item, fingerprint| {
+            earlier.push((
+                decode_item(item).unwrap().key.to_owned(),
+                fingerprint.is_some(),
+            ));
+            true
+        },
+    );
     assert_eq!(
         earlier,
         [("new".to_owned(), false), ("old".to_owned(), true)]
@@ -292,9 +297,19 @@ fn export_part(
     after: Option<&ItemName>,
     budget: usize,
 ) -> (Vec<(String, Lane, String)>, ExportEnd) {
+    export_lanes(s, after, WalkLanes::All, budget)
+}
+
+/// [`export_part`] of the `walked` lanes.
+fn export_lanes(
+    s: &ItemStore,
+    after: Option<&ItemName>,
+    walked: WalkLanes,
+    budget: usize,
+) -> (Vec<(String, Lane, String)>, ExportEnd) {
     let mut scratch = Vec::new();
     let mut names = Vec::new();
-    let end = s.export(after, &mut scratch, |_, item, _| {
+    let end = s.export(after, walked, &mut scratch, |_, item, _| {
         if names.len() == budget {
             return false;
         }
@@ -341,7 +356,7 @@ fn the_default_store_holds_a_100_by_100_mesh_and_refuses_past_its_capacity() {
     assert!(offer(&mut s, "site-000", Lane::Gateway, "gateway", 2, b"q").is_some());
     let mut scratch = Vec::new();
     let mut exported = 0;
-    let end = s.export(None, &mut scratch, |_, _, _| {
+    let end = s.export(None, WalkLanes::All, &mut scratch, |_, _, _| {
         exported += 1;
         true
     });
@@ -412,6 +427,19 @@ fn export_walks_names_in_one_order_from_where_it_stopped() {
     let (none, end) = export_part(&s, Some(&resume), 0);
     assert!(none.is_empty());
     assert_eq!(end, stopped(&resume, false));
+
+    // The heads of every site (certificates, gateway, metadata) walk apart from records.
+    let (heads, end) = export_lanes(&s, None, WalkLanes::Heads, 10);
+    assert_eq!(heads, owned(&[order[0], order[3]]));
+    assert_eq!(end, ExportEnd::Complete);
+    let (first, end) = export_lanes(&s, None, WalkLanes::Heads, 1);
+    assert_eq!(first, owned(&order[..1]));
+    let resume = name("a", Lane::Cert, "0");
+    assert_eq!(end, stopped(&resume, false));
+    let (second, end) = export_lanes(&s, Some(&resume), WalkLanes::Heads, 1);
+    assert_eq!(second, owned(&order[3..4]));
+    // The budget ran out on the first name past the last: the heads walk went round.
+    assert_eq!(end, stopped(&name("b", Lane::Gateway, "gw"), true));
 
     let mut encoded_name = Vec::new();
     name("site-a", Lane::Metadata, "region").encode(&mut encoded_name);

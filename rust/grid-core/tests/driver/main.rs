@@ -413,6 +413,7 @@ fn holds(c: &Cluster, at: SocketAddr, key: &str, version: u64) -> bool {
     c.items_at(at).iter().any(|i| i.2 == key && i.3 == version)
 }
 
+mod heads;
 mod membership;
 mod renewal;
 mod security;

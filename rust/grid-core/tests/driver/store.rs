@@ -85,7 +85,7 @@ fn a_late_joiner_receives_what_a_crashed_site_published() {
 
 /// Bytes of items one sync answer carries at least: half its chunks (members may fill the
 /// other half), each nearly full.
-fn part_bytes() -> usize {
+pub(crate) fn part_bytes() -> usize {
     MAX_SYNC_CHUNKS / 2 * (MAX_UNSEALED_LEN - 300)
 }
 
