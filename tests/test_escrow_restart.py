@@ -15,6 +15,7 @@ import pytest
 
 from grid.engine import EscrowCheckpoint, SiteEngine
 from grid.engine.budgets import HEARD_WITHIN_S
+from grid.engine.escrow_checkpoint import items_to_send
 from test_engine import SITES, T0, connect, engine
 from test_engine_escrow import NAMES, Mesh, escrow_network
 
@@ -156,3 +157,25 @@ def test_a_retiring_site_gives_what_it_holds_to_the_peers_that_ask() -> None:
     assert mesh.granted >= cap - 2 * 100 - retiring.state.escrow.granted_by_site(
         "acme", WINDOW, "site-c"
     )  # what it had not released went to the loaded sites
+
+
+def test_what_goes_out_while_the_holder_cannot_be_kept_and_after() -> None:
+    mesh = Mesh(escrow_network(cap=3_000))
+    mesh.run_until(T0)
+    e = mesh.engines["site-a"]
+    e.take_escrow_checkpoint()  # kept as of now
+    mesh.run_until(T0 + timedelta(seconds=3), {"site-a": 40})
+    result = e.refresh(mesh.now)
+    assert e.take_escrow_checkpoint() is not None  # the holder changed since
+    # Not kept: nothing of it goes out, and the engine hands the holder over again.
+    e.escrow_not_kept()
+    held = items_to_send(result.items, (), kept=False, withheld=False)
+    assert not [i for i in held if i.key.startswith("escrow/")]
+    assert [i for i in result.items if not i.key.startswith("escrow/")] == list(held)
+    again = e.take_escrow_checkpoint()
+    assert again is not None
+    # Kept at last: every escrow item of this site goes out, the held-back versions too.
+    own = e.state.all_items()
+    sent = items_to_send((), own, kept=True, withheld=True)
+    assert {i.key for i in sent} == {i.key for i in own if i.key.startswith("escrow/")}
+    assert sent and items_to_send(result.items, own, kept=True, withheld=False) == result.items
