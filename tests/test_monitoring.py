@@ -367,7 +367,8 @@ UNIT_TESTS.append(
     {
         # acme is at its warn level at site a from 2m and exhausted at a from 7m (site b,
         # which has not heard everything, still says warn); globex stays ok. Site b has
-        # not heard from every site from the start, for 40 minutes.
+        # not heard from every site from the start, for 40 minutes. Site a sees a peer configure a
+        # budget differently from 3m to 15m.
         "interval": "1m",
         "input_series": [
             _series(STATE, "_x2 1x4", instance="a", tenant="acme", state="warn", **_budget),
@@ -375,6 +376,7 @@ UNIT_TESTS.append(
             _series(STATE, "_x2 1x20", instance="b", tenant="acme", state="warn", **_budget),
             _series(STATE, "1x20", instance="a", tenant="globex", state="ok", **_budget),
             _series("grid_budget_complete", "0x40 1x5", instance="b", network="mesh"),
+            _series("grid_budget_config_agreed", "1x3 0x12 1x5", instance="a", network="mesh"),
         ],
         "alert_rule_test": [
             _alert("GridBudgetWarning", "2m"),
@@ -390,6 +392,13 @@ UNIT_TESTS.append(
                 {"severity": "warning", "job": "grid", "instance": "b", "network": "mesh"},
             ),
             _alert("GridBudgetSpendIncomplete", "42m"),
+            _alert("GridBudgetConfigDiffers", "12m"),
+            _alert(
+                "GridBudgetConfigDiffers",
+                "14m",
+                {"severity": "warning", "job": "grid", "instance": "a", "network": "mesh"},
+            ),
+            _alert("GridBudgetConfigDiffers", "17m"),
         ],
     }
 )
