@@ -259,6 +259,47 @@ async def test_the_escrow_holder_survives_an_operator_restart(
         assert "spend.json" in configmap.data  # both kept side by side
 
 
+async def _site_used(cluster: Cluster) -> int | None:
+    """acme's site_used in the edge gateway's budget document (None before one is there)."""
+    if not await configmap_exists(cluster, "edge-grid-budget"):
+        return None
+    configmap = await read_configmap(cluster, "edge-grid-budget")
+    tenants = json.loads(configmap.data["budgets.json"])["budgets"]["tenants"]
+    return next((int(t["site_used"]) for t in tenants if t["tenant"] == "acme"), None)
+
+
+async def test_nothing_of_the_holder_goes_out_while_it_cannot_be_stored(
+    cluster: Cluster, exporter: ProviderEndpoint
+) -> None:
+    """A ConfigMap of the checkpoint's name that is not Grid's: the holder cannot be
+    stored, so the budget document stays as it was while the status moves on."""
+    await prepare_namespaces(cluster)
+    await put_trust(cluster, SITE)
+    foreign = {"metadata": {"name": CHECKPOINT}, "data": {"spend.json": "someone else's"}}
+    await cluster.call(cluster.core.create_namespaced_config_map, NAMESPACE, foreign)
+    exporter.set_counter(LITELLM, 1000, team="acme")
+    port = free_udp_port()
+    with captured_logs() as logs:
+        async with operator_for(cluster, SITE, swim_port=port) as running:
+            await cluster.create(GRID_NETWORKS, escrow_network(port, exporter))
+            await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+            await eventually(
+                lambda: _equal(_site_used(cluster), 0), timeout=WAIT_S, what="the document"
+            )
+            exporter.set_counter(LITELLM, 1200, team="acme")
+            await wait_used(cluster, 200, exporter)
+            engine = running.runtime(NETWORK).engine
+            assert engine.state.own_escrow()  # a record to keep, which could not be kept
+            assert await _site_used(cluster) == 0
+    kept = await read_configmap(cluster, CHECKPOINT, NAMESPACE)
+    assert kept.data == {"spend.json": "someone else's"}
+    assert any("escrow holder" in line and "not written by Grid" in line for line in logs.lines)
+
+
+async def _equal(found: Any, expected: object) -> bool:
+    return await found == expected
+
+
 async def _is_set(found: Any) -> bool:
     return await found is not None
 

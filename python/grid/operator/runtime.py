@@ -400,7 +400,8 @@ class NetworkRuntime:
             except (KubernetesApiError, CheckpointUnusable) as error:
                 kept = False
                 engine.escrow_not_kept()
-                self._notices.say("escrow holder", f"{error}; it waits", logging.WARNING)
+                said = f"escrow holder not stored ({error}): its items and budget documents wait"
+                self._notices.say("escrow holder", said, logging.WARNING)
         withheld = self._escrow_withheld
         own = engine.state.all_items() if kept and withheld else ()
         items = items_to_send(result.items, own, kept=kept, withheld=withheld)
