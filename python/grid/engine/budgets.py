@@ -67,7 +67,8 @@ def unheard_sites(  # noqa: PLR0917 - the site, who to hear, what was heard, and
         for name in others
         if (member := members.get(name)) is not None and member.state is not MemberState.ALIVE
     }
-    # A peer of the previous release: alive in SWIM hears it.
+    # Peers of the previous release send no heartbeat: alive in SWIM is what hears them.
+    # These are the ones it does not.
     old = [
         UnheardSite(site=name, since=members[name].since if name in members else None)
         for name in others
