@@ -98,7 +98,10 @@ def test_the_report_holds_figures_measured_for_both_designs(
     assert len(current["restarts"]) == 2 and baseline["restarts"] == []
     for restart in current["restarts"]:
         assert 0 < restart["trusted_s"] <= restart["ranked_s"] < 60
+        # What it received until then: at least the items it held, a few hundred bytes each.
+        assert restart["bytes_in"] > restart["items"] * 100 > 0
     assert current["restart_ranked_s_p50"] <= current["restart_ranked_s_p99"]
+    assert current["restart_items"] > 0 and current["restart_bytes_in_p50"] > 0
     # Measured, not constants: the two designs (and their memory samples) differ.
     assert current["cpu_share"] != baseline["cpu_share"]
     assert current["bytes_in_per_s"] != baseline["bytes_in_per_s"]

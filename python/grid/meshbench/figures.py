@@ -164,10 +164,13 @@ def figures(
 def joins(formed_s: float | None, restarts: list[dict[str, float]]) -> dict[str, Any]:
     """How long the mesh (the peers) took to form before the site joined it, and the
     measured site's restarts: p50 and p99 of the seconds until it trusted every site and
-    until it ranked every candidate."""
+    until it ranked every candidate, and of the bytes it received until then (the items it
+    held then say what they brought)."""
     figures: dict[str, Any] = {"formed_s": formed_s, "restarts": restarts}
-    for what in ("trusted_s", "ranked_s"):
-        values = [restart[what] for restart in restarts]
+    held = [restart["items"] for restart in restarts if "items" in restart]
+    figures["restart_items"] = statistics.median(held) if held else None
+    for what in ("trusted_s", "ranked_s", "bytes_in"):
+        values = [restart[what] for restart in restarts if what in restart]
         figures[f"restart_{what}_p50"] = statistics.median(values) if values else None
         figures[f"restart_{what}_p99"] = _percentile(values, 0.99) if values else None
     return figures

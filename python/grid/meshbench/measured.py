@@ -221,7 +221,8 @@ def _active_sites(engine: SiteEngine) -> int:
 async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dict[str, float]]:
     """The site restarted ``joins`` times at its address (it leaves, and its next life joins
     the running mesh with its state directory): for each, the seconds until the ``sites``
-    GridSites it trusted before were Active again and until every candidate was ranked."""
+    GridSites it trusted before were Active again and until every candidate was ranked, and
+    the bytes it received until then beside the items it then held."""
     network, expected = config["network"], config["candidates"]
     joins = []
     for _ in range(config.get("joins", 0)):
@@ -230,6 +231,7 @@ async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dic
         await agent.start()
         engine = agent.networks[network].engine
         trusted_s = ranked_s = None
+        received: dict[str, int] = {}
         deadline = started + config["converge_timeout_s"]
         while (trusted_s is None or ranked_s is None) and time.monotonic() < deadline:
             if trusted_s is None and _active_sites(engine) >= sites:
@@ -237,13 +239,19 @@ async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dic
             ranking = engine.ranking
             if ranked_s is None and ranking is not None and len(ranking.candidates) >= expected:
                 ranked_s = time.monotonic() - started
+                node = agent.networks[network].node
+                stats = node.stats() if node is not None else {}
+                received = {
+                    "bytes_in": stats.get("bytes_in", 0),
+                    "items": stats.get("items_stored", 0),
+                }
             await asyncio.sleep(0.05)
         await agent.stop()
         if trusted_s is None or ranked_s is None:
             raise RuntimeError(
                 f"a restart did not converge within {config['converge_timeout_s']:g} s"
             )
-        joins.append({"trusted_s": trusted_s, "ranked_s": ranked_s})
+        joins.append({"trusted_s": trusted_s, "ranked_s": ranked_s, **received})
         emit("joined", **joins[-1])
     return joins
 

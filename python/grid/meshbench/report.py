@@ -37,6 +37,12 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ("restart -> every site trusted, p99", "restart_trusted_s_p99", lambda v: f"{v:.2f} s"),
     ("restart -> every candidate, p50", "restart_ranked_s_p50", lambda v: f"{v:.2f} s"),
     ("restart -> every candidate, p99", "restart_ranked_s_p99", lambda v: f"{v:.2f} s"),
+    (
+        "restart -> bytes received by then, p50",
+        "restart_bytes_in_p50",
+        lambda v: f"{v / 1e6:.1f} MB",
+    ),
+    ("restart -> items held by then", "restart_items", lambda v: f"{v:,.0f}"),
     ("items the peers published", "peers_items_per_s", lambda v: f"{v:.1f} /s"),
 )
 
