@@ -43,7 +43,7 @@ from grid.scoring.ranking import rank_candidates
 from grid.trust import CertificateAuthority
 from support.agents import TOKEN_SITES, AgentMesh, AgentMeshes
 from support.servers import tls_server_context
-from support.token_server import TokenServer
+from support.token_server import Mode, TokenServer
 
 pytestmark = pytest.mark.praxis
 
@@ -806,6 +806,7 @@ async def test_grid_rotates_minted_tokens_and_no_request_carries_a_lapsed_one(
     log = pod_dir / "gateway.log"
     gateway: subprocess.Popen[bytes] | None = None
     answers: list[tuple[float, int]] = []
+    refusing_from: list[float] = []
     try:
         with kubelet:
             overlay_file = pod_dir / "overlay" / OVERLAY_KEY
@@ -833,6 +834,21 @@ async def test_grid_rotates_minted_tokens_and_no_request_carries_a_lapsed_one(
                 raise AssertionError(f"{ROTATIONS} rotations not seen in use")
 
             await asyncio.to_thread(until_rotated)
+
+            # Refused from now on: the agent withdraws the provider when the token in place
+            # lapses. It is the gateway's only candidate, so the agent keeps the previous
+            # overlay (an overlay has at least one candidate): requests go on reaching the
+            # provider, with the lapsed token. Measured for 3 s past the lapse.
+            server.mode = Mode.REFUSE
+            refusing_from.append(time.time())
+
+            def past_the_lapse() -> None:
+                lapses_at = server.issued[-1].at + ROTATION_LIFE_S
+                while time.time() < lapses_at + 3:
+                    answers.append((time.time(), ask()[0]))
+                    time.sleep(REQUEST_SPACING_S)
+
+            await asyncio.to_thread(past_the_lapse)
     except BaseException:
         print(log.read_text()[-6000:] if log.exists() else "(no gateway log)")
         print(agent.log_tail())
@@ -846,7 +862,8 @@ async def test_grid_rotates_minted_tokens_and_no_request_carries_a_lapsed_one(
         await server.stop()
 
     issued = {record.token: record.at for record in server.issued}
-    lapsed = unknown = 0
+    (refusing,) = refusing_from
+    lapsed = unknown = after_withdrawal = 0
     first_use: dict[str, float] = {}
     routed = 0
     for headers, arrived, path in zip(
@@ -862,15 +879,19 @@ async def test_grid_rotates_minted_tokens_and_no_request_carries_a_lapsed_one(
             continue
         first_use.setdefault(token, arrived)
         if arrived >= issued[token] + ROTATION_LIFE_S:
-            lapsed += 1
-    refused = sum(1 for _, status in answers if status != 200)
+            if token == server.issued[-1].token and arrived >= refusing:
+                after_withdrawal += 1
+            else:
+                lapsed += 1
+    refused = sum(1 for at, status in answers if status != 200 and at < refusing)
     delays = [first_use[r.token] - r.at for r in server.issued[1 : ROTATIONS + 1]]
     print(
-        f"{routed} requests through {ROTATIONS} rotations: {lapsed} with a lapsed token, "
-        f"{unknown} with no minted token, {refused} not answered 200; "
-        f"new token in use {', '.join(f'{d:.2f}' for d in delays)} s after it was minted"
+        f"{routed} requests through {ROTATIONS} rotations: {lapsed} with a "
+        f"lapsed token, {unknown} with no minted token, {refused} not answered 200 through "
+        f"the rotations; new token in use {', '.join(f'{d:.2f}' for d in delays)} s "
+        f"after it was minted; once refused, {after_withdrawal} requests reached the "
+        "provider with the last token in the 3 s past its lapse (the previous overlay kept)"
     )
-    assert routed >= len(answers) - refused  # and the requests that saw the gateway up
     assert (lapsed, unknown, refused) == (0, 0, 0)
     assert all(0 < delay < ROTATION_LIFE_S * 0.15 for delay in delays), delays
     assert client_secret not in log.read_text()
