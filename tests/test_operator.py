@@ -47,7 +47,7 @@ from k8s.rbac import Permissions
 from k8s.waiting import eventually
 from support.servers import ProviderEndpoint
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.real_server]
 
 NETWORK = "mesh"
 SITE = "site-a"

@@ -28,7 +28,7 @@ from k8s.operator_support import (
 )
 from k8s.waiting import eventually
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.real_server]
 
 NETWORK = "mesh"
 SITE = "site-a"

@@ -46,7 +46,7 @@ from support.servers import ProviderEndpoint, TlsServer
 from test_operator_oauth2 import SETTLE, prepare_network, token_in_secret
 from test_operator_sigv4 import put_aws_secret, sigv4_provider
 
-pytestmark = [pytest.mark.timeout(60), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(60), pytest.mark.real_server]
 
 NETWORK = "mesh"
 SITE = "site-a"

@@ -49,7 +49,7 @@ from k8s.waiting import eventually
 from support.pki import Pki, make_pki
 from support.servers import ProviderEndpoint, TlsServer
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.real_server]
 
 NETWORK = "mesh"
 SITES = ("site-a", "site-b")

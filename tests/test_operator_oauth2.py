@@ -49,7 +49,7 @@ from support.pki import make_pki
 from support.servers import ProviderEndpoint, TlsServer
 from support.token_server import Mode, TokenServer
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.real_server]
 
 NETWORK = "mesh"
 SITE = "site-a"

@@ -45,7 +45,7 @@ from test_operator_oauth2 import (
     tokens_in_secret,
 )
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.real_server]
 
 AWS_SECRET = "bedrock-aws"
 

@@ -37,7 +37,7 @@ from k8s.operator_support import (
 from k8s.waiting import eventually
 from support.servers import ProviderEndpoint
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(90), pytest.mark.real_server]
 
 NETWORK = "mesh"
 SITE = "site-a"

@@ -79,7 +79,7 @@ from k8s.operator_support import (
 from k8s.rbac import served_requests
 from support.pki import make_pki
 
-pytestmark = [pytest.mark.timeout(30), pytest.mark.both_backends]
+pytestmark = [pytest.mark.timeout(30), pytest.mark.real_server]
 
 NOW = datetime(2026, 7, 29, 12, 0, tzinfo=UTC)
 WHERE = "Secret grid-system/swim-key, key swim.key"

@@ -4,8 +4,9 @@
   :class:`~k8s.emulator.GridKubernetesEmulator` (unless a test's ``@pytest.mark.kmock(cls=...)``
   asks for another class);
 * ``cluster``: the test's API server with built-ins and Grid's CRs served, and an official
-  client as its admin: kmock's emulator, and in modules marked ``both_backends`` also a
-  real API server (test ids ``[kmock]`` and ``[real]``, see :func:`pytest_generate_tests`);
+  client as its admin: kmock's emulator; in modules marked ``both_backends`` also a real
+  API server (test ids ``[kmock]`` and ``[real]``), in modules marked ``real_server`` the
+  real one alone (``[real]``), see :func:`pytest_generate_tests`;
 * ``cluster_factory``: more independent clusters in the same test, of the same backend;
 * ``real_servers``: the real API servers behind ``[real]`` clusters (:mod:`k8s.real_cluster`),
   started when first needed, one per session;
@@ -51,22 +52,33 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "real_server: the module's tests that use `cluster` run against a real API server "
+        "only (test id ``[real]``)",
+    )
+    config.addinivalue_line(
+        "markers",
         "kmock_only(reason): this test needs kmock (its internals or injected faults), even "
-        "in a both_backends module",
+        "in a both_backends or real_server module",
     )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test using ``cluster`` in a ``both_backends`` module runs once per backend, unless
-    marked ``kmock_only`` (whose reason is required: say what only kmock can do)."""
+    """A test using ``cluster`` in a ``both_backends`` module runs once per backend (the
+    module's kmock run covers what a real server refuses before the operator sees it, such
+    as a resource its schema would not admit), in a ``real_server`` module against the real
+    API server alone (kmock would only repeat it); either way a test marked ``kmock_only``
+    (whose reason is required: say what only kmock can do) runs against kmock alone."""
     if "cluster" not in metafunc.fixturenames:
         return
-    if metafunc.definition.get_closest_marker("both_backends") is None:
+    both = metafunc.definition.get_closest_marker("both_backends") is not None
+    real = metafunc.definition.get_closest_marker("real_server") is not None
+    if not (both or real):
         return
     only = metafunc.definition.get_closest_marker("kmock_only")
     if only is not None and not (only.args or only.kwargs.get("reason")):
         raise pytest.UsageError(f"{metafunc.definition.nodeid}: kmock_only needs a reason")
-    metafunc.parametrize("backend", BACKENDS[:1] if only else BACKENDS, indirect=True)
+    chosen = BACKENDS[:1] if only else BACKENDS if both else BACKENDS[1:]
+    metafunc.parametrize("backend", chosen, indirect=True)
 
 
 @pytest.fixture
