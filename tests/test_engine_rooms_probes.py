@@ -132,8 +132,11 @@ def test_a_tls_probe_without_a_certificate_or_error_says_probe_failed() -> None:
 def test_a_plaintext_probe_presents_the_advertised_fingerprint() -> None:
     advertised = "ee" * 32
     connected = Probe(ProbeResult(True, None, None, 0.002), T0, EgressTlsMode.PLAINTEXT)
-    assert connected.observation(advertised) == ProbeObservation(T0, True, advertised, 2.0, "")
-    assert connected.observation(None) == ProbeObservation(T0, True, None, 2.0, "")
+    # The fingerprint is the advertised one (None: not arrived yet), and says so.
+    assert connected.observation(advertised) == ProbeObservation(
+        T0, True, advertised, 2.0, "", advertised=True
+    )
+    assert connected.observation(None) == ProbeObservation(T0, True, None, 2.0, "", advertised=True)
 
 
 def test_a_failed_plaintext_connect_is_unreachable_with_its_error() -> None:
