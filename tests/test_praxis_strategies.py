@@ -471,3 +471,47 @@ async def test_a_provider_of_each_strategy_is_routed_with_its_credential_or_not_
     text = log.read_text()
     for secret in (client_secret, STATIC_TOKEN, OPENAI_KEY, *lab.minted.values()):
         assert secret not in text
+
+
+async def test_the_gateway_sends_plaintext_when_a_client_certificate_cannot_be_read(
+    pod_dir: Path, praxis_binary: str
+) -> None:
+    """What the gateway does with a cluster whose TLS files it cannot read, found here and
+    documented (docs/resources.md, MtlsOnly; docs/security.md): it logs "TLS disabled for
+    this cluster" and sends the request in plaintext to the https endpoint's port. Its
+    ``-t`` check passes. A change of the gateway that fails closed makes this test fail."""
+    lab = Lab(pod_dir, "http://127.0.0.1:1/token")
+    plain = EchoBackend("plain")  # plaintext where the https endpoint points
+    runners = [await plain.start(), await lab.backends["bearer"].start()]
+    for document in lab.documents:
+        if document["metadata"]["name"] == "mtls":
+            document["spec"]["endpoint"] = f"https://127.0.0.1:{plain.port}/v1"
+    lab.documents = [
+        document
+        for document in lab.documents
+        if document["kind"] != "InferenceProvider"
+        or document["metadata"]["name"] in ("mtls", "bearer")
+    ]
+    lab.put("bearer-key", "token", STATIC_TOKEN)
+    (pod_dir / "credentials" / "mtls-client").mkdir()  # mounted, without the certificate
+    config, overlay, _ = lab.render({})
+    config_file = pod_dir / "praxis.yaml"
+    config_file.write_text(config)
+    (pod_dir / "overlay" / OVERLAY_KEY).write_text(overlay)
+    if os.geteuid() == 0:
+        for path in [pod_dir, *pod_dir.rglob("*")]:
+            os.chown(path, NOBODY, NOBODY)
+    log = pod_dir / "gateway.log"
+    gateway = _start_gateway(praxis_binary, config_file, log)
+    try:
+        await asyncio.to_thread(
+            wait_for, lambda: _ask(lab.listener, "m-bearer")[0] == 200, 60, "the gateway serves"
+        )
+        status, echoed = await asyncio.to_thread(_ask, lab.listener, "m-mtls")
+    finally:
+        _stop(gateway)
+        for runner in runners:
+            await runner.cleanup()
+    assert (status, echoed["backend"]) == (200, "plain")
+    assert plain.paths == ["/v1/chat/completions"]
+    assert "TLS disabled for this cluster" in log.read_text()
