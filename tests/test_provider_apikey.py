@@ -283,8 +283,9 @@ def test_a_key_the_gateway_would_send_in_a_header_of_its_own_is_not_offered(
     tmp_path: Path,
 ) -> None:
     """The Praxis AI gateway injects credentials as ``Authorization: Bearer`` only: an API
-    key bound for another header is not offered, with the reason, and the kinds that take
-    API keys as bearer tokens stay routed."""
+    key bound for another header is not offered to a gateway without ``apiKeyCredentials``
+    (test_gateway_apikey_opt_in.py has it), with the reason, and the kinds that take API
+    keys as bearer tokens stay routed."""
     offered, refused = offers(write_mesh(tmp_path, MESH_PROVIDERS))
     assert offered == {
         "openai": SecretRef(**KEY_REF),
@@ -303,7 +304,8 @@ def test_a_key_the_gateway_would_send_in_a_header_of_its_own_is_not_offered(
     assert refused["claude"] == (
         "auth strategy ApiKey sends the key in header 'x-api-key', and the gateway injects "
         "credentials as 'Authorization: Bearer' only (its credential_inject filter has no "
-        "header strategy, and an overlay naming one would be refused whole)"
+        "header strategy, and an overlay naming one would be refused whole); for a gateway "
+        "that accepts apikey credentials, set apiKeyCredentials: true on its gatewayRefs entry"
     )
 
 

@@ -1,6 +1,7 @@
 """The Custom strategy: the Secret's value meant as the whole value of ``auth.header``, with
 ApiKey's header rules; not offered, with the reason (the Praxis AI gateway injects bearer
-tokens only), and without a header for that reason too; replicated as the strategy and the
+tokens only) unless the gateway accepts apikey credentials (test_gateway_apikey_opt_in.py),
+and never without a header; replicated as the strategy and the
 reference only, in the form release 0.2.0 reads."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ comes in as ``now``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import MappingProxyType
 
@@ -60,23 +60,48 @@ class GatewayOverlay:
         return None if self.overlay is None else self.overlay.revision
 
 
+@dataclass(slots=True)
+class _Pass:
+    """What the ranking for one kind of gateway keeps from one render to the next.
+    Gateways that accept the contract's ``apikey`` credentials (``apiKeyCredentials``) are
+    offered providers the others are not (a key sent in a header of its own), so each kind
+    present gets a ranking of its own; with its own memos, a site whose gateways are of
+    both kinds rebuilds nothing more per pass than a site with one."""
+
+    local: LocalCandidates = field(default_factory=LocalCandidates)
+    scoring: ScoringMemo = field(default_factory=ScoringMemo)
+    documents: DocumentMemo = field(default_factory=DocumentMemo)
+    admission: Mapping[CandidateKey, AdmissionMemory] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Ranked:
+    """One kind of gateway's ranking, and what its gateways' configurations declare."""
+
+    gateways: tuple[GatewayRef, ...]
+    ranking: Ranking
+    declared: Mapping[str, ClusterEndpoint]
+    credentials: tuple[Mapping[str, object], ...]
+    not_offered: tuple[tuple[str, str], ...]
+
+
 class Renderer:
     """The overlay per gateway of one site, and the ranking it was rendered from."""
 
     def __init__(self) -> None:
         self._overlays: dict[tuple[str, str], GatewayOverlay] = {}
         self._changed: dict[tuple[str, str], GatewayOverlay] = {}
-        self._admission: Mapping[CandidateKey, AdmissionMemory] = MappingProxyType({})
         self.ranking: Ranking | None = None
-        """The last ranking, for explanations."""
+        """The last ranking (for the network's first gateway), for explanations."""
         self.not_offered: tuple[tuple[str, str], ...] = ()
         """(provider, reason) for providers that yielded no candidate in the last pass."""
         self.stale_at: float | None = None
         """When (seconds) the next remote candidate in the ranking goes stale."""
-        self._local_candidates = LocalCandidates()
+        self._passes: dict[bool, _Pass] = {}
+        """By ``apiKeyCredentials``: the kinds of gateway the network lists."""
         self._remote_candidates = RemoteCandidates()
-        self._scoring_memo = ScoringMemo()
-        self._documents = DocumentMemo()
 
     @property
     def overlays(self) -> Mapping[tuple[str, str], GatewayOverlay]:
@@ -109,54 +134,34 @@ class Renderer:
             self.ranking = None
             self._overlays.clear()
             return
-        try:
-            what_if = self._local_candidates.of(
-                network,
-                gateway=gateways[0],
-                site_name=inputs.site,
-                local_site=inputs.local_site,
-                providers=inputs.observing,
-                views=views,
-            )
-        except ConfigError as error:
-            self._refuse_all(inputs, gateways, f"the local providers cannot be rendered: {error}")
-            return
-        what_if = with_token_keys(what_if, inputs.token_keys)
-        endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
-        not_offered = list(what_if.not_offered)
-        routes: list[tuple[CandidateInput, ...]] = []
+        kinds: dict[bool, list[GatewayRef]] = {}
+        for gateway in gateways:
+            kinds.setdefault(gateway.api_key_credentials, []).append(gateway)
+        for kind in set(self._passes) - set(kinds):
+            del self._passes[kind]
         self._remote_candidates.keep_only(remote.name for remote in remotes)
-        for remote in remotes:
-            offered, refused = self._remote_candidates.of(remote, state)
-            not_offered += refused
-            if offered and endpoints.setdefault(remote.cluster, remote.endpoint) != (
-                remote.endpoint
-            ):
-                not_offered.append((remote.cluster, "a local cluster has the same name"))
-                continue
-            routes += offered
-        self.not_offered = tuple(not_offered)
-        ttl = network.spec.stale_candidate_ttl_seconds
-        try:
-            ranking = rank_candidates(
-                what_if.candidates,
-                consuming_site(inputs),
-                network.spec.scoring,
+        remote_routes = [self._remote_candidates.of(remote, state) for remote in remotes]
+        outcomes: list[_Ranked] = []
+        for kind, members in kinds.items():
+            ranked = self._rank(
+                inputs,
+                members,
+                self._passes.setdefault(kind, _Pass()),
+                views,
+                zip(remotes, remote_routes, strict=True),
+                egress,
                 now,
-                stale_after_seconds=ttl,
-                admission_memory=self._admission,
-                memo=self._scoring_memo,
-                routes=routes,
             )
-        except ScoringInputError as error:
-            self._refuse_all(inputs, gateways, f"the candidates cannot be ranked: {error}")
-            return
-        self.ranking = ranking
-        self._admission = ranking.admission_memory
+            if ranked is not None:
+                outcomes.append(ranked)
+        self.ranking = outcomes[0].ranking if outcomes else None
+        self.not_offered = _not_offered(outcomes)
+        ttl = network.spec.stale_candidate_ttl_seconds
         self.stale_at = min(
             (
                 entry.candidate.updated_seconds + ttl
-                for entry in ranking.candidates
+                for outcome in outcomes
+                for entry in outcome.ranking.candidates
                 if entry.candidate.site != inputs.site
                 and entry.candidate.updated_seconds is not None
             ),
@@ -168,13 +173,79 @@ class Renderer:
             uid=metadata.uid or grid_id or f"standalone-{metadata.name}",
             generation=max(metadata.generation or 1, 1),
         )
-        declared = _declared_clusters(inputs, endpoints, egress)
-        for gateway in gateways:
-            plan = GatewayPlan(_scope(inputs, gateway), declared, what_if.plan.credentials)
-            self._render_gateway(inputs, gateway, ranking, source, plan, now)
+        for outcome in outcomes:
+            documents = self._passes[outcome.gateways[0].api_key_credentials].documents
+            for gateway in outcome.gateways:
+                plan = GatewayPlan(_scope(inputs, gateway), outcome.declared, outcome.credentials)
+                self._render_gateway(inputs, gateway, outcome.ranking, source, plan, documents, now)
         live = {(g.namespace, g.name) for g in gateways}
         for key in set(self._overlays) - live:
             del self._overlays[key]
+
+    def _rank(  # noqa: PLR0917 - one kind of gateway's ranking
+        self,
+        inputs: SiteInputs,
+        gateways: Sequence[GatewayRef],
+        memos: _Pass,
+        views: Mapping[str, LocalView],
+        remotes: Iterable[
+            tuple[
+                RemoteSite,
+                tuple[tuple[tuple[CandidateInput, ...], ...], tuple[tuple[str, str], ...]],
+            ]
+        ],
+        egress: Egress,
+        now: datetime,
+    ) -> _Ranked | None:
+        """The ranking for ``gateways`` (of one kind), or None when it cannot be made (the
+        gateways say why and keep their last good overlay)."""
+        network = inputs.network
+        try:
+            what_if = memos.local.of(
+                network,
+                gateway=gateways[0],
+                site_name=inputs.site,
+                local_site=inputs.local_site,
+                providers=inputs.observing,
+                views=views,
+            )
+        except ConfigError as error:
+            self._refuse_all(inputs, gateways, f"the local providers cannot be rendered: {error}")
+            return None
+        what_if = with_token_keys(what_if, inputs.token_keys)
+        endpoints: dict[str, ClusterEndpoint] = dict(what_if.endpoints)
+        not_offered = list(what_if.not_offered)
+        routes: list[tuple[CandidateInput, ...]] = []
+        for remote, (offered, refused) in remotes:
+            not_offered += refused
+            if offered and endpoints.setdefault(remote.cluster, remote.endpoint) != (
+                remote.endpoint
+            ):
+                not_offered.append((remote.cluster, "a local cluster has the same name"))
+                continue
+            routes += offered
+        try:
+            ranking = rank_candidates(
+                what_if.candidates,
+                consuming_site(inputs),
+                network.spec.scoring,
+                now,
+                stale_after_seconds=network.spec.stale_candidate_ttl_seconds,
+                admission_memory=memos.admission,
+                memo=memos.scoring,
+                routes=routes,
+            )
+        except ScoringInputError as error:
+            self._refuse_all(inputs, gateways, f"the candidates cannot be ranked: {error}")
+            return None
+        memos.admission = ranking.admission_memory
+        return _Ranked(
+            tuple(gateways),
+            ranking,
+            _declared_clusters(inputs, endpoints, egress),
+            what_if.plan.credentials,
+            tuple(not_offered),
+        )
 
     def _render_gateway(  # noqa: PLR0917 - one gateway's render
         self,
@@ -183,13 +254,14 @@ class Renderer:
         ranking: Ranking,
         source: OverlaySource,
         plan: GatewayPlan,
+        documents: DocumentMemo,
         now: datetime,
     ) -> None:
         key = (gateway.namespace, gateway.name)
         scope = _scope(inputs, gateway)
         current = self._overlays.get(key) or GatewayOverlay(gateway, scope)
         try:
-            rendered = render_overlay(ranking, scope, source, now, documents=self._documents)
+            rendered = render_overlay(ranking, scope, source, now, documents=documents)
             consumer = gateway.consumer_config
             config = None
             if consumer is not None and consumer.enabled:
@@ -225,6 +297,23 @@ class Renderer:
             key = (gateway.namespace, gateway.name)
             current = self._overlays.get(key) or GatewayOverlay(gateway, _scope(inputs, gateway))
             self._refuse(current, replace(current, gateway=gateway), message)
+
+
+def _not_offered(outcomes: Sequence[_Ranked]) -> tuple[tuple[str, str], ...]:
+    """(provider, reason) of every kind of gateway's ranking: a reason that holds for some
+    gateways only (a key sent in a header of its own, refused where ``apiKeyCredentials``
+    is not set) names them."""
+    if len(outcomes) == 1:
+        return outcomes[0].not_offered
+    everywhere = set.intersection(*(set(outcome.not_offered) for outcome in outcomes))
+    merged: dict[tuple[str, str], None] = {}
+    for outcome in outcomes:
+        plural = "s" if len(outcome.gateways) > 1 else ""
+        names = ", ".join(f"{g.namespace}/{g.name}" for g in outcome.gateways)
+        for provider, reason in outcome.not_offered:
+            shared = (provider, reason) in everywhere
+            merged[(provider, reason if shared else f"to gateway{plural} {names}: {reason}")] = None
+    return tuple(merged)
 
 
 def remote_sites(

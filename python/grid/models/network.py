@@ -185,6 +185,16 @@ class GatewayRef(GridModel):
         max_length=128,
         description="Credential filter name (credential_inject after the rename).",
     )
+    api_key_credentials: bool = Field(
+        False,
+        description="The gateway accepts the overlay contract's apikey credential strategy "
+        "(a Secret's value sent in a request header of its own, as in the contract fixtures "
+        "of Praxis AI gateway commit 8de5e37a). true offers this gateway ApiKey providers "
+        "whose key goes in a header (anthropic, vertex and self_hosted kinds, or "
+        "auth.header) and Custom providers. Default false: credentials are injected as "
+        "'Authorization: Bearer' only and those providers are not offered, since a gateway "
+        "without the strategy refuses a whole overlay naming one.",
+    )
     consumer_config: ConsumerConfig | None = None
 
     @property

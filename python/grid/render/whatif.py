@@ -328,9 +328,11 @@ def _egress_of(site: GridSite) -> ClusterEndpoint | None:
     return ClusterEndpoint(learned, EgressTlsMode.MUTUAL_TLS)
 
 
-def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str | None]:
-    """The credential reference to project (with how the gateway sends it), or the reason
-    the provider cannot be offered."""
+def _credential_of(
+    provider: InferenceProvider, gateway: GatewayRef
+) -> tuple[SecretRef | None, str | None]:
+    """The credential reference to project to ``gateway`` (with how it sends it), or the
+    reason the provider cannot be offered there."""
     auth = provider.spec.auth
     if auth is None:
         return None, None
@@ -364,21 +366,30 @@ def _credential_of(provider: InferenceProvider) -> tuple[SecretRef | None, str |
     # provider's auth.header or its kind's default), or as a bearer token for the kinds that
     # take API keys that way (open_ai, bedrock); Custom as the whole value of auth.header.
     header = api_key_header(provider.spec.provider_kind, auth.strategy, auth.header)
-    if header is not None:
+    if header is None:
+        return SecretRef(ref.name, ref.namespace, ref.key, CredentialStrategy.BEARER_TOKEN), None
+    if not gateway.api_key_credentials:
         return None, header_refusal(auth.strategy, header)
-    return SecretRef(ref.name, ref.namespace, ref.key, CredentialStrategy.BEARER_TOKEN), None
+    return SecretRef(ref.name, ref.namespace, ref.key, CredentialStrategy.API_KEY, header), None
+
+
+API_KEY_OPT_IN = "apiKeyCredentials"
+"""The gatewayRefs field saying a gateway accepts the contract's ``apikey`` credentials."""
 
 
 def header_refusal(strategy: AuthStrategy, header: str) -> str:
-    """Why a credential sent in a header of its own is not offered: the Praxis AI gateway
-    injects credentials as ``Authorization: Bearer`` only. Its ``credential_inject`` filter
-    has no other strategy, and its overlay parser refuses a credential with a ``header``,
-    which would make it refuse the whole overlay, every other candidate's routing with it
-    (the overlay contract's ``apikey`` strategy is not in the gateway)."""
+    """Why a credential sent in a header of its own is not offered to a gateway without
+    :data:`API_KEY_OPT_IN`: the Praxis AI gateway checked at commit 9f6e8386 injects
+    credentials as ``Authorization: Bearer`` only. Its ``credential_inject`` filter has no other
+    strategy, and its overlay parser refuses a credential with a ``header``, which would
+    make it refuse the whole overlay, every other candidate's routing with it. A gateway
+    with the overlay contract's ``apikey`` strategy says so with the opt-in."""
     return (
         f"auth strategy {strategy.value} sends the key in header {header!r}, and the gateway "
         "injects credentials as 'Authorization: Bearer' only (its credential_inject filter "
-        "has no header strategy, and an overlay naming one would be refused whole)"
+        "has no header strategy, and an overlay naming one would be refused whole); for a "
+        f"gateway that accepts apikey credentials, set {API_KEY_OPT_IN}: true on its "
+        "gatewayRefs entry"
     )
 
 
@@ -483,7 +494,7 @@ def build_what_if(
             raise MetricsFileError(
                 f"metrics file: provider {name!r} does not sit at site {elsewhere[0]!r}"
             )
-        credential, refusal = _credential_of(provider)
+        credential, refusal = _credential_of(provider, gateway_ref)
         sited: list[GridSite | None] = [None] if placements is None else list(placements)
         for placement in sited:
             site_name = consumer.name if placement is None else placement.metadata.name
