@@ -2,7 +2,7 @@
 Secrets, and none of them may appear in anything the operator wrote (ConfigMaps, statuses,
 Events), logged, or serves (``/metrics``, ``/healthz``); a Secret it cannot use is reported
 without quoting it. The same for a Sigv4 provider's AWS secret access key and session token
-and the Bedrock API key the operator signs from them. The operator's own endpoints are checked on the way. On kmock and on a
+and the Bedrock API key the operator signs from them, and the keys of an ApiKey and a Custom provider sent in headers of their own (apiKeyCredentials). The operator's own endpoints are checked on the way. On kmock and on a
 real API server, everything read back through the API."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -24,6 +25,7 @@ from k8s.operator_support import (
     KEY_SECRET,
     NAMESPACE,
     SITE_TLS_SECRET,
+    JsonObject,
     captured_logs,
     keyring_text,
     network_body,
@@ -260,6 +262,107 @@ async def test_no_aws_secret_or_bedrock_key_reaches_anything_the_operator_writes
         "logs": logs.lines,
         "metrics": [metrics[1]],
         "health": [health[1]],
+    }
+    for where, texts in everything.items():
+        for text in texts:
+            canaries.assert_absent(text, where)
+
+
+def header_key_provider(name: str, endpoint: ProviderEndpoint, auth: JsonObject) -> JsonObject:
+    body = provider_body(name, NETWORK, site=SITE, endpoint=endpoint.base_url)
+    body["spec"]["auth"] = auth
+    return body
+
+
+async def test_no_header_key_reaches_anything_the_operator_writes(
+    cluster: Cluster, endpoint: ProviderEndpoint, tmp_path: Path
+) -> None:
+    """An ApiKey provider whose key goes in x-api-key and a Custom provider, offered to a
+    gateway with apiKeyCredentials: the overlay and the gateway configuration name their
+    Secrets and headers, never the values."""
+    api_key = b"grid-canary-apikey-" + secrets.token_hex(16).encode()
+    custom = b"Token grid-canary-custom-" + secrets.token_hex(16).encode()
+    pki, tls = await prepare_network(cluster, tmp_path)
+    await put_secret(cluster, "vllm-key", {"api-key": api_key})
+    await put_secret(cluster, "legacy-key", {"value": custom})
+    gateway = {
+        "name": "edge",
+        "namespace": GATEWAY_NAMESPACE,
+        "apiKeyCredentials": True,
+        "consumerConfig": {"enabled": True, "allowPrivateEndpoints": True},
+    }
+    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
+
+    async def candidates() -> dict[str, Any]:
+        overlay = await read_configmap(cluster, "edge-grid-config")
+        found = json.loads(overlay.data["grid-config.json"])["overlay"]["candidates"]
+        by_cluster = {c["cluster"]: c.get("credential") for c in found}
+        assert {"vllm-a", "legacy-a"} <= set(by_cluster)
+        return by_cluster
+
+    with captured_logs() as logs:
+        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
+            await cluster.create(
+                GRID_NETWORKS,
+                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
+            )
+            await cluster.create(
+                GRID_SITES,
+                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            )
+            vllm = {
+                "strategy": "ApiKey",
+                "secretRef": {"name": "vllm-key", "namespace": NAMESPACE, "key": "api-key"},
+            }
+            legacy = {
+                "strategy": "Custom",
+                "secretRef": {"name": "legacy-key", "namespace": NAMESPACE, "key": "value"},
+                "header": "X-Auth",
+            }
+            await cluster.create(INFERENCE_PROVIDERS, header_key_provider("vllm-a", endpoint, vllm))
+            await cluster.create(
+                INFERENCE_PROVIDERS, header_key_provider("legacy-a", endpoint, legacy)
+            )
+            offered = await eventually(candidates, what="both providers in the overlay")
+            assert offered["vllm-a"] == {
+                "strategy": "apikey",
+                "secretRef": vllm["secretRef"],
+                "header": "x-api-key",
+            }
+            assert offered["legacy-a"] == {
+                "strategy": "apikey",
+                "secretRef": legacy["secretRef"],
+                "header": "X-Auth",
+            }
+            praxis = await eventually(
+                lambda: read_configmap(cluster, "edge-praxis"), what="the gateway configuration"
+            )
+            assert "/etc/grid/credentials/legacy-key/value" in praxis.data["praxis.yaml"]
+            written = [
+                json.dumps(
+                    cluster.api.sanitize_for_serialization(await read_configmap(cluster, name))
+                )
+                for name in ("edge-grid-config", "edge-praxis")
+            ]
+            statuses = [
+                json.dumps((await cluster.get(resource, name)).get("status"))
+                for resource, name in (
+                    (GRID_NETWORKS, NETWORK),
+                    (GRID_SITES, SITE),
+                    (INFERENCE_PROVIDERS, "vllm-a"),
+                    (INFERENCE_PROVIDERS, "legacy-a"),
+                )
+            ]
+            metrics = await fetch(running.operator.metrics_address, "/metrics")
+    every_event = await cluster.call(cluster.core.list_event_for_all_namespaces)
+    events = [json.dumps(cluster.api.sanitize_for_serialization(e)) for e in every_event.items]
+    canaries = Canaries([api_key, custom])
+    everything = {
+        "configmaps": written,
+        "statuses": statuses,
+        "events": events,
+        "logs": logs.lines,
+        "metrics": [metrics[1]],
     }
     for where, texts in everything.items():
         for text in texts:
