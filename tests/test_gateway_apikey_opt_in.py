@@ -29,8 +29,9 @@ from grid.render.whatif import API_KEY_OPT_IN, WhatIf, build_what_if, header_ref
 from grid.scoring.inputs import CredentialStrategy, SecretRef
 from grid.scoring.ranking import rank_candidates
 from support.gateway_model import GatewayModel
-from test_engine import SITES, T0, network
-from test_engine_rooms_rendering import EDGE, INNER, render
+from test_engine import LLAMA, SITES, T0, network
+from test_engine import provider as engine_provider
+from test_engine_rooms_rendering import EDGE, INNER, render, routes
 from test_overlay_contract import sealed
 from test_provider_apikey import (
     KEY_REF,
@@ -303,3 +304,30 @@ def test_the_engine_offers_header_keys_to_the_opted_in_gateway_only() -> None:
     renderer.take_changed()
     render(renderer, inputs, {"claude-a": LocalView(True, False, None)}, now=T0)
     assert renderer.take_changed() == ()
+
+
+def test_one_ranking_serves_both_kinds_while_no_provider_sends_a_header_of_its_own() -> None:
+    refs = [
+        {"namespace": EDGE[0], "name": EDGE[1], API_KEY_OPT_IN: True},
+        {"namespace": INNER[0], "name": INNER[1]},
+    ]
+    net = network(gatewayRefs=refs)
+    inputs = SiteInputs(net, "site-a")
+    inputs.set_resources(net, SITES, (engine_provider("llama-a", "site-a"),))
+    renderer = Renderer()
+    render(renderer, inputs, {"llama-a": LocalView(True, False, None)})
+    assert routes(renderer, EDGE) == routes(renderer, INNER) == [(LLAMA, "site-a", "llama-a")]
+    assert len(renderer._passes) == 1
+    # A header key provider arrives: each kind gets its ranking, and the bearer-only
+    # gateway keeps routing to the rest.
+    inputs.set_resources(
+        net, SITES, (engine_provider("llama-a", "site-a"), header_key_provider("claude-a"))
+    )
+    views = {"llama-a": LocalView(True, False, None), "claude-a": LocalView(True, False, None)}
+    render(renderer, inputs, views)
+    assert len(renderer._passes) == 2
+    assert routes(renderer, INNER) == [(LLAMA, "site-a", "llama-a")]
+    assert sorted(routes(renderer, EDGE)) == [
+        ("claude", "site-a", "claude-a"),
+        (LLAMA, "site-a", "llama-a"),
+    ]

@@ -377,6 +377,16 @@ API_KEY_OPT_IN = "apiKeyCredentials"
 """The gatewayRefs field saying a gateway accepts the contract's ``apikey`` credentials."""
 
 
+def needs_api_key_credentials(provider: InferenceProvider) -> bool:
+    """Whether ``provider`` is offered to a gateway or not depending on its
+    :data:`API_KEY_OPT_IN`: its key goes in a header of its own (ApiKey of a header kind or
+    with ``auth.header``, Custom with ``auth.header``)."""
+    auth = provider.spec.auth
+    if auth is None or auth.secret_ref is None:
+        return False
+    return api_key_header(provider.spec.provider_kind, auth.strategy, auth.header) is not None
+
+
 def header_refusal(strategy: AuthStrategy, header: str) -> str:
     """Why a credential sent in a header of its own is not offered to a gateway without
     :data:`API_KEY_OPT_IN`: the Praxis AI gateway checked at commit 9f6e8386 injects
