@@ -33,6 +33,11 @@ def run_bench(script: str, *args: str) -> str:
         ("bench_engine.py", ("--peers", "5", "--rounds", "2"), {"idle_pass", "render_pass"}),
         ("bench_render.py", ("--runs", "2"), {"render_ms", "memo_render_ms", "digest_ms"}),
         ("bench_metrics.py", ("--rounds", "1"), {"text_ms", "openmetrics_ms"}),
+        (
+            "bench_gateway_kinds.py",
+            ("--peers", "5", "--rounds", "2"),
+            {"one_kind", "both_kinds", "both_kinds_no_header"},
+        ),
     ],
 )
 def test_a_bench_prints_its_figures(script: str, args: tuple[str, ...], figures: set[str]) -> None:
