@@ -256,7 +256,8 @@ class ProviderAuth(GridModel):
         description="ApiKey and Custom: the request header the Secret's value is sent in "
         "(e.g. x-api-key). ApiKey's default is by providerKind: x-api-key for anthropic and "
         "self_hosted, x-goog-api-key for vertex; open_ai and bedrock send the key as a bearer "
-        "token. Custom has no default: without header it is not offered. Never "
+        "token. Custom has no default: without header it is not offered. A key in a header "
+        "of its own is offered only to gateways with apiKeyCredentials. Never "
         "Authorization, Host, Content-Length or a hop-by-hop header.",
     )
     oauth2: OAuth2Settings | None = Field(
