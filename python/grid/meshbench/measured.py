@@ -251,7 +251,16 @@ async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dic
             raise RuntimeError(
                 f"a restart did not converge within {config['converge_timeout_s']:g} s"
             )
-        joins.append({"trusted_s": trusted_s, "ranked_s": ranked_s, **received})
+        joins.append(
+            {
+                "trusted_s": trusted_s,
+                "ranked_s": ranked_s,
+                **received,
+                # On the clock the peers report on, so their CPU during the restart is known.
+                "started_t": started,
+                "ranked_t": started + ranked_s,
+            }
+        )
         emit("joined", **joins[-1])
     return joins
 

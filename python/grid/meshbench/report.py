@@ -43,6 +43,7 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
         lambda v: f"{v / 1e6:.1f} MB",
     ),
     ("restart -> items held by then", "restart_items", lambda v: f"{v:,.0f}"),
+    ("peers' CPU during the restarts", "restart_peers_cpu_share", lambda v: f"{v * 100:.0f} %"),
     ("items the peers published", "peers_items_per_s", lambda v: f"{v:.1f} /s"),
 )
 

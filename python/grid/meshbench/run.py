@@ -416,7 +416,7 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
                 probe.stop()
             peers.stop()
         return figures(result, peers.lines + probe.lines, converge_s) | joins(
-            ready.get("formed_s"), result.get("joins", [])
+            ready.get("formed_s"), result.get("joins", []), peers.lines
         )
 
 
