@@ -23,12 +23,22 @@ from grid.engine.escrow import CLAIM_SLACK_S
 from grid.render.budgets import verify_budget_document
 from support.agents import THREE_SITES, AgentMeshes
 from support.servers import ProviderEndpoint
+from support.windows import soonest_window, window_length
 from test_e2e_spend import LITELLM, MODEL, SpendMesh, spend_source
 
 pytestmark = pytest.mark.slow
 
 WINDOW_S = 90
+"""The shortest window the run fits in; the mesh takes the length up to
+:data:`LONGEST_WINDOW_S` whose window starts soonest after its sites are up."""
+LONGEST_WINDOW_S = 150
 CAP = 30_000
+
+
+def acme_window_s(mesh: SpendMesh) -> int:
+    """The length of acme's window, as the fixture configured it."""
+    document = yaml.safe_load((mesh.mesh.sites["site-a"].resources / NETWORK_FILE).read_text())
+    return window_length(document["spec"]["budgets"][0]["window"])
 
 
 def escrow_figures(mesh: SpendMesh, site: str) -> dict[str, Any]:
@@ -71,7 +81,9 @@ async def escrow_mesh(agent_mesh: AgentMeshes) -> Any:
         )
         for s in ("site-a", "site-b", "site-c")
     ]
-    budgets = [{"tenant": "acme", "cap": CAP, "window": f"{WINDOW_S}s", "enforcement": "escrow"}]
+    # The sites are spawned as soon as this is written, and up within seconds.
+    window_s = soonest_window(time.time() + CLAIM_SLACK_S + 20, WINDOW_S, LONGEST_WINDOW_S)
+    budgets = [{"tenant": "acme", "cap": CAP, "window": f"{window_s}s", "enforcement": "escrow"}]
     for runtime in mesh.sites.values():
         path = runtime.resources / NETWORK_FILE
         document = yaml.safe_load(path.read_text())
@@ -95,7 +107,8 @@ async def test_a_killed_site_goes_on_as_the_same_holder_with_its_allowance(
         mesh.spawn(site)
     started = time.time()
     # The first window the lives just begun may claim a share of.
-    window = math.ceil((started + CLAIM_SLACK_S + 10) / WINDOW_S) * WINDOW_S
+    length = acme_window_s(mesh)
+    window = math.ceil((started + CLAIM_SLACK_S + 10) / length) * length
     mesh.check_running("the mesh starting")
     floor = CAP // 3 // 10
 

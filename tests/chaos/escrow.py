@@ -42,12 +42,18 @@ from chaos.mesh import (
 from grid.demo.builder import GATEWAY_NAME, GATEWAY_NAMESPACE
 from grid.engine.escrow import CLAIM_SLACK_S
 from grid.render.budgets import verify_budget_document
+from support.windows import soonest_window, window_length
 
 ESCROW, BOUNDED = "escrow", "bounded"
 CAP = 2400
 WINDOW_S = 90
-"""Long enough that the sites settle on the exact sums after the heal (:data:`STOP_S`) well
-before the window ends, on a loaded machine too."""
+"""The shortest window: long enough that the sites settle on the exact sums after the heal
+(:data:`STOP_S`) well before the window ends, on a loaded machine too. A mesh takes the
+length up to :data:`LONGEST_WINDOW_S` whose window starts soonest after it is up."""
+LONGEST_WINDOW_S = 150
+STARTUP_S = 30.0
+"""What a mesh takes at most from :func:`escrow_mesh` to playing (namespaces, four sites
+prepared and started): the window it plays in should start just after."""
 RATE = 80
 """Tokens a second a loaded site's gateway is asked for, per tenant."""
 GATE_TICK_S = 0.1
@@ -151,9 +157,12 @@ class EscrowOutcome:
 
 @contextmanager
 def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMesh]:
-    """The four sites with both budgets in windows of :data:`WINDOW_S`, scraping their
-    token counters every second (with ``previous``, west-b runs that release instead, and
-    is given neither field it does not know); torn down after."""
+    """The four sites with both budgets in windows of :data:`WINDOW_S` to
+    :data:`LONGEST_WINDOW_S` (the length whose window starts soonest after the mesh is up),
+    scraping their token counters every second (with ``previous``, west-b runs that release
+    instead, and is given neither field it does not know); torn down after."""
+    up = time.time() + STARTUP_S + CLAIM_SLACK_S + 5
+    window_s = soonest_window(up, WINDOW_S, LONGEST_WINDOW_S)
     names = [plan.name for plan in default_plans()]
     lab = netns.Lab(names)
     mesh: ChaosMesh | None = None
@@ -166,7 +175,7 @@ def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMe
         mesh = ChaosMesh(
             root,
             lab,
-            settings=MeshSettings(budget_window=f"{WINDOW_S}s"),
+            settings=MeshSettings(budget_window=f"{window_s}s"),
             budgets=budgets,
             spend_metric=SPEND_METRIC,
         )
@@ -184,16 +193,17 @@ def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMe
         shutil.rmtree(root, ignore_errors=True)
 
 
-def first_claimable_window(started: float) -> float:
-    """The start (epoch seconds) of the first window that lives begun at ``started`` (and a
-    few seconds later, their first refresh) claim a share of."""
-    return math.ceil((started + CLAIM_SLACK_S + 5) / WINDOW_S) * WINDOW_S
+def first_claimable_window(mesh: ChaosMesh, started: float) -> float:
+    """The start (epoch seconds) of the first window of ``mesh`` that lives begun at
+    ``started`` (and a few seconds later, their first refresh) claim a share of."""
+    length = window_length(mesh.settings.budget_window)
+    return math.ceil((started + CLAIM_SLACK_S + 5) / length) * length
 
 
 def play(mesh: ChaosMesh, log: Callable[[str], None] = print) -> EscrowOutcome:
     """The run of the module's docstring, from the first window the agents may claim."""
     gates = {name: Gate(site) for name, site in mesh.sites.items()}
-    start = first_claimable_window(time.time())
+    start = first_claimable_window(mesh, time.time())
     log(f"escrow: waiting {start - time.time():.0f} s for a window the sites claim shares of")
     while time.time() < start:
         for gate in gates.values():

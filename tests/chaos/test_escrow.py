@@ -72,7 +72,7 @@ def test_a_site_of_the_previous_release_holds_escrow_back_until_it_leaves(
         # TLS server name) is refused once per version; escrow items would add to it.
         refused_before = refused(mesh)
         started = time.time() - (time.monotonic() - mesh.started_at)
-        start = first_claimable_window(started)
+        start = first_claimable_window(mesh, started)
         wait_until("a window the sites could claim", lambda: time.time() > start + 5, 200.0)
         assert held_back()
         gates = [Gate(site) for site in current]
