@@ -85,6 +85,7 @@ mod sync;
 pub use renewal::Unsigned;
 pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
 
+use membership::Holders;
 use positions::Positions;
 use swim::ProbeHealth;
 use sync::{CatchUp, PullAnswer, SyncBaseline};
@@ -141,7 +142,7 @@ pub struct Driver {
     yielded: bool,
     session: Session,
     /// The live identity of each site, as foca reported it up.
-    holders: HashMap<Arc<str>, NodeId>,
+    holders: Holders,
     /// The latest unverified identity gossip named for each site: asked for its `HELLO`
     /// while items of its site wait for a certificate.
     introductions: HashMap<Arc<str>, NodeId>,
@@ -243,7 +244,7 @@ impl Driver {
             has_left: false,
             yielded: false,
             session,
-            holders: HashMap::new(),
+            holders: Holders::default(),
             introductions: HashMap::new(),
             ask_armed: false,
             conflicts: std::collections::HashSet::new(),

@@ -62,6 +62,13 @@ impl Positions {
         (member.id() == id).then(|| (member.incarnation(), member.state()))
     }
 
+    /// Learns the position of every member of `members` (foca's list as it stands).
+    pub(super) fn index(&mut self, members: &[Member<NodeId>]) {
+        for (at, m) in members.iter().enumerate() {
+            self.at.insert(key(&m.id().site_addr()), at as u32);
+        }
+    }
+
     /// Where `site_addr` was last found in foca's list: a hint, to be checked against the
     /// list it is used on.
     pub(super) fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {

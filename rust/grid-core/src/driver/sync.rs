@@ -612,11 +612,15 @@ impl Driver {
             .as_ref()
             .is_some_and(|b| b.sync_id == sync_id && b.sender == sender);
         if !current {
+            let states: Vec<Member<NodeId>> = self.foca.iter_membership_state().cloned().collect();
+            // Entries are found in the copy by the positions the driver knows: all of
+            // them, exact for the copy, or each entry would scan it.
+            self.positions.index(&states);
             self.sync_baseline = Some(SyncBaseline {
                 sync_id,
                 sender,
                 chunks_left: count,
-                states: self.foca.iter_membership_state().cloned().collect(),
+                states,
             });
         }
     }

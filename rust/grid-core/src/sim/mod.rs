@@ -62,7 +62,7 @@ use rand::SeedableRng;
 use crate::driver::config::SwimConfig;
 use crate::driver::{Driver, DriverStats};
 use crate::identity::auth::Authority;
-use crate::identity::{Interner, NodeId};
+use crate::identity::{Interner, NodeAddr, NodeId};
 use crate::wire::WireCodec;
 
 pub use messages::{Fate, MemberUpdate, MessageKind, MessageRecord, Refutation};
@@ -206,10 +206,11 @@ fn nanos(at: Duration) -> u64 {
 pub struct Simulation {
     seed: u64,
     swim: SwimConfig,
-    /// Site names, shared by the nodes of one shard (node index modulo [`INTERNER_SHARDS`]):
-    /// every decoded identity passes through one, and a single table for all nodes would
-    /// have the threads queue on its lock. Which shard a name comes from changes nothing
-    /// but memory.
+    /// Site names and places, shared by the nodes of one shard (node index modulo
+    /// [`INTERNER_SHARDS`]): every decoded identity passes through one, and a single table
+    /// for all nodes would have the threads queue on its lock (and on the reference counts
+    /// of its places: one table shared by the threads was measured slower). Which shard an
+    /// identity comes from changes nothing but memory.
     interners: Vec<Interner>,
     world: World,
     slots: Vec<Mutex<Slot>>,
@@ -273,8 +274,11 @@ impl Simulation {
     }
 
     fn identity(&self, node: u32, life: u32) -> NodeId {
-        let site = self.interner(node).intern(&format!("n{node}"));
-        NodeId::new(site, node_addr(node), generation_for(life))
+        self.interner(node).node_id(
+            &format!("n{node}"),
+            NodeAddr::new(node_addr(node)),
+            generation_for(life),
+        )
     }
 
     fn new_driver(&self, node: u32, life: u32) -> Driver {
