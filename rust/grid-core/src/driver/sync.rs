@@ -167,15 +167,28 @@ pub(super) struct SyncBaseline {
     /// foca's list as it stood, in its order: a copy is cheaper than an index, and the
     /// positions the driver knows find members in it (see [`Positions::hint`]).
     states: Vec<Member<NodeId>>,
+    /// The positions were taken from `states` (after a hint failed), so that no more than
+    /// one entry of the sync scans the copy.
+    indexed: bool,
 }
 
 impl SyncBaseline {
-    fn holds(&self, positions: &Positions, member: &Member<NodeId>) -> bool {
+    fn holds(&mut self, positions: &mut Positions, member: &Member<NodeId>) -> bool {
         let site_addr = member.id().site_addr();
-        positions
-            .hint(&site_addr)
-            .and_then(|at| self.states.get(at))
-            .filter(|known| known.id().site_addr() == site_addr)
+        let hinted = |states: &[Member<NodeId>], positions: &Positions| {
+            positions.hint(&site_addr).filter(|&at| {
+                states
+                    .get(at)
+                    .is_some_and(|k| k.id().site_addr() == site_addr)
+            })
+        };
+        let mut at = hinted(&self.states, positions);
+        if at.is_none() && !self.indexed {
+            positions.index(&self.states);
+            self.indexed = true;
+            at = hinted(&self.states, positions);
+        }
+        at.map(|at| &self.states[at])
             .or_else(|| {
                 self.states
                     .iter()
@@ -612,15 +625,12 @@ impl Driver {
             .as_ref()
             .is_some_and(|b| b.sync_id == sync_id && b.sender == sender);
         if !current {
-            let states: Vec<Member<NodeId>> = self.foca.iter_membership_state().cloned().collect();
-            // Entries are found in the copy by the positions the driver knows: all of
-            // them, exact for the copy, or each entry would scan it.
-            self.positions.index(&states);
             self.sync_baseline = Some(SyncBaseline {
                 sync_id,
                 sender,
                 chunks_left: count,
-                states,
+                states: self.foca.iter_membership_state().cloned().collect(),
+                indexed: false,
             });
         }
     }

@@ -163,13 +163,17 @@ impl From<SocketAddr> for NodeAddr {
 /// every copy) and which life of it this is.
 ///
 /// Every node keeps one per member (foca's list, the driver's tables), so an identity is
-/// two words: at 10,000 members that is what decides whether a node's view fits in a
-/// megabyte. Identities decoded through one [`Interner`] share their place, so comparing
-/// two of them is usually a pointer comparison.
+/// three words: at 10,000 members that decides whether a node's view takes a quarter or
+/// two thirds of a megabyte. Identities decoded through one [`Interner`] share their
+/// place, so comparing two of them is usually a pointer comparison.
 #[derive(Clone)]
 pub struct NodeId {
     place: Arc<Place>,
     generation: u64,
+    /// The place's site hash, inline: foca compares every member's [`SiteAddr`] while
+    /// scanning its list for each message, and the sites differ at the first word without
+    /// following the pointer (a scan that dereferenced every place stalled on it).
+    site_key: u64,
 }
 
 /// A site at an address: what every identity of one node, over its lives, has in common.
@@ -195,6 +199,7 @@ impl Place {
 impl PartialEq for NodeId {
     fn eq(&self, other: &NodeId) -> bool {
         self.generation == other.generation
+            && self.site_key == other.site_key
             && (Arc::ptr_eq(&self.place, &other.place) || self.place == other.place)
     }
 }
@@ -208,11 +213,12 @@ impl std::hash::Hash for NodeId {
     }
 }
 
-/// What foca keys members by: a site (as the hash of its name) at an address.
+/// What foca keys members by: a site (as the hash of its name) at an address. Compared
+/// site first (see [`NodeId`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SiteAddr {
-    pub addr: NodeAddr,
     pub site_key: u64,
+    pub addr: NodeAddr,
 }
 
 /// FNV-1a: stable across processes and builds, unlike std's randomly keyed hasher.
@@ -226,8 +232,13 @@ impl NodeId {
     /// An identity for this node; the site name must have passed [`validate_site`].
     pub fn new(site: Arc<str>, addr: SocketAddr, generation: u64) -> NodeId {
         debug_assert!(site.len() <= MAX_SITE_LEN);
+        NodeId::at(Arc::new(Place::new(site, NodeAddr::new(addr))), generation)
+    }
+
+    fn at(place: Arc<Place>, generation: u64) -> NodeId {
         NodeId {
-            place: Arc::new(Place::new(site, NodeAddr::new(addr))),
+            site_key: place.site_key,
+            place,
             generation,
         }
     }
@@ -235,10 +246,7 @@ impl NodeId {
     /// Stands for a seed whose identity we do not know yet: foca accepts an `Announce`
     /// addressed to any identity carrying the recipient's address.
     pub fn placeholder(addr: SocketAddr) -> NodeId {
-        NodeId {
-            place: Arc::new(Place::new(Arc::from(""), NodeAddr::new(addr))),
-            generation: 0,
-        }
+        NodeId::at(Arc::new(Place::new(Arc::from(""), NodeAddr::new(addr))), 0)
     }
 
     pub fn site(&self) -> &Arc<str> {
@@ -252,8 +260,8 @@ impl NodeId {
     /// foca's key for this identity: its site at its address.
     pub fn site_addr(&self) -> SiteAddr {
         SiteAddr {
+            site_key: self.site_key,
             addr: self.place.addr,
-            site_key: self.place.site_key,
         }
     }
 
@@ -308,10 +316,10 @@ impl foca::Identity for NodeId {
     type Addr = SiteAddr;
 
     fn renew(&self) -> Option<Self> {
-        Some(NodeId {
-            place: self.place.clone(),
-            generation: self.generation.checked_add(1)?,
-        })
+        Some(NodeId::at(
+            self.place.clone(),
+            self.generation.checked_add(1)?,
+        ))
     }
 
     fn addr(&self) -> SiteAddr {
@@ -391,7 +399,7 @@ impl Interner {
                 place
             }
         };
-        NodeId { place, generation }
+        NodeId::at(place, generation)
     }
 }
 
@@ -451,8 +459,8 @@ mod tests {
         assert_ne!(a, id("shared", "127.0.0.1:1", 2));
         assert_ne!(a, id("shared", "127.0.0.1:2", 1));
         assert_ne!(a, id("sharer", "127.0.0.1:1", 1));
-        // Two words: every node keeps one per member.
-        assert_eq!(std::mem::size_of::<NodeId>(), 16);
+        // Three words: every node keeps one per member.
+        assert_eq!(std::mem::size_of::<NodeId>(), 24);
     }
 
     #[test]
