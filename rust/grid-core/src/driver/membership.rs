@@ -16,7 +16,7 @@ use rand::Rng;
 
 use crate::driver::config::max_transmissions;
 use crate::driver::timers::TimerEvent;
-use crate::identity::NodeId;
+use crate::identity::{NodeId, PackedId};
 use crate::lanes::lock;
 use crate::lanes::repair::REPAIR_INTERVAL;
 use crate::wire::session::Transmit;
@@ -27,13 +27,13 @@ use super::{Driver, Event, MemberState};
 
 use super::sync::CatchUp;
 
-/// The live identity holding each site name, as foca reported it up: one word per member
+/// The live identity holding each site name, as foca reported it up: two words per member
 /// (a table keyed by name beside the identity would hold the name twice).
 #[derive(Default)]
 pub(super) struct Holders(HashSet<Holder>);
 
 /// An identity, hashed and compared by its site name alone.
-struct Holder(NodeId);
+struct Holder(PackedId);
 
 impl Hash for Holder {
     fn hash<H: Hasher>(&self, state: &mut H) {
@@ -57,13 +57,20 @@ impl Borrow<str> for Holder {
 }
 
 impl Holders {
-    pub(super) fn get(&self, site: &str) -> Option<&NodeId> {
-        self.0.get(site).map(|holder| &holder.0)
+    pub(super) fn get(&self, site: &str) -> Option<NodeId> {
+        self.0.get(site).map(|holder| holder.0.unpack())
+    }
+
+    /// Whether `id` holds its site.
+    pub(super) fn holds(&self, id: &NodeId) -> bool {
+        self.0
+            .get(&**id.site())
+            .is_some_and(|holder| holder.0.is(id))
     }
 
     /// `id` holds its site from now on, in place of whoever held it.
     pub(super) fn insert(&mut self, id: NodeId) {
-        self.0.replace(Holder(id));
+        self.0.replace(Holder(id.into()));
     }
 
     pub(super) fn remove(&mut self, site: &str) {
@@ -131,7 +138,7 @@ impl Driver {
         let holder = self.holders.get(id.site())?;
         let successor =
             holder.node_addr() == id.node_addr() && holder.generation() <= id.generation();
-        (!successor).then(|| holder.clone())
+        (!successor).then_some(holder)
     }
 
     fn report_conflict(&mut self, other: &NodeId, yielded: bool) {
@@ -225,7 +232,7 @@ impl Driver {
                 OwnedNotification::MemberDown(id) => {
                     self.membership_changed = true;
                     self.suspected.remove(&id);
-                    if self.holders.get(id.site()) == Some(&id) {
+                    if self.holders.holds(&id) {
                         self.holders.remove(id.site());
                         lock(&self.store).set_live(id.site(), false);
                     }

@@ -335,7 +335,7 @@ impl Driver {
             self.stats.members_implausible += 1;
             return false;
         }
-        if id == self.foca.identity() || self.holders.get(id.site()) == Some(id) {
+        if id == self.foca.identity() || self.holders.holds(id) {
             return true;
         }
         if self.session.is_verified(id)

@@ -176,6 +176,39 @@ pub struct NodeId {
     site_key: u64,
 }
 
+/// An identity in two words, for tables that hold one per member and do not scan (the
+/// site hash is read through the place).
+#[derive(Clone)]
+pub struct PackedId {
+    place: Arc<Place>,
+    generation: u64,
+}
+
+impl PackedId {
+    pub fn site(&self) -> &Arc<str> {
+        &self.place.site
+    }
+
+    /// Whether this is `id`.
+    pub fn is(&self, id: &NodeId) -> bool {
+        self.generation == id.generation
+            && (Arc::ptr_eq(&self.place, &id.place) || self.place == id.place)
+    }
+
+    pub fn unpack(&self) -> NodeId {
+        NodeId::at(self.place.clone(), self.generation)
+    }
+}
+
+impl From<NodeId> for PackedId {
+    fn from(id: NodeId) -> PackedId {
+        PackedId {
+            place: id.place,
+            generation: id.generation,
+        }
+    }
+}
+
 /// A site at an address: what every identity of one node, over its lives, has in common.
 #[derive(PartialEq, Eq, Hash)]
 struct Place {
