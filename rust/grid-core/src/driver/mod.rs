@@ -88,7 +88,7 @@ pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
 use membership::Holders;
 use positions::Positions;
 use swim::ProbeHealth;
-use sync::{CatchUp, PullAnswer, SyncBaseline};
+use sync::{CatchUp, PullAnswer};
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 
@@ -156,8 +156,6 @@ pub struct Driver {
     broadcast_pending: bool,
     membership_changed: bool,
     tuned_for: u8,
-    /// foca's member states as of the first chunk of the sync being received.
-    sync_baseline: Option<SyncBaseline>,
     positions: Positions,
     /// Where peers resume their answers to this node's next sync: successive syncs walk
     /// the whole store, whichever peers answer.
@@ -252,7 +250,6 @@ impl Driver {
             broadcast_pending: false,
             membership_changed: false,
             tuned_for,
-            sync_baseline: None,
             positions: Positions::default(),
             pull_resume: None,
             pull_sync: None,
@@ -481,9 +478,6 @@ impl Driver {
     pub fn handle_timers<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         lock(&self.store).set_clock(now);
         while let Some(event) = self.timers.pop_due(now) {
-            // Timers change foca's state in ways the baseline cannot follow; it is only
-            // meant to span the burst of one sync's chunks.
-            self.sync_baseline = None;
             match event {
                 TimerEvent::Foca(Timer::ChangeSuspectToDown {
                     ref member_id,

@@ -63,9 +63,17 @@ impl Positions {
         (member.id() == id).then(|| (member.incarnation(), member.state()))
     }
 
-    /// Learns the position of every member of `members` (foca's list as it stands).
-    pub(super) fn index(&mut self, members: &[Member<NodeId>]) {
-        for (at, m) in members.iter().enumerate() {
+    /// Learns the position of every member of foca's list if fewer than 15 in 16 have one
+    /// (a fresh node, or a cluster that grew): each pass covers a sixteenth more of a
+    /// growing list, so a node filling its list pays O(N) in all.
+    pub(super) fn refresh<'a>(
+        &mut self,
+        members: impl ExactSizeIterator<Item = &'a Member<NodeId>>,
+    ) {
+        if self.at.len() * 16 >= members.len() * 15 {
+            return;
+        }
+        for (at, m) in members.enumerate() {
             self.at.insert(key(&m.id().site_addr()), at as u32);
         }
     }
