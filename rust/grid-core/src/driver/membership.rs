@@ -219,7 +219,7 @@ impl Driver {
                     self.membership_changed = true;
                     self.suspected.remove(&id);
                     self.holders.insert(id.clone());
-                    lock(&self.store).set_live(id.site(), true);
+                    lock(&self.store).set_live(&id, true);
                     self.recover_items_of(now, &id);
                     if self.catch_up == CatchUp::Due {
                         // The first member found (say, a joiner reaching this seed): walk
@@ -234,7 +234,7 @@ impl Driver {
                     self.suspected.remove(&id);
                     if self.holders.holds(&id) {
                         self.holders.remove(id.site());
-                        lock(&self.store).set_live(id.site(), false);
+                        lock(&self.store).set_live(&id, false);
                     }
                     if self.is_left(&id) {
                         self.events.push(Event::MemberLeft(id));
@@ -245,7 +245,7 @@ impl Driver {
                 OwnedNotification::Rename(previous, current) => {
                     self.membership_changed = true;
                     self.holders.insert(current.clone());
-                    lock(&self.store).set_live(current.site(), true);
+                    lock(&self.store).set_live(&current, true);
                     self.recover_items_of(now, &current);
                     self.events.push(Event::MemberRenamed { previous, current });
                 }

@@ -204,7 +204,7 @@ impl Driver {
                 Role::Current,
             );
         }
-        items.set_live(identity.site(), true);
+        items.set_live(&identity, true);
         let store = Arc::new(Mutex::new(items));
         let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);

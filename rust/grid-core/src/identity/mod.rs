@@ -209,6 +209,38 @@ impl From<NodeId> for PackedId {
     }
 }
 
+/// A site name in one word (through an identity's place), hashed and compared as the
+/// name: for sets of sites with an entry per member.
+#[derive(Clone)]
+pub struct SiteName(Arc<Place>);
+
+impl SiteName {
+    pub fn as_str(&self) -> &str {
+        &self.0.site
+    }
+}
+
+impl std::hash::Hash for SiteName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so that lookups by name (`Borrow<str>`) find it.
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialEq for SiteName {
+    fn eq(&self, other: &SiteName) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SiteName {}
+
+impl std::borrow::Borrow<str> for SiteName {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
 /// A site at an address: what every identity of one node, over its lives, has in common.
 #[derive(PartialEq, Eq, Hash)]
 struct Place {
@@ -288,6 +320,10 @@ impl NodeId {
 
     pub fn node_addr(&self) -> NodeAddr {
         self.place.addr
+    }
+
+    pub fn site_name(&self) -> SiteName {
+        SiteName(self.place.clone())
     }
 
     /// foca's key for this identity: its site at its address.
