@@ -109,9 +109,11 @@ fn main() {
             ..SimSettings::default()
         };
         let formed = Instant::now();
+        let form_cpu_before = cpu_seconds();
         let mut sim = Simulation::new(size, options.seed, settings).expect("valid settings");
         let start = sim.now();
         let form = formed.elapsed().as_secs_f64();
+        let form_cpu = cpu_seconds() - form_cpu_before;
         // Said at once: a profiler may attach to the steady state from here on.
         eprintln!("size={size} formed in {form:.1} s");
         sim.run_until(start + WARM_UP).expect("forward");
@@ -130,7 +132,7 @@ fn main() {
         let cpu = cpu_seconds() - cpu_before;
         let events = sim.stats().events - events_before;
         println!(
-            "size={size} form_s={form:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
+            "size={size} form_s={form:.2} form_cpu_s={form_cpu:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
              median_part_speed={:.2} cpu_s={cpu:.2} cpu_speed={:.2} events_per_s={:.0} \
              peak_gib={:.2} trace={:016x}",
             span.as_secs_f64(),

@@ -127,7 +127,7 @@ def test_a_plan_reports_every_scenario_under_both_profiles(report: dict[str, Any
     assert partition[GRID]["converged"] == 1.0
     # The targets name sizes this plan does not run: each is unproven, not run.
     targets = report["targets"]
-    assert [target["met"] for target in targets] == [None] * 4
+    assert [target["met"] for target in targets] == [None] * 5
     assert all(target["reason"].startswith("not run: no N=") for target in targets)
     assert "(--quick)" in targets[0]["reason"]
     text = render(report)
@@ -267,6 +267,11 @@ def test_a_short_accuracy_run_is_unproven_not_missed() -> None:
     short = targets({"accuracy": [accuracy(0, 5.0)]})
     assert [(t["met"], t["reason"]) for t in short] == [(None, "run too short: 5 of 30 minutes")]
     assert targets({"accuracy": [accuracy(0, 30.0)]})[0]["met"] is True
+    # The figure at 10,000 members is checked too when it was run.
+    large = targets({"accuracy": [{**accuracy(0, 30.0), "size": 10_000}]})
+    assert [(t["target"], t["met"]) for t in large] == [
+        ("zero false downs in 30 min at 10% loss, N=10000", True)
+    ]
     # A false down in a short run is already a miss: no longer run can undo it.
     assert targets({"accuracy": [accuracy(2, 5.0)]})[0]["met"] is False
     text = render({"plan": _PLAN, "targets": short})
@@ -316,6 +321,8 @@ def test_quick_drops_the_largest_cluster_and_the_deep_runs_at_1000() -> None:
     assert Plan().scenario_sizes("speed") == [1000, 10_000]
     assert Plan(quick=True, sizes=(1000,)).scenario_sizes("accuracy") == [1000]
     assert Plan(quick=True, sizes=(20, 10_000)).sizes == (20, 10_000)  # given sizes stand
+    # One size alone runs accuracy at it: the 10,000-member accuracy figure is one command.
+    assert Plan(sizes=(10_000,)).scenario_sizes("accuracy") == [10_000]
 
 
 _PLAN = {

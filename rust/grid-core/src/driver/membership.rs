@@ -6,6 +6,9 @@
 //! Held apart because these rules decide which identities the driver listens to and what
 //! the host hears about membership, independently of how messages are exchanged.
 
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use foca::{Member, OwnedNotification, State};
@@ -13,7 +16,7 @@ use rand::Rng;
 
 use crate::driver::config::max_transmissions;
 use crate::driver::timers::TimerEvent;
-use crate::identity::NodeId;
+use crate::identity::{NodeId, PackedId};
 use crate::lanes::lock;
 use crate::lanes::repair::REPAIR_INTERVAL;
 use crate::wire::session::Transmit;
@@ -23,6 +26,57 @@ use super::report::foca_error_index;
 use super::{Driver, Event, MemberState};
 
 use super::sync::CatchUp;
+
+/// The live identity holding each site name, as foca reported it up: two words per member
+/// (a table keyed by name beside the identity would hold the name twice).
+#[derive(Default)]
+pub(super) struct Holders(HashSet<Holder>);
+
+/// An identity, hashed and compared by its site name alone.
+struct Holder(PackedId);
+
+impl Hash for Holder {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so that lookups by name ([`Borrow`]) find it.
+        (**self.0.site()).hash(state);
+    }
+}
+
+impl PartialEq for Holder {
+    fn eq(&self, other: &Holder) -> bool {
+        self.0.site() == other.0.site()
+    }
+}
+
+impl Eq for Holder {}
+
+impl Borrow<str> for Holder {
+    fn borrow(&self) -> &str {
+        self.0.site()
+    }
+}
+
+impl Holders {
+    pub(super) fn get(&self, site: &str) -> Option<NodeId> {
+        self.0.get(site).map(|holder| holder.0.unpack())
+    }
+
+    /// Whether `id` holds its site.
+    pub(super) fn holds(&self, id: &NodeId) -> bool {
+        self.0
+            .get(&**id.site())
+            .is_some_and(|holder| holder.0.is(id))
+    }
+
+    /// `id` holds its site from now on, in place of whoever held it.
+    pub(super) fn insert(&mut self, id: NodeId) {
+        self.0.replace(Holder(id.into()));
+    }
+
+    pub(super) fn remove(&mut self, site: &str) {
+        self.0.remove(site);
+    }
+}
 
 /// Leave notices remembered (one per address); the oldest are forgotten first.
 const LEFT_CAPACITY: usize = 4096;
@@ -84,7 +138,7 @@ impl Driver {
         let holder = self.holders.get(id.site())?;
         let successor =
             holder.node_addr() == id.node_addr() && holder.generation() <= id.generation();
-        (!successor).then(|| holder.clone())
+        (!successor).then_some(holder)
     }
 
     fn report_conflict(&mut self, other: &NodeId, yielded: bool) {
@@ -164,8 +218,8 @@ impl Driver {
                 OwnedNotification::MemberUp(id) => {
                     self.membership_changed = true;
                     self.suspected.remove(&id);
-                    self.holders.insert(id.site().clone(), id.clone());
-                    lock(&self.store).set_live(id.site(), true);
+                    self.holders.insert(id.clone());
+                    lock(&self.store).set_live(&id, true);
                     self.recover_items_of(now, &id);
                     if self.catch_up == CatchUp::Due {
                         // The first member found (say, a joiner reaching this seed): walk
@@ -178,9 +232,9 @@ impl Driver {
                 OwnedNotification::MemberDown(id) => {
                     self.membership_changed = true;
                     self.suspected.remove(&id);
-                    if self.holders.get(id.site()) == Some(&id) {
+                    if self.holders.holds(&id) {
                         self.holders.remove(id.site());
-                        lock(&self.store).set_live(id.site(), false);
+                        lock(&self.store).set_live(&id, false);
                     }
                     if self.is_left(&id) {
                         self.events.push(Event::MemberLeft(id));
@@ -190,8 +244,8 @@ impl Driver {
                 }
                 OwnedNotification::Rename(previous, current) => {
                     self.membership_changed = true;
-                    self.holders.insert(current.site().clone(), current.clone());
-                    lock(&self.store).set_live(current.site(), true);
+                    self.holders.insert(current.clone());
+                    lock(&self.store).set_live(&current, true);
                     self.recover_items_of(now, &current);
                     self.events.push(Event::MemberRenamed { previous, current });
                 }

@@ -87,9 +87,10 @@ pub use renewal::Unsigned;
 pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
 
 use heads::HeadsWalk;
+use membership::Holders;
 use positions::Positions;
 use swim::ProbeHealth;
-use sync::{CatchUp, PullAnswer, SyncBaseline};
+use sync::{CatchUp, PullAnswer};
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 
@@ -143,7 +144,7 @@ pub struct Driver {
     yielded: bool,
     session: Session,
     /// The live identity of each site, as foca reported it up.
-    holders: HashMap<Arc<str>, NodeId>,
+    holders: Holders,
     /// The latest unverified identity gossip named for each site: asked for its `HELLO`
     /// while items of its site wait for a certificate.
     introductions: HashMap<Arc<str>, NodeId>,
@@ -157,8 +158,6 @@ pub struct Driver {
     broadcast_pending: bool,
     membership_changed: bool,
     tuned_for: u8,
-    /// foca's member states as of the first chunk of the sync being received.
-    sync_baseline: Option<SyncBaseline>,
     positions: Positions,
     /// Where peers resume their answers to this node's next sync: successive syncs walk
     /// the whole store, whichever peers answer.
@@ -209,7 +208,7 @@ impl Driver {
                 Role::Current,
             );
         }
-        items.set_live(identity.site(), true);
+        items.set_live(&identity, true);
         let store = Arc::new(Mutex::new(items));
         let session = Session::new(identity.clone(), authority, interner.clone(), wall_offset);
         let foca_config = config.foca_config(1);
@@ -247,7 +246,7 @@ impl Driver {
             has_left: false,
             yielded: false,
             session,
-            holders: HashMap::new(),
+            holders: Holders::default(),
             introductions: HashMap::new(),
             ask_armed: false,
             conflicts: std::collections::HashSet::new(),
@@ -255,7 +254,6 @@ impl Driver {
             broadcast_pending: false,
             membership_changed: false,
             tuned_for,
-            sync_baseline: None,
             positions: Positions::default(),
             pull_resume: None,
             pull_sync: None,
@@ -485,9 +483,6 @@ impl Driver {
     pub fn handle_timers<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         lock(&self.store).set_clock(now);
         while let Some(event) = self.timers.pop_due(now) {
-            // Timers change foca's state in ways the baseline cannot follow; it is only
-            // meant to span the burst of one sync's chunks.
-            self.sync_baseline = None;
             match event {
                 TimerEvent::Foca(Timer::ChangeSuspectToDown {
                     ref member_id,

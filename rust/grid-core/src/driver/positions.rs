@@ -17,10 +17,11 @@ use foca::{Member, State};
 
 use crate::identity::{NodeId, SiteAddr};
 
-/// Positions in foca's member list by [`key`] of the member's [`SiteAddr`].
+/// Positions in foca's member list by [`key`] of the member's [`SiteAddr`]: eight bytes an
+/// entry, since every node of a large cluster holds one per member.
 #[derive(Default)]
 pub(super) struct Positions {
-    at: HashMap<u64, u32, BuildHasherDefault<KeyHasher>>,
+    at: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
 }
 
 impl Positions {
@@ -62,6 +63,21 @@ impl Positions {
         (member.id() == id).then(|| (member.incarnation(), member.state()))
     }
 
+    /// Learns the position of every member of foca's list if fewer than 15 in 16 have one
+    /// (a fresh node, or a cluster that grew): each pass covers a sixteenth more of a
+    /// growing list, so a node filling its list pays O(N) in all.
+    pub(super) fn refresh<'a>(
+        &mut self,
+        members: impl ExactSizeIterator<Item = &'a Member<NodeId>>,
+    ) {
+        if self.at.len() * 16 >= members.len() * 15 {
+            return;
+        }
+        for (at, m) in members.enumerate() {
+            self.at.insert(key(&m.id().site_addr()), at as u32);
+        }
+    }
+
     /// Where `site_addr` was last found in foca's list: a hint, to be checked against the
     /// list it is used on.
     pub(super) fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {
@@ -69,23 +85,24 @@ impl Positions {
     }
 }
 
-/// A 64-bit key of a site at an address. Two sites may share one (then each lookup of the
+/// A 32-bit key of a site at an address. Two sites may share one (then each lookup of the
 /// other scans again); the answer never depends on it.
-fn key(site_addr: &SiteAddr) -> u64 {
+fn key(site_addr: &SiteAddr) -> u32 {
     let raw = site_addr.addr.to_raw();
     let low = u64::from_le_bytes(raw[..8].try_into().expect("8 bytes"));
     let high = u64::from_le_bytes(raw[8..16].try_into().expect("8 bytes"));
     let port = u64::from(u16::from_le_bytes([raw[16], raw[17]]));
-    [low, high, port]
+    let hash = [low, high, port]
         .into_iter()
         .fold(site_addr.site_key, |hash, word| {
             (hash ^ word)
                 .wrapping_mul(0x9E37_79B9_7F4A_7C15)
                 .rotate_left(29)
-        })
+        });
+    (hash ^ (hash >> 32)) as u32
 }
 
-/// The keys are hashes already: the map uses them as they are.
+/// The keys are hashes already: the map only spreads them over 64 bits.
 #[derive(Default)]
 struct KeyHasher(u64);
 
@@ -100,8 +117,9 @@ impl Hasher for KeyHasher {
         }
     }
 
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
+    fn write_u32(&mut self, value: u32) {
+        // Spread over the high bits too, which the table's control bytes are taken from.
+        self.0 = u64::from(value).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

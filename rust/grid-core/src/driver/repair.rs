@@ -23,8 +23,11 @@ use super::Driver;
 use super::chunks::{read_chunk_header, read_entry, ChunkWriter, ENTRY_ITEM};
 
 /// Senders whose last digest answer is remembered (for the one answer per half interval);
-/// past it, those answered more than an interval ago are forgotten.
-const DIGEST_SENDERS_REMEMBERED: usize = 4096;
+/// past it, those answered more than an interval ago are forgotten. Only those answered in
+/// the last half interval matter, a handful at one digest per member per interval, so the
+/// table is kept small: grown to thousands (every member, over a few minutes), it was a
+/// large part of what a node of a big cluster holds.
+const DIGEST_SENDERS_REMEMBERED: usize = 64;
 
 impl Driver {
     /// Tells a random member which item versions this node stored lately (see

@@ -2,8 +2,8 @@
 //! stretch of the item store), taking the chunks of an answer, and the walk through
 //! peers' stores that syncs resume from, including catching up part after part.
 //!
-//! Held apart because a sync's state (the walk, the answer being received, the baseline
-//! that keeps a converged sync O(N)) matters only to syncs.
+//! Held apart because a sync's state (the walk, the answer being received, what keeps a
+//! converged sync O(N)) matters only to syncs.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
 use crate::identity::auth::FINGERPRINT_LEN;
-use crate::identity::{Interner, NodeId, SiteAddr};
+use crate::identity::{Interner, NodeId};
 use crate::lanes::keys::Role;
 use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
@@ -25,7 +25,9 @@ use crate::wire::{
     KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,
 };
 
-use super::{Driver, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT};
+use super::{
+    Driver, GridFoca, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT,
+};
 
 use super::chunks::{
     decode_certificate_entry, decode_resume, decode_walk_end, encode_certificate_entry,
@@ -154,39 +156,20 @@ impl ChunkItems {
     }
 }
 
-/// What foca held when the chunks of one incoming sync began to arrive. A converged peer
+/// Whether foca holds exactly `member` (identity, incarnation and state), found at the
+/// position the driver knows for it: applying it would change nothing. A converged peer
 /// sends mostly what foca already has, and every apply is a linear scan of foca's member
-/// list, so entries found here unchanged are not applied again: a sync costs O(N) instead
-/// of O(N²). foca only moves a member's state forward (newer identity, higher incarnation,
-/// Alive → Suspect → Down at one incarnation), so an entry equal to an earlier state is a
-/// no-op even if foca has moved on since.
-pub(super) struct SyncBaseline {
-    sync_id: u32,
-    sender: SiteAddr,
-    chunks_left: u16,
-    /// foca's list as it stood, in its order: a copy is cheaper than an index, and the
-    /// positions the driver knows find members in it (see [`Positions::hint`]).
-    states: Vec<Member<NodeId>>,
-}
-
-impl SyncBaseline {
-    fn holds(&self, positions: &Positions, member: &Member<NodeId>) -> bool {
-        let site_addr = member.id().site_addr();
-        positions
-            .hint(&site_addr)
-            .and_then(|at| self.states.get(at))
-            .filter(|known| known.id().site_addr() == site_addr)
-            .or_else(|| {
-                self.states
-                    .iter()
-                    .find(|known| known.id().site_addr() == site_addr)
-            })
-            .is_some_and(|known| {
-                known.id() == member.id()
-                    && known.incarnation() == member.incarnation()
-                    && known.state() == member.state()
-            })
-    }
+/// list, so such entries are not applied: a sync costs O(N) instead of O(N²). An entry
+/// without a known position is applied, and foca decides, as it would have anyway.
+fn holds_exactly(foca: &GridFoca, positions: &Positions, member: &Member<NodeId>) -> bool {
+    positions
+        .hint(&member.id().site_addr())
+        .and_then(|at| foca.iter_membership_state().nth(at))
+        .is_some_and(|known| {
+            known.id() == member.id()
+                && known.incarnation() == member.incarnation()
+                && known.state() == member.state()
+        })
 }
 
 impl Driver {
@@ -571,20 +554,13 @@ impl Driver {
         for id in &left {
             self.remember_left(id);
         }
-        self.sync_baseline_for(sync_id, sender.site_addr(), count);
         let Driver {
-            sync_baseline,
-            positions,
-            ..
+            foca, positions, ..
         } = self;
-        let baseline = sync_baseline.as_mut().expect("set above");
+        positions.refresh(foca.iter_membership_state());
         let received = loud.len() + quiet.len();
-        loud.retain(|member| !baseline.holds(positions, member));
-        quiet.retain(|member| !baseline.holds(positions, member));
-        baseline.chunks_left = baseline.chunks_left.saturating_sub(1);
-        if baseline.chunks_left == 0 {
-            self.sync_baseline = None;
-        }
+        loud.retain(|member| !holds_exactly(foca, positions, member));
+        quiet.retain(|member| !holds_exactly(foca, positions, member));
         self.stats.sync_entries_known += (received - loud.len() - quiet.len()) as u64;
         self.foca_call(now, out, |foca, rt| {
             foca.apply_many(loud.into_iter(), true, rt)
@@ -646,21 +622,5 @@ impl Driver {
             }
         }
         Ok(())
-    }
-
-    /// Takes the baseline for this sync's chunks from foca on its first chunk to arrive.
-    fn sync_baseline_for(&mut self, sync_id: u32, sender: SiteAddr, count: u16) {
-        let current = self
-            .sync_baseline
-            .as_ref()
-            .is_some_and(|b| b.sync_id == sync_id && b.sender == sender);
-        if !current {
-            self.sync_baseline = Some(SyncBaseline {
-                sync_id,
-                sender,
-                chunks_left: count,
-                states: self.foca.iter_membership_state().cloned().collect(),
-            });
-        }
     }
 }

@@ -15,7 +15,7 @@
 //! keeps one per member: the site name is an interned `Arc<str>` shared by every copy, the
 //! address is 18 bytes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -159,25 +159,131 @@ impl From<SocketAddr> for NodeAddr {
     }
 }
 
-/// A node's identity in the cluster.
+/// A node's identity in the cluster: where it is ([`Place`]: site and address, shared by
+/// every copy) and which life of it this is.
 ///
-/// Field order is comparison order: foca compares identities while scanning its whole
-/// member list, and the address and generation sit inline and almost always decide,
-/// whereas the name needs a pointer chase.
-#[derive(Clone, PartialEq, Eq, Hash)]
+/// Every node keeps one per member (foca's list, the driver's tables), so an identity is
+/// three words: at 10,000 members that decides whether a node's view takes a quarter or
+/// two thirds of a megabyte. Identities decoded through one [`Interner`] share their
+/// place, so comparing two of them is usually a pointer comparison.
+#[derive(Clone)]
 pub struct NodeId {
-    addr: NodeAddr,
+    place: Arc<Place>,
     generation: u64,
-    /// A hash of `site`, so foca's member scans compare sites without a pointer chase.
+    /// The place's site hash, inline: foca compares every member's [`SiteAddr`] while
+    /// scanning its list for each message, and the sites differ at the first word without
+    /// following the pointer (a scan that dereferenced every place stalled on it).
+    site_key: u64,
+}
+
+/// An identity in two words, for tables that hold one per member and do not scan (the
+/// site hash is read through the place).
+#[derive(Clone)]
+pub struct PackedId {
+    place: Arc<Place>,
+    generation: u64,
+}
+
+impl PackedId {
+    pub fn site(&self) -> &Arc<str> {
+        &self.place.site
+    }
+
+    /// Whether this is `id`.
+    pub fn is(&self, id: &NodeId) -> bool {
+        self.generation == id.generation
+            && (Arc::ptr_eq(&self.place, &id.place) || self.place == id.place)
+    }
+
+    pub fn unpack(&self) -> NodeId {
+        NodeId::at(self.place.clone(), self.generation)
+    }
+}
+
+impl From<NodeId> for PackedId {
+    fn from(id: NodeId) -> PackedId {
+        PackedId {
+            place: id.place,
+            generation: id.generation,
+        }
+    }
+}
+
+/// A site name in one word (through an identity's place), hashed and compared as the
+/// name: for sets of sites with an entry per member.
+#[derive(Clone)]
+pub struct SiteName(Arc<Place>);
+
+impl SiteName {
+    pub fn as_str(&self) -> &str {
+        &self.0.site
+    }
+}
+
+impl std::hash::Hash for SiteName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `str` hashes, so that lookups by name (`Borrow<str>`) find it.
+        self.as_str().hash(state);
+    }
+}
+
+impl PartialEq for SiteName {
+    fn eq(&self, other: &SiteName) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for SiteName {}
+
+impl std::borrow::Borrow<str> for SiteName {
+    fn borrow(&self) -> &str {
+        self.as_str()
+    }
+}
+
+/// A site at an address: what every identity of one node, over its lives, has in common.
+#[derive(PartialEq, Eq, Hash)]
+struct Place {
+    addr: NodeAddr,
+    /// A hash of `site`, so foca's member scans compare sites without a second pointer
+    /// chase.
     site_key: u64,
     site: Arc<str>,
 }
 
-/// What foca keys members by: a site (as the hash of its name) at an address.
+impl Place {
+    fn new(site: Arc<str>, addr: NodeAddr) -> Place {
+        Place {
+            site_key: site_key(&site),
+            site,
+            addr,
+        }
+    }
+}
+
+impl PartialEq for NodeId {
+    fn eq(&self, other: &NodeId) -> bool {
+        self.generation == other.generation
+            && self.site_key == other.site_key
+            && (Arc::ptr_eq(&self.place, &other.place) || self.place == other.place)
+    }
+}
+
+impl Eq for NodeId {}
+
+impl std::hash::Hash for NodeId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.place.hash(state);
+        self.generation.hash(state);
+    }
+}
+
+/// What foca keys members by: a site (as the hash of its name) at an address. Compared
+/// site first (see [`NodeId`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SiteAddr {
-    pub addr: NodeAddr,
     pub site_key: u64,
+    pub addr: NodeAddr,
 }
 
 /// FNV-1a: stable across processes and builds, unlike std's randomly keyed hasher.
@@ -191,10 +297,13 @@ impl NodeId {
     /// An identity for this node; the site name must have passed [`validate_site`].
     pub fn new(site: Arc<str>, addr: SocketAddr, generation: u64) -> NodeId {
         debug_assert!(site.len() <= MAX_SITE_LEN);
+        NodeId::at(Arc::new(Place::new(site, NodeAddr::new(addr))), generation)
+    }
+
+    fn at(place: Arc<Place>, generation: u64) -> NodeId {
         NodeId {
-            site_key: site_key(&site),
-            site,
-            addr: NodeAddr::new(addr),
+            site_key: place.site_key,
+            place,
             generation,
         }
     }
@@ -202,37 +311,36 @@ impl NodeId {
     /// Stands for a seed whose identity we do not know yet: foca accepts an `Announce`
     /// addressed to any identity carrying the recipient's address.
     pub fn placeholder(addr: SocketAddr) -> NodeId {
-        NodeId {
-            site_key: site_key(""),
-            site: Arc::from(""),
-            addr: NodeAddr::new(addr),
-            generation: 0,
-        }
+        NodeId::at(Arc::new(Place::new(Arc::from(""), NodeAddr::new(addr))), 0)
     }
 
     pub fn site(&self) -> &Arc<str> {
-        &self.site
+        &self.place.site
     }
 
     pub fn node_addr(&self) -> NodeAddr {
-        self.addr
+        self.place.addr
+    }
+
+    pub fn site_name(&self) -> SiteName {
+        SiteName(self.place.clone())
     }
 
     /// foca's key for this identity: its site at its address.
     pub fn site_addr(&self) -> SiteAddr {
         SiteAddr {
-            addr: self.addr,
             site_key: self.site_key,
+            addr: self.place.addr,
         }
     }
 
     /// Whether this is a seed's placeholder (no site known yet).
     pub fn is_placeholder(&self) -> bool {
-        self.site.is_empty()
+        self.place.site.is_empty()
     }
 
     pub fn socket_addr(&self) -> SocketAddr {
-        self.addr.socket_addr()
+        self.place.addr.socket_addr()
     }
 
     pub fn generation(&self) -> u64 {
@@ -240,14 +348,14 @@ impl NodeId {
     }
 
     pub fn encoded_len(&self) -> usize {
-        1 + self.site.len() + self.addr.encoded_len() + 8
+        1 + self.site().len() + self.place.addr.encoded_len() + 8
     }
 
     /// Writes the identity; the caller has checked there is room for [`Self::encoded_len`].
     pub fn encode(&self, out: &mut impl bytes::BufMut) {
-        out.put_u8(self.site.len() as u8);
-        out.put_slice(self.site.as_bytes());
-        self.addr.encode(out);
+        out.put_u8(self.site().len() as u8);
+        out.put_slice(self.site().as_bytes());
+        self.place.addr.encode(out);
         out.put_u64(self.generation);
     }
 
@@ -257,21 +365,19 @@ impl NodeId {
             return Err(WireError::SiteTooLong(len));
         }
         let name = std::str::from_utf8(r.bytes(len)?).map_err(|_| WireError::BadUtf8)?;
-        let site = interner.intern(name);
         let addr = NodeAddr::decode(r)?;
         let generation = r.u64()?;
-        Ok(NodeId {
-            site_key: site_key(&site),
-            site,
-            addr,
-            generation,
-        })
+        Ok(interner.node_id(name, addr, generation))
     }
 }
 
 impl fmt::Debug for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{:?}#{}", self.site, self.addr, self.generation)
+        write!(
+            f,
+            "{}@{:?}#{}",
+            self.place.site, self.place.addr, self.generation
+        )
     }
 }
 
@@ -279,12 +385,10 @@ impl foca::Identity for NodeId {
     type Addr = SiteAddr;
 
     fn renew(&self) -> Option<Self> {
-        Some(NodeId {
-            site_key: self.site_key,
-            site: self.site.clone(),
-            addr: self.addr,
-            generation: self.generation.checked_add(1)?,
-        })
+        Some(NodeId::at(
+            self.place.clone(),
+            self.generation.checked_add(1)?,
+        ))
     }
 
     fn addr(&self) -> SiteAddr {
@@ -294,35 +398,77 @@ impl foca::Identity for NodeId {
     fn win_addr_conflict(&self, adversary: &Self) -> bool {
         // The later life wins; a tie (two processes claiming one address and generation)
         // is broken by name so every member picks the same winner.
-        (self.generation, &self.site) > (adversary.generation, &adversary.site)
+        (self.generation, self.site()) > (adversary.generation, adversary.site())
     }
 }
 
-/// Shares one allocation per site name among every identity a node (or a whole simulated
-/// cluster) decodes, so receiving a packet allocates nothing for known names.
+/// Shares one allocation per site name, and one [`Place`] per site at an address, among
+/// every identity a node (or a whole simulated cluster) decodes, so receiving a packet
+/// allocates nothing for known names and known members.
 #[derive(Clone, Default)]
 pub struct Interner {
-    names: Arc<Mutex<HashSet<Arc<str>>>>,
+    tables: Arc<Mutex<Tables>>,
 }
 
-/// Names beyond this many are still decoded, just not shared: a flood of made-up names
-/// cannot grow the table without bound.
+#[derive(Default)]
+struct Tables {
+    names: HashSet<Arc<str>>,
+    /// By foca's key; a place whose name differs from the one asked for (two names with
+    /// one hash) is simply not shared.
+    places: HashMap<SiteAddr, Arc<Place>>,
+}
+
+/// Names (and places) beyond this many are still decoded, just not shared: a flood of
+/// made-up names cannot grow the table without bound.
 const INTERNER_CAPACITY: usize = 1 << 16;
 
-impl Interner {
-    pub fn intern(&self, name: &str) -> Arc<str> {
-        let mut names = self
-            .names
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(known) = names.get(name) {
+impl Tables {
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(known) = self.names.get(name) {
             return known.clone();
         }
         let fresh: Arc<str> = Arc::from(name);
-        if names.len() < INTERNER_CAPACITY {
-            names.insert(fresh.clone());
+        if self.names.len() < INTERNER_CAPACITY {
+            self.names.insert(fresh.clone());
         }
         fresh
+    }
+}
+
+impl Interner {
+    fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
+        self.tables
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub fn intern(&self, name: &str) -> Arc<str> {
+        self.tables().intern(name)
+    }
+
+    /// The identity of `site` at `addr` in its life `generation`, sharing the place with
+    /// every other identity of that site at that address this interner made.
+    pub fn node_id(&self, site: &str, addr: NodeAddr, generation: u64) -> NodeId {
+        let key = SiteAddr {
+            addr,
+            site_key: site_key(site),
+        };
+        let mut tables = self.tables();
+        let place = match tables.places.get(&key) {
+            Some(place) if &*place.site == site => place.clone(),
+            _ => {
+                let place = Arc::new(Place {
+                    addr,
+                    site_key: key.site_key,
+                    site: tables.intern(site),
+                });
+                if tables.places.len() < INTERNER_CAPACITY {
+                    tables.places.insert(key, place.clone());
+                }
+                place
+            }
+        };
+        NodeId::at(place, generation)
     }
 }
 
@@ -376,6 +522,14 @@ mod tests {
         let a = NodeId::decode(&mut Reader::new(&buf), &interner).unwrap();
         let b = NodeId::decode(&mut Reader::new(&buf), &interner).unwrap();
         assert!(Arc::ptr_eq(a.site(), b.site()));
+        assert!(Arc::ptr_eq(&a.place, &b.place));
+        // Equal whether or not the place is shared.
+        assert_eq!(a, id("shared", "127.0.0.1:1", 1));
+        assert_ne!(a, id("shared", "127.0.0.1:1", 2));
+        assert_ne!(a, id("shared", "127.0.0.1:2", 1));
+        assert_ne!(a, id("sharer", "127.0.0.1:1", 1));
+        // Three words: every node keeps one per member.
+        assert_eq!(std::mem::size_of::<NodeId>(), 24);
     }
 
     #[test]

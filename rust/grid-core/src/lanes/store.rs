@@ -13,7 +13,7 @@ use super::encoding::{contains_private_key, decode_item, encode_unsigned, ItemVi
 use super::keys::{Checked, KeyBook, KeyId};
 use super::{BroadcastKey, Item, ItemName, Lane};
 use crate::identity::auth::{FINGERPRINT_LEN, SIGNATURE_LEN};
-use crate::identity::{validate_site, Interner};
+use crate::identity::{validate_site, Interner, NodeId, SiteName};
 use crate::lanes::names::{export_rank, EXPORT_LANES, LANE_COUNT};
 use crate::lanes::repair::{version_hash, Digest, REPAIR_WINDOW};
 
@@ -99,7 +99,7 @@ pub struct ItemStore {
     /// Origins with a live member (this node's own site included): only their forgotten
     /// items are taken back at the same version, so a down site's records do not bounce
     /// between nodes that forget them at different times.
-    live: HashSet<Arc<str>>,
+    live: HashSet<SiteName>,
     len: usize,
     capacity: usize,
     pub(super) interner: Interner,
@@ -330,12 +330,13 @@ impl ItemStore {
         })
     }
 
-    /// Marks whether `origin` has a live member.
-    pub fn set_live(&mut self, origin: &Arc<str>, live: bool) {
+    /// Marks whether the site of `origin` has a live member (one word a site: every node
+    /// keeps one per member).
+    pub fn set_live(&mut self, origin: &NodeId, live: bool) {
         if live {
-            self.live.insert(origin.clone());
+            self.live.insert(origin.site_name());
         } else {
-            self.live.remove(origin);
+            self.live.remove(&**origin.site());
         }
     }
 

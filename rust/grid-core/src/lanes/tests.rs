@@ -451,7 +451,8 @@ fn export_walks_names_in_one_order_from_where_it_stopped() {
     assert!(offer(&mut s, "gone", Lane::State, "x", 0, b"p").is_none());
     assert!(s.has_forgotten("gone"));
     assert!(offer(&mut s, "gone", Lane::State, "x", 1, b"p").is_none());
-    s.set_live(&Arc::from("gone"), true);
+    let gone = crate::identity::NodeId::new(Arc::from("gone"), "10.0.0.9:7946".parse().unwrap(), 1);
+    s.set_live(&gone, true);
     assert!(offer(&mut s, "gone", Lane::State, "x", 1, b"p").is_some());
     assert!(!s.has_forgotten("gone"));
     assert!(offer(&mut s, "gone", Lane::State, "x", 1, b"p").is_none());
