@@ -164,17 +164,17 @@ def figures(
 def joins(
     formed_s: float | None,
     restarts: list[dict[str, float]],
-    peer_lines: list[dict[str, Any]],
+    peers_cpu_share: float | None,
 ) -> dict[str, Any]:
     """How long the mesh (the peers) took to form before the site joined it, and the
     measured site's restarts: p50 and p99 of the seconds until it trusted every site and
     until it ranked every candidate, and of the bytes it received until then (the items it
-    held then say what they brought); and the peers' CPU while the restarts took the mesh's
-    state from them."""
+    held then say what they brought); and ``peers_cpu_share``, the peers' CPU while the
+    restarts took the mesh's state from them."""
     figures: dict[str, Any] = {
         "formed_s": formed_s,
         "restarts": restarts,
-        "restart_peers_cpu_share": _cpu_during(restarts, peer_lines),
+        "restart_peers_cpu_share": peers_cpu_share,
     }
     held = [restart["items"] for restart in restarts if "items" in restart]
     figures["restart_items"] = statistics.median(held) if held else None
@@ -183,20 +183,3 @@ def joins(
         figures[f"restart_{what}_p50"] = statistics.median(values) if values else None
         figures[f"restart_{what}_p99"] = _percentile(values, 0.99) if values else None
     return figures
-
-
-def _cpu_during(restarts: list[dict[str, float]], peer_lines: list[dict[str, Any]]) -> float | None:
-    """The peers' CPU share over the restarts: from their last report before each restart
-    began to their first after it ranked every candidate (they report once a second, so
-    each span holds a little before and after)."""
-    load = [line for line in peer_lines if line["event"] == "peers"]
-    cpu = span = 0.0
-    for restart in restarts:
-        if "started_t" not in restart:
-            continue
-        before = [line for line in load if line["t"] <= restart["started_t"]]
-        after = [line for line in load if line["t"] >= restart["ranked_t"]]
-        if before and after:
-            cpu += after[0]["cpu_s"] - before[-1]["cpu_s"]
-            span += after[0]["t"] - before[-1]["t"]
-    return cpu / span if span else None

@@ -227,6 +227,7 @@ async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dic
     joins = []
     for _ in range(config.get("joins", 0)):
         agent = Agent(_options(config, address))
+        emit("restarting")
         started = time.monotonic()
         await agent.start()
         engine = agent.networks[network].engine
@@ -256,9 +257,6 @@ async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dic
                 "trusted_s": trusted_s,
                 "ranked_s": ranked_s,
                 **received,
-                # On the clock the peers report on, so their CPU during the restart is known.
-                "started_t": started,
-                "ranked_t": started + ranked_s,
             }
         )
         emit("joined", **joins[-1])

@@ -45,6 +45,7 @@ from grid.demo.builder import (
 from grid.demo.mesh import free_port
 from grid.errors import ConfigError
 from grid.meshbench.figures import figures, joins
+from grid.meshbench.restart_load import RestartLoad
 
 BASELINE_COMMIT = "a8f59f0"
 """Today's design: the state plane before coalesced rendering and compact signals."""
@@ -389,6 +390,7 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
             probe.collect()
             write_resources(layout, ready["seeds"])
             measured = Child("measured.py", layout.measured_config, tree)
+            restarts = RestartLoad(peers.process.pid)
             try:
                 result = None
                 converge_s = None
@@ -400,7 +402,10 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
                         converge_s = event["seconds"]
                     elif kind == "measuring":
                         progress(f"{tree.label}: measuring", event["done"], event["total"])
+                    elif kind == "restarting":
+                        restarts.began()
                     elif kind == "joined":
+                        restarts.ended()
                         joined = sum(1 for e in measured.lines if e["event"] == "joined")
                         progress(f"{tree.label}: restarts", joined, plan.joins)
                     elif kind == "result":
@@ -416,7 +421,7 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
                 probe.stop()
             peers.stop()
         return figures(result, peers.lines + probe.lines, converge_s) | joins(
-            ready.get("formed_s"), result.get("joins", []), peers.lines
+            ready.get("formed_s"), result.get("joins", []), restarts.cpu_share()
         )
 
 
