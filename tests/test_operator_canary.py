@@ -27,8 +27,8 @@ from k8s.operator_support import (
     SITE_TLS_SECRET,
     JsonObject,
     captured_logs,
+    create_network_and_site,
     keyring_text,
-    network_body,
     new_key,
     operator_for,
     prepare_namespaces,
@@ -36,7 +36,6 @@ from k8s.operator_support import (
     put_secret,
     put_site_tls,
     read_configmap,
-    site_body,
     wait_condition,
     wait_phase,
 )
@@ -90,13 +89,15 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
         async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await cluster.create(
-                GRID_NETWORKS,
-                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
-            )
-            await cluster.create(
-                GRID_SITES,
-                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            await create_network_and_site(
+                cluster,
+                NETWORK,
+                SITE,
+                port=running.swim_port,
+                gateways=[gateway],
+                tls=tls,
+                egress=egress.address,
+                fingerprint=pki[SITE].fingerprint,
             )
             await cluster.create(
                 INFERENCE_PROVIDERS,
@@ -194,13 +195,15 @@ async def test_no_aws_secret_or_bedrock_key_reaches_anything_the_operator_writes
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
         async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await cluster.create(
-                GRID_NETWORKS,
-                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
-            )
-            await cluster.create(
-                GRID_SITES,
-                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            await create_network_and_site(
+                cluster,
+                NETWORK,
+                SITE,
+                port=running.swim_port,
+                gateways=[gateway],
+                tls=tls,
+                egress=egress.address,
+                fingerprint=pki[SITE].fingerprint,
             )
             await cluster.create(INFERENCE_PROVIDERS, sigv4_provider(endpoint))
             refused = await wait_condition(
@@ -302,13 +305,15 @@ async def test_no_header_key_reaches_anything_the_operator_writes(
 
     with captured_logs() as logs:
         async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await cluster.create(
-                GRID_NETWORKS,
-                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
-            )
-            await cluster.create(
-                GRID_SITES,
-                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            await create_network_and_site(
+                cluster,
+                NETWORK,
+                SITE,
+                port=running.swim_port,
+                gateways=[gateway],
+                tls=tls,
+                egress=egress.address,
+                fingerprint=pki[SITE].fingerprint,
             )
             vllm = {
                 "strategy": "ApiKey",

@@ -21,7 +21,7 @@ import pytest
 
 from grid.oauth.rotation import Settle
 from k8s.cluster import Cluster
-from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from k8s.emulator import INFERENCE_PROVIDERS
 from k8s.operator_support import (
     CA_SECRET,
     GATEWAY_NAMESPACE,
@@ -30,8 +30,8 @@ from k8s.operator_support import (
     NAMESPACE,
     SITE_TLS_SECRET,
     captured_logs,
+    create_network_and_site,
     keyring_text,
-    network_body,
     new_key,
     operator_for,
     prepare_namespaces,
@@ -39,7 +39,6 @@ from k8s.operator_support import (
     put_secret,
     put_site_tls,
     read_configmap,
-    site_body,
     wait_condition,
     wait_phase,
 )
@@ -126,13 +125,15 @@ async def test_the_operator_mints_refreshes_and_withdraws(
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
         async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await cluster.create(
-                GRID_NETWORKS,
-                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
-            )
-            await cluster.create(
-                GRID_SITES,
-                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            await create_network_and_site(
+                cluster,
+                NETWORK,
+                SITE,
+                port=running.swim_port,
+                gateways=[gateway],
+                tls=tls,
+                egress=egress.address,
+                fingerprint=pki[SITE].fingerprint,
             )
             await cluster.create(INFERENCE_PROVIDERS, oauth2_provider(endpoint, server.url))
             minted = await wait_condition(
@@ -255,13 +256,15 @@ async def test_a_secret_of_that_name_that_is_not_grids_is_left_alone(
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     async with egress, operator_for(cluster, None) as running:
         gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
-        await cluster.create(
-            GRID_NETWORKS,
-            network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
-        )
-        await cluster.create(
-            GRID_SITES,
-            site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+        await create_network_and_site(
+            cluster,
+            NETWORK,
+            SITE,
+            port=running.swim_port,
+            gateways=[gateway],
+            tls=tls,
+            egress=egress.address,
+            fingerprint=pki[SITE].fingerprint,
         )
         await cluster.create(INFERENCE_PROVIDERS, oauth2_provider(endpoint, server.url))
         refused = await wait_condition(

@@ -31,7 +31,7 @@ from grid.operator.kube import KubeApi
 from grid.operator.tokens import service_account_mint
 from grid.runtime.tokens import MintingPlan, TokenMinter
 from k8s.cluster import Cluster
-from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from k8s.emulator import INFERENCE_PROVIDERS
 from k8s.grid_install import ACCOUNT as OPERATOR_ACCOUNT
 from k8s.operator_support import (
     GATEWAY_NAMESPACE,
@@ -39,11 +39,10 @@ from k8s.operator_support import (
     OperatorUnderTest,
     captured_logs,
     configmap_exists,
-    network_body,
+    create_network_and_site,
     operator_for,
     provider_body,
     read_configmap,
-    site_body,
     wait_condition,
     wait_phase,
 )
@@ -81,13 +80,15 @@ async def running_mesh(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Mesh]:
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
     async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-        await cluster.create(
-            GRID_NETWORKS,
-            network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
-        )
-        await cluster.create(
-            GRID_SITES,
-            site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+        await create_network_and_site(
+            cluster,
+            NETWORK,
+            SITE,
+            port=running.swim_port,
+            gateways=[gateway],
+            tls=tls,
+            egress=egress.address,
+            fingerprint=pki[SITE].fingerprint,
         )
         yield Mesh(cluster, running)
 

@@ -18,16 +18,15 @@ import aiohttp
 import pytest
 
 from k8s.cluster import Cluster
-from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from k8s.emulator import INFERENCE_PROVIDERS
 from k8s.operator_support import (
     GATEWAY_NAMESPACE,
     captured_logs,
-    network_body,
+    create_network_and_site,
     operator_for,
     provider_body,
     put_secret,
     read_configmap,
-    site_body,
     wait_condition,
     wait_phase,
 )
@@ -82,13 +81,15 @@ async def test_the_operator_signs_a_key_once_the_credentials_can(
     egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
         async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await cluster.create(
-                GRID_NETWORKS,
-                network_body(NETWORK, port=running.swim_port, gateways=[gateway], tls=tls),
-            )
-            await cluster.create(
-                GRID_SITES,
-                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            await create_network_and_site(
+                cluster,
+                NETWORK,
+                SITE,
+                port=running.swim_port,
+                gateways=[gateway],
+                tls=tls,
+                egress=egress.address,
+                fingerprint=pki[SITE].fingerprint,
             )
             await cluster.create(INFERENCE_PROVIDERS, sigv4_provider(endpoint))
             refused = await wait_condition(

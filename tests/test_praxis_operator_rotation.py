@@ -31,14 +31,13 @@ import pytest
 
 from grid.oauth.rotation import Settle
 from k8s.cluster import Cluster
-from k8s.emulator import GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS
+from k8s.emulator import INFERENCE_PROVIDERS
 from k8s.grid_install import GATEWAY_NAMESPACE
 from k8s.operator_support import (
-    network_body,
+    create_network_and_site,
     operator_for,
     provider_body,
     put_secret,
-    site_body,
 )
 from k8s.real_cluster import RealServers
 from support.servers import TlsServer
@@ -208,13 +207,15 @@ async def test_the_operators_rotation_through_the_kubelets_delay(
     syncing: asyncio.Task[None] | None = None
     try:
         async with egress, operator_for(cluster, None, token_settle=settle) as running:
-            await cluster.create(
-                GRID_NETWORKS,
-                network_body(NETWORK, port=running.swim_port, gateways=[gateway_ref], tls=tls),
-            )
-            await cluster.create(
-                GRID_SITES,
-                site_body(SITE, NETWORK, egress=egress.address, fingerprint=pki[SITE].fingerprint),
+            await create_network_and_site(
+                cluster,
+                NETWORK,
+                SITE,
+                port=running.swim_port,
+                gateways=[gateway_ref],
+                tls=tls,
+                egress=egress.address,
+                fingerprint=pki[SITE].fingerprint,
             )
             await cluster.create(INFERENCE_PROVIDERS, provider)
             syncing = asyncio.create_task(kubelet.run())

@@ -120,6 +120,27 @@ def site_body(
     }
 
 
+async def create_network_and_site(
+    cluster: Cluster,
+    network: str,
+    site: str,
+    *,
+    port: int,
+    gateways: list[JsonObject],
+    tls: JsonObject,
+    egress: str,
+    fingerprint: str,
+) -> None:
+    """The GridNetwork (SWIM on ``port``, rendering for ``gateways``, trusting ``tls``) and
+    this cluster's GridSite, its egress at ``egress`` pinned by ``fingerprint``."""
+    await cluster.create(
+        GRID_NETWORKS, network_body(network, port=port, gateways=gateways, tls=tls)
+    )
+    await cluster.create(
+        GRID_SITES, site_body(site, network, egress=egress, fingerprint=fingerprint)
+    )
+
+
 def provider_body(
     name: str,
     network: str,
