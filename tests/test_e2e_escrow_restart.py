@@ -24,7 +24,7 @@ from grid.render.budgets import verify_budget_document
 from support.agents import THREE_SITES, AgentMeshes
 from support.servers import ProviderEndpoint
 from support.windows import soonest_window, window_length
-from test_e2e_spend import LITELLM, MODEL, SpendMesh, spend_source
+from test_e2e_spend import LITELLM, MODEL, SpendMesh, configure_spend, spend_source
 
 pytestmark = pytest.mark.slow
 
@@ -84,11 +84,7 @@ async def escrow_mesh(agent_mesh: AgentMeshes) -> Any:
     # The sites are spawned as soon as this is written, and up within seconds.
     window_s = soonest_window(time.time() + CLAIM_SLACK_S + 20, WINDOW_S, LONGEST_WINDOW_S)
     budgets = [{"tenant": "acme", "cap": CAP, "window": f"{window_s}s", "enforcement": "escrow"}]
-    for runtime in mesh.sites.values():
-        path = runtime.resources / NETWORK_FILE
-        document = yaml.safe_load(path.read_text())
-        document["spec"].update(budgets=budgets, spendSources=sources)
-        path.write_text(yaml.safe_dump(document))
+    configure_spend(mesh, budgets, sources)
     try:
         yield SpendMesh(mesh, exporters)
     finally:

@@ -44,6 +44,15 @@ def spend_source(name: str, site: str, exporter: ProviderEndpoint, **read: Any) 
     }
 
 
+def configure_spend(mesh: AgentMesh, budgets: list[Any], sources: list[Any]) -> None:
+    """Every site's GridNetwork gets ``budgets`` and ``sources`` (before its agent starts)."""
+    for runtime in mesh.sites.values():
+        path = runtime.resources / NETWORK_FILE
+        document = yaml.safe_load(path.read_text())
+        document["spec"].update(budgets=budgets, spendSources=sources)
+        path.write_text(yaml.safe_dump(document))
+
+
 class SpendMesh:
     """The three agent processes, their exporters and their ``/status``."""
 
@@ -137,11 +146,7 @@ async def spend_mesh(agent_mesh: AgentMeshes) -> Any:
         {"tenant": tenant, "cap": 10**9, "window": "720h", "unit": "tokens"}
         for tenant in ("acme", "globex", "llama-pool")
     ]
-    for runtime in mesh.sites.values():
-        path = runtime.resources / NETWORK_FILE
-        document = yaml.safe_load(path.read_text())
-        document["spec"].update(budgets=budgets, spendSources=sources)
-        path.write_text(yaml.safe_dump(document))
+    configure_spend(mesh, budgets, sources)
     try:
         yield SpendMesh(mesh, exporters)
     finally:
