@@ -227,6 +227,23 @@ EVENTS_PER_TURN = 100
 """Events :meth:`SwimNode.events` hands over before it lets the event loop run: about
 30 ms of a site's work on received catalogues."""
 
+_SIGNALS_KEYS = "signals"
+"""How the keys of signals records begin (``signals/`` and ``signals-page/``, from
+:mod:`grid.crdt`, which stands above this module): they move scores only, so they wait
+behind the catalogues."""
+
+_EVENT_TIERS = 3
+
+
+def _event_tier(event: Event) -> int:
+    """The order :meth:`SwimNode.events` hands waiting events over in: 0, heads (membership
+    and every lane but records); 1, records other than signals (catalogues, budgets); 2,
+    signals."""
+    if not isinstance(event, ItemEvent) or event.lane != "state":
+        return 0
+    return 2 if event.key.startswith(_SIGNALS_KEYS) else 1
+
+
 # What grid._native hands over, see _native.pyi.
 _RawEvent: TypeAlias = (
     tuple[str, str, str, int]
@@ -501,17 +518,19 @@ class SwimNode:
         """Yields events as they come, without a thread per waiter; ends once the node has
         stopped and every event was taken.
 
-        Of the events waiting, records (state items) come last: a node catching up takes
-        every site's certificates, gateway and metadata (a few items each) before the
-        thousands of records that arrive with them, so it can trust and probe the sites
-        while it takes the rest. Every :data:`EVENTS_PER_TURN` events the loop gets a turn,
-        so probes and renders run meanwhile instead of after the whole catch-up."""
+        Of the events waiting, records (state items) come last, and of them, signals come
+        after the catalogues: a node catching up takes every site's certificates, gateway
+        and metadata (a few items each) before the thousands of records that arrive with
+        them, so it can trust and probe the sites while it takes the rest, and it can rank
+        every candidate (which needs its catalogue) before it has taken every site's
+        signals (which only move its score). Every :data:`EVENTS_PER_TURN` events the loop
+        gets a turn, so probes and renders run meanwhile instead of after the whole
+        catch-up."""
         loop = asyncio.get_running_loop()
         ready = asyncio.Event()
         fd = self._node.event_fd()
         loop.add_reader(fd, ready.set)
-        heads: deque[Event] = deque()
-        records: deque[Event] = deque()
+        waiting: tuple[deque[Event], ...] = tuple(deque() for _ in range(_EVENT_TIERS))
         try:
             while True:
                 # Reset the wake-ups before draining: anything queued later re-arms them.
@@ -519,14 +538,13 @@ class SwimNode:
                 self._node.clear_event_fd()
                 for raw in self._node.poll_events():
                     event = _event(raw)
-                    is_record = isinstance(event, ItemEvent) and event.lane == "state"
-                    (records if is_record else heads).append(event)
-                if heads or records:
+                    waiting[_event_tier(event)].append(event)
+                if any(waiting):
                     for _ in range(EVENTS_PER_TURN):
-                        waiting = heads or records
-                        if not waiting:
+                        tier = next((queue for queue in waiting if queue), None)
+                        if tier is None:
                             break
-                        yield waiting.popleft()
+                        yield tier.popleft()
                     await asyncio.sleep(0)
                     continue
                 if not self._node.running:
