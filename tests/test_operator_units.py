@@ -574,6 +574,15 @@ def test_settings_come_from_the_deployment_s_environment() -> None:
     for unusable in ("0", "1.5", "3601", "soon"):
         with pytest.raises(OperatorConfigError, match="GRID_TOKEN_SETTLE_SECONDS must be"):
             OperatorOptions.from_environment({"GRID_TOKEN_SETTLE_SECONDS": unusable})
+    assert (alone.secret_refresh_s, alone.probe_interval_s) == (30.0, 10.0)
+    quick = OperatorOptions.from_environment(
+        {"GRID_SECRET_REFRESH_SECONDS": "2", "GRID_PROBE_INTERVAL_SECONDS": "0.5"}
+    )
+    assert (quick.secret_refresh_s, quick.probe_interval_s) == (2.0, 0.5)
+    for name in ("GRID_SECRET_REFRESH_SECONDS", "GRID_PROBE_INTERVAL_SECONDS"):
+        for unusable in ("0", "-1", "3601", "nan", "inf", "soon"):
+            with pytest.raises(OperatorConfigError, match=f"{name} must be"):
+                OperatorOptions.from_environment({name: unusable})
     with pytest.raises(OperatorConfigError, match="GRID_SWIM_PORT must be a port number"):
         OperatorOptions.from_environment({"GRID_SWIM_PORT": "lots"})
     with pytest.raises(OperatorConfigError, match="no port"):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +22,9 @@ WILDCARD_V4 = "0.0.0.0"  # noqa: S104
 WILDCARD_V6 = "::"
 LOOPBACK = "127.0.0.1"
 MAX_TOKEN_SETTLE_S = 3600
+DEFAULT_SECRET_REFRESH_S = 30.0
+DEFAULT_PROBE_INTERVAL_S = 10.0
+MAX_INTERVAL_S = 3600
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +50,12 @@ class OperatorOptions:
     """How often each network is refreshed when nothing wakes it sooner."""
     status_interval_s: float = 10.0
     """A status whose only change is a probe or check time is written at most this often."""
-    secret_refresh_s: float = 30.0
+    secret_refresh_s: float = DEFAULT_SECRET_REFRESH_S
     """How often the Secrets a network or provider names are read again (key rotation,
-    certificate renewal, a credential created late)."""
-    probe_interval_s: float = 10.0
-    """How often each site's egress is probed."""
+    certificate renewal, a credential created late; ``GRID_SECRET_REFRESH_SECONDS``)."""
+    probe_interval_s: float = DEFAULT_PROBE_INTERVAL_S
+    """How often each site's egress is probed, and this site's ``spec.egress.from`` object
+    read (``GRID_PROBE_INTERVAL_SECONDS``)."""
     push_pull_factor: float = 6.0
     """Full-state SWIM syncs every this many probe intervals."""
     join_grace_s: float = 5.0
@@ -103,8 +108,9 @@ class OperatorOptions:
     ) -> OperatorOptions:
         """Settings from the Deployment's environment (``GRID_SWIM_ADVERTISE_ADDRESS``,
         ``GRID_SWIM_PORT``, ``GRID_METRICS_PORT``, ``GRID_HEALTH_PORT``,
-        ``POD_NAMESPACE``, ``POD_NAME``, optionally ``GRID_SITE_NAME`` and
-        ``GRID_TOKEN_SETTLE_SECONDS``); ``namespace`` and ``site`` (from the command line)
+        ``POD_NAMESPACE``, ``POD_NAME``, optionally ``GRID_SITE_NAME``,
+        ``GRID_TOKEN_SETTLE_SECONDS``, ``GRID_SECRET_REFRESH_SECONDS`` and
+        ``GRID_PROBE_INTERVAL_SECONDS``); ``namespace`` and ``site`` (from the command line)
         win over the environment."""
         advertise = environ.get("GRID_SWIM_ADVERTISE_ADDRESS") or None
         if advertise is not None:
@@ -126,6 +132,12 @@ class OperatorOptions:
                 wildcard, _port(environ, "GRID_HEALTH_PORT", DEFAULT_HEALTH_PORT)
             ),
             token_settle=_settle(environ, "GRID_TOKEN_SETTLE_SECONDS"),
+            secret_refresh_s=_interval(
+                environ, "GRID_SECRET_REFRESH_SECONDS", DEFAULT_SECRET_REFRESH_S
+            ),
+            probe_interval_s=_interval(
+                environ, "GRID_PROBE_INTERVAL_SECONDS", DEFAULT_PROBE_INTERVAL_S
+            ),
         )
 
 
@@ -140,6 +152,22 @@ def _settle(environ: Mapping[str, str], name: str) -> Settle:
         )
     step = timedelta(seconds=int(text))
     return Settle(step, step)
+
+
+def _interval(environ: Mapping[str, str], name: str, default: float) -> float:
+    """A period in seconds, fractions allowed (above 0, at most an hour)."""
+    text = environ.get(name)
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_INTERVAL_S:  # NaN and infinity fail too
+        raise OperatorConfigError(
+            f"{name} must be a number of seconds above 0 and at most {MAX_INTERVAL_S}"
+        )
+    return value
 
 
 def _port(environ: Mapping[str, str], name: str, default: int) -> int:
