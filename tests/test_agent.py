@@ -229,7 +229,9 @@ async def test_an_unchanged_revision_is_not_written_again(lab: Lab, provider: De
     lab.write("00-network.yaml", network_yaml())
     lab.write("10-site.yaml", SITE_YAML)
     lab.write("20-llama.yaml", provider_yaml("llama-a", provider.url))
-    agent = Agent(lab.options())
+    # The provider's status, whose health-check count says how many checks passed, is
+    # rewritten every second instead of every 5 s: the checks come a second apart.
+    agent = Agent(lab.options(status_interval_s=1.0))
     await agent.start()
     try:
         await eventually("overlay written", lambda: lab.overlay_names() == ["llama"])
