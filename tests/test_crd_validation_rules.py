@@ -42,12 +42,14 @@ from grid.models.oauth2 import (
 from grid.models.offers import MODEL_NAME_BYTES
 from grid.models.provider import (
     A_SIGNAL_MAPPED,
+    CUSTOM_WITH_CUSTOM_ONLY,
     ENDPOINT_IP_NEEDS_SERVER_NAME,
     HEADER_NOT_AUTHORIZATION,
     HEADER_NOT_THE_GATEWAYS,
     HEADER_WITH_HEADER_STRATEGIES,
     HISTOGRAMS_SUM,
     OAUTH2_WITH_OAUTH2_ONLY,
+    ONE_HEADER_SOURCE,
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
@@ -132,6 +134,8 @@ INVENTORY: dict[tuple[str, str], tuple[ValidationRule, ...]] = {
         HEADER_WITH_HEADER_STRATEGIES,
         OAUTH2_WITH_OAUTH2_ONLY,
         SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
+        CUSTOM_WITH_CUSTOM_ONLY,
+        ONE_HEADER_SOURCE,
     ),
     ("InferenceProvider", ".spec.auth.serviceAccount.exchange.tokenUrl"): (*URL, TOKEN_URL_HTTPS),
     ("InferenceProvider", ".spec.auth.oauth2"): (

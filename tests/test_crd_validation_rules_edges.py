@@ -30,12 +30,14 @@ from grid.models.oauth2 import (
 from grid.models.offers import MODEL_NAME_BYTES
 from grid.models.provider import (
     A_SIGNAL_MAPPED,
+    CUSTOM_WITH_CUSTOM_ONLY,
     ENDPOINT_IP_NEEDS_SERVER_NAME,
     HEADER_NOT_AUTHORIZATION,
     HEADER_NOT_THE_GATEWAYS,
     HEADER_WITH_HEADER_STRATEGIES,
     HISTOGRAMS_SUM,
     OAUTH2_WITH_OAUTH2_ONLY,
+    ONE_HEADER_SOURCE,
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
@@ -412,6 +414,33 @@ def rule_cases() -> Iterator[Case]:
             TOKEN_URL_HTTPS,
             provider(auth={**oauth2, "oauth2": {**client, "clientId": "g", "tokenUrl": url}}),
         )
+    yield refused(
+        "custom settings with ApiKey",
+        CUSTOM_WITH_CUSTOM_ONLY,
+        provider(auth={"strategy": "ApiKey", "secretRef": key, "custom": {}}),
+    )
+    yield passes(
+        "custom settings with Custom",
+        CUSTOM_WITH_CUSTOM_ONLY,
+        provider(auth={"strategy": "Custom", "secretRef": key, "custom": {}}),
+    )
+    yield refused(
+        "a header named in the spec and in the Secret",
+        ONE_HEADER_SOURCE,
+        provider(
+            auth={
+                "strategy": "Custom",
+                "secretRef": key,
+                "header": "X-Auth",
+                "custom": {"headerKey": "header"},
+            }
+        ),
+    )
+    yield passes(
+        "a header named in the spec for a template",
+        ONE_HEADER_SOURCE,
+        provider(auth={"strategy": "Custom", "secretRef": key, "header": "X-Auth", "custom": {}}),
+    )
     account = {"name": "vertex-caller", "namespace": "gateways", "audience": "//iam.example/p"}
     yield refused(
         "serviceAccount settings with MtlsOnly",

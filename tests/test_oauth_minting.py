@@ -19,7 +19,8 @@ from grid.errors import CredentialMaterialError
 from grid.models.oauth2 import OAuth2Settings
 from grid.models.phases import CredentialState
 from grid.models.resources import load_resource
-from grid.runtime.tokens import MintingPlan, TokenMinter, TokenMinters, oauth2_mint
+from grid.runtime.minters import TokenMinters
+from grid.runtime.tokens import MintingPlan, TokenMinter, oauth2_mint
 from support.canary import Canaries
 from support.oauth_keys import SERVICE_ACCOUNT, ec_key, pem, rsa_key, service_account_file
 from support.token_server import Mode, TokenServer
@@ -287,9 +288,12 @@ async def test_the_minters_loop_survives_an_attempt_that_breaks(server: TokenSer
         assert isinstance(plan.settings, OAuth2Settings)
         return oauth2_mint(plan.settings, source), sink
 
+    def no_values(plan: MintingPlan) -> tuple[Any, Any]:
+        raise AssertionError(f"no Custom provider here, yet {plan} was followed")
+
     changes = asyncio.Event()
     minters = TokenMinters(
-        io, None, where="test", on_change=changes.set, now=lambda: datetime.now(UTC)
+        io, no_values, None, where="test", on_change=changes.set, now=lambda: datetime.now(UTC)
     )
     minters.follow([provider("good", "idp"), provider("bad", "broken")])
     running = asyncio.create_task(minters.loop())

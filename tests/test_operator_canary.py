@@ -2,11 +2,13 @@
 Secrets, and none of them may appear in anything the operator wrote (ConfigMaps, statuses,
 Events), logged, or serves (``/metrics``, ``/healthz``); a Secret it cannot use is reported
 without quoting it. The same for a Sigv4 provider's AWS secret access key and session token
-and the Bedrock API key the operator signs from them, and the keys of an ApiKey and a Custom provider sent in headers of their own (apiKeyCredentials). The operator's own endpoints are checked on the way. On kmock and on a
+and the Bedrock API key the operator signs from them, and the keys of an ApiKey and a Custom provider sent in headers of their own (apiKeyCredentials), and a
+Custom value the operator renders from a template (its inputs and the rendered value). The operator's own endpoints are checked on the way. On kmock and on a
 real API server, everything read back through the API."""
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from pathlib import Path
@@ -280,14 +282,26 @@ def header_key_provider(name: str, endpoint: ProviderEndpoint, auth: JsonObject)
 async def test_no_header_key_reaches_anything_the_operator_writes(
     cluster: Cluster, endpoint: ProviderEndpoint, tmp_path: Path
 ) -> None:
-    """An ApiKey provider whose key goes in x-api-key and a Custom provider, offered to a
-    gateway with apiKeyCredentials: the overlay and the gateway configuration name their
-    Secrets and headers, never the values."""
+    """An ApiKey provider whose key goes in x-api-key, a Custom provider and a Custom
+    provider whose value the operator renders from a template in its Secret (the header's
+    name there too), offered to a gateway with apiKeyCredentials: the overlay and the
+    gateway configuration name their Secrets and headers, never the values, the template's
+    inputs or the rendered value."""
     api_key = b"grid-canary-apikey-" + secrets.token_hex(16).encode()
     custom = b"Token grid-canary-custom-" + secrets.token_hex(16).encode()
+    literal = b"grid-canary-literal-" + secrets.token_hex(8).encode()
+    user = b"grid-canary-user-" + secrets.token_hex(8).encode()
+    password_text = secrets.token_hex(24).encode()
     pki, tls = await prepare_network(cluster, tmp_path)
     await put_secret(cluster, "vllm-key", {"api-key": api_key})
     await put_secret(cluster, "legacy-key", {"value": custom})
+    template = literal + b" {{user}}:{{password}}"
+    await put_secret(
+        cluster,
+        "partner-auth",
+        {"template": template, "header": b"X-Partner", "user": user, "password": password_text},
+        namespace=GATEWAY_NAMESPACE,
+    )
     gateway = {
         "name": "edge",
         "namespace": GATEWAY_NAMESPACE,
@@ -300,7 +314,7 @@ async def test_no_header_key_reaches_anything_the_operator_writes(
         overlay = await read_configmap(cluster, "edge-grid-config")
         found = json.loads(overlay.data["grid-config.json"])["overlay"]["candidates"]
         by_cluster = {c["cluster"]: c.get("credential") for c in found}
-        assert {"vllm-a", "legacy-a"} <= set(by_cluster)
+        assert {"vllm-a", "legacy-a", "partner-a"} <= set(by_cluster)
         return by_cluster
 
     with captured_logs() as logs:
@@ -328,7 +342,33 @@ async def test_no_header_key_reaches_anything_the_operator_writes(
             await cluster.create(
                 INFERENCE_PROVIDERS, header_key_provider("legacy-a", endpoint, legacy)
             )
-            offered = await eventually(candidates, what="both providers in the overlay")
+            partner = {
+                "strategy": "Custom",
+                "secretRef": {
+                    "name": "partner-auth",
+                    "namespace": GATEWAY_NAMESPACE,
+                    "key": "template",
+                },
+                "custom": {},
+            }
+            await cluster.create(
+                INFERENCE_PROVIDERS, header_key_provider("partner-a", endpoint, partner)
+            )
+            offered = await eventually(candidates, what="the three providers in the overlay")
+            held = await cluster.call(
+                cluster.core.read_namespaced_secret, "grid-token-partner-a", GATEWAY_NAMESPACE
+            )
+            rendered = base64.b64decode(held.data[max(held.data)]).decode()
+            assert rendered == f"{literal.decode()} {user.decode()}:{password_text.decode()}"
+            assert offered["partner-a"] == {
+                "strategy": "apikey",
+                "secretRef": {
+                    "name": "grid-token-partner-a",
+                    "namespace": GATEWAY_NAMESPACE,
+                    "key": offered["partner-a"]["secretRef"]["key"],
+                },
+                "header": "X-Partner",
+            }
             assert offered["vllm-a"] == {
                 "strategy": "apikey",
                 "secretRef": vllm["secretRef"],
@@ -343,6 +383,10 @@ async def test_no_header_key_reaches_anything_the_operator_writes(
                 lambda: read_configmap(cluster, "edge-praxis"), what="the gateway configuration"
             )
             assert "/etc/grid/credentials/legacy-key/value" in praxis.data["praxis.yaml"]
+            key = offered["partner-a"]["secretRef"]["key"]
+            assert (
+                f"/etc/grid/credentials/grid-token-partner-a/{key}" in (praxis.data["praxis.yaml"])
+            )
             written = [
                 json.dumps(
                     cluster.api.sanitize_for_serialization(await read_configmap(cluster, name))
@@ -356,12 +400,13 @@ async def test_no_header_key_reaches_anything_the_operator_writes(
                     (GRID_SITES, SITE),
                     (INFERENCE_PROVIDERS, "vllm-a"),
                     (INFERENCE_PROVIDERS, "legacy-a"),
+                    (INFERENCE_PROVIDERS, "partner-a"),
                 )
             ]
             metrics = await fetch(running.operator.metrics_address, "/metrics")
     every_event = await cluster.call(cluster.core.list_event_for_all_namespaces)
     events = [json.dumps(cluster.api.sanitize_for_serialization(e)) for e in every_event.items]
-    canaries = Canaries([api_key, custom])
+    canaries = Canaries([api_key, custom, literal, user, password_text, rendered.encode()])
     everything = {
         "configmaps": written,
         "statuses": statuses,

@@ -557,13 +557,15 @@ def test_providers_settle_and_are_available_only_when_usable(
     )
     outcome = evaluate_provider(provider, observation, T1)
     if any(t.target is P.AVAILABLE for t in outcome.transitions):
-        # A minted token still valid counts, even while refreshing it fails.
+        # A minted token still valid counts, even while refreshing it fails; so does a
+        # rendered value in place.
         assert credentials in (
             CredentialState.VALID,
             CredentialState.NOT_REQUIRED,
             CredentialState.MINTED,
             CredentialState.REFRESH_FAILING,
             CredentialState.EXPIRING,
+            CredentialState.RENDERED,
         )
         assert metrics_ok is not False
         assert not health_check or successes >= 2

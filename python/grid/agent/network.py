@@ -19,7 +19,7 @@ import aiohttp
 from grid.agent.keys import KeyFile, merge_keys, read_key_file
 from grid.agent.outputs import OutputWriter
 from grid.agent.spend_store import EscrowStore, SpendStore
-from grid.agent.tokens import agent_io
+from grid.agent.tokens import agent_io, agent_values
 from grid.crdt.snapshot import Item
 from grid.engine import GatewayOverlay, RefreshResult, SiteEngine, SourceRead
 from grid.engine.escrow_checkpoint import items_to_send
@@ -32,12 +32,12 @@ from grid.models.provider import InferenceProvider
 from grid.models.site import GridSite
 from grid.render.budgets import BudgetScope, render_budget_document
 from grid.runtime.keyring import Keyring
+from grid.runtime.minters import TokenMinters
 from grid.runtime.notices import Notices
 from grid.runtime.observers import Observers
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import SwimDriver, SwimPlan
 from grid.runtime.tasks import Tasks
-from grid.runtime.tokens import TokenMinters
 from grid.trust.chain import NetworkCa
 
 _log = logging.getLogger("grid.agent")
@@ -136,6 +136,7 @@ class NetworkRuntime:
         )
         self.tokens = TokenMinters(
             agent_io(shared.writer.state_dir, shared.secrets_dir),
+            agent_values(shared.writer.state_dir, shared.secrets_dir),
             shared.session,
             where=self.where,
             on_change=self.wake,

@@ -1,8 +1,8 @@
-"""Where the agent's minters (:class:`~grid.runtime.tokens.TokenMinters`) read and write:
-an Oauth2 or Sigv4 provider's Secret from ``--secrets-dir`` (``<namespace>/<name>/<key>``,
+"""Where the agent's minters (:class:`~grid.runtime.minters.TokenMinters`) read and write:
+an Oauth2, Sigv4 or Custom provider's Secret from ``--secrets-dir`` (``<namespace>/<name>/<key>``,
 as every provider's Secret; a Sigv4 provider's AWS credentials are several entries of it),
-and its tokens to ``<state-dir>/credentials/<namespace>/grid-token-
-<provider>/token-<issued-at>`` (the same layout), one file per token, where the gateway
+and its tokens (a Custom provider's rendered values) to ``<state-dir>/credentials/<namespace>/
+grid-token-<provider>/token-<issued-at>`` (the same layout), one file per token, where the gateway
 reads them as its configuration and the overlay's reference say
 (:mod:`grid.oauth.rotation`). A token file is written in one step (readers see all of it or
 nothing) and is readable by its owner only; the previous token's file stays until the next
@@ -23,11 +23,12 @@ from grid.errors import CredentialMaterialError
 from grid.fsutil import write_atomically
 from grid.models.service_account import ServiceAccountSettings
 from grid.oauth.bedrock import BedrockTokenSettings
+from grid.oauth.custom import CustomValueSettings
 from grid.oauth.responses import AccessToken
 from grid.oauth.rotation import key_issued_at
+from grid.runtime.minters import MinterIo, ValueIo
 from grid.runtime.tokens import (
     Mint,
-    MinterIo,
     MintingPlan,
     SecretEntries,
     SecretSource,
@@ -60,7 +61,22 @@ def agent_io(state_dir: Path, secrets_dir: Path | None) -> MinterIo:
         if isinstance(plan.settings, BedrockTokenSettings):
             entries = secret_entries(secrets_dir, namespace, name)
             return sigv4_mint(plan.settings, key, entries), sink
+        if isinstance(plan.settings, CustomValueSettings):
+            raise ValueError("a Custom value is rendered (agent_values), not minted")
         return oauth2_mint(plan.settings, secret_source(secrets_dir, namespace, name, key)), sink
+
+    return io
+
+
+def agent_values(state_dir: Path, secrets_dir: Path | None) -> ValueIo:
+    """Where a Custom provider's value is rendered from and written to: its Secret's files
+    in ``--secrets-dir``, and a file per value where tokens go."""
+
+    def io(plan: MintingPlan) -> tuple[SecretEntries, TokenSink]:
+        if plan.secret is None:
+            raise ValueError("a Custom plan names the Secret it renders from")
+        namespace, name, _ = plan.secret
+        return secret_entries(secrets_dir, namespace, name), TokenFiles(token_dir(state_dir, plan))
 
     return io
 

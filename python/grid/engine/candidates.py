@@ -20,6 +20,7 @@ from grid.models.provider import InferenceProvider
 from grid.models.resources import LoadedResources
 from grid.models.selectors import LabelSelector
 from grid.models.site import GridSite
+from grid.oauth.rotation import TokenKeys
 from grid.observe.signals import Signals
 from grid.render.consumer import ClusterEndpoint
 from grid.render.whatif import (
@@ -53,10 +54,12 @@ def local_candidates(
     local_site: GridSite | None,
     providers: Iterable[InferenceProvider],
     views: Mapping[str, LocalView],
+    token_keys: Mapping[str, TokenKeys] | None = None,
 ) -> WhatIf:
     """This site's own candidates: ``providers`` (those sitting at this site and those tied
-    to no site) with the signals observed here. Raises :class:`~grid.errors.ConfigError`
-    when the resources cannot be rendered (two endpoints for one cluster, a bad name)."""
+    to no site) with the signals observed here, and the headers of the Custom values
+    ``token_keys`` names. Raises :class:`~grid.errors.ConfigError` when the resources cannot
+    be rendered (two endpoints for one cluster, a bad name)."""
     resources: list[GridNetwork | GridSite | InferenceProvider] = [network]
     if local_site is not None:
         resources.append(local_site)
@@ -82,6 +85,11 @@ def local_candidates(
         gateway=gateway.name,
         namespace=gateway.namespace,
         metrics=MetricsReport(providers=reports),
+        rendered_headers={
+            name: header
+            for name, keys in (token_keys or {}).items()
+            if (header := keys.header_of(keys.reference)) is not None
+        },
     )
 
 
@@ -111,9 +119,11 @@ class LocalCandidates:
         local_site: GridSite | None,
         providers: tuple[InferenceProvider, ...],
         views: Mapping[str, LocalView],
+        token_keys: Mapping[str, TokenKeys] | None = None,
     ) -> WhatIf:
         """What ``local_candidates`` returns for the same arguments (and raises the same
-        :class:`~grid.errors.ConfigError`); ``providers`` in name order."""
+        :class:`~grid.errors.ConfigError`); ``providers`` in name order. ``token_keys``
+        changes at a rotation's steps only (the engine keeps the same mapping between)."""
 
         def build(offered: Iterable[InferenceProvider]) -> WhatIf:
             return local_candidates(
@@ -123,9 +133,10 @@ class LocalCandidates:
                 local_site=local_site,
                 providers=offered,
                 views=views,
+                token_keys=token_keys,
             )
 
-        basis = (network, gateway, site_name, local_site, providers)
+        basis = (network, gateway, site_name, local_site, providers, token_keys)
         held = self._what_if
         if held is None or not all(map(operator.is_, basis, self._basis)):
             built = build(providers)

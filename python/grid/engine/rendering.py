@@ -216,6 +216,7 @@ class Renderer:
                 local_site=inputs.local_site,
                 providers=inputs.observing,
                 views=views,
+                token_keys=inputs.token_keys,
             )
         except ConfigError as error:
             self._refuse_all(inputs, gateways, f"the local providers cannot be rendered: {error}")

@@ -45,12 +45,14 @@ from grid.models.network import AFFINITY_NEEDS_A_KEY, SUSPICION_OUTLASTS_PROBE
 from grid.models.offers import MODEL_NAME_BYTES
 from grid.models.provider import (
     A_SIGNAL_MAPPED,
+    CUSTOM_WITH_CUSTOM_ONLY,
     ENDPOINT_IP_NEEDS_SERVER_NAME,
     HEADER_NOT_AUTHORIZATION,
     HEADER_NOT_THE_GATEWAYS,
     HEADER_WITH_HEADER_STRATEGIES,
     HISTOGRAMS_SUM,
     OAUTH2_WITH_OAUTH2_ONLY,
+    ONE_HEADER_SOURCE,
     PATH_WITH_PORT,
     PROMETHEUS_LABEL_NAMES,
     SECRET_REF_NEEDED,
@@ -120,6 +122,9 @@ REVIEWED: Review = Review(
             OAUTH2_WITH_OAUTH2_ONLY,
             # serviceAccount is new too: no object 0.2.0 stored has it
             SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
+            # and so is custom (both rules hold of any object without it)
+            CUSTOM_WITH_CUSTOM_ONLY,
+            ONE_HEADER_SOURCE,
             HEADER_NOT_AUTHORIZATION,
             HEADER_NOT_THE_GATEWAYS,
             URL_OR_PORT,

@@ -396,7 +396,8 @@ def evaluate_site(
 
 class CredentialState(StrEnum):
     """What was found where ``spec.auth.secretRef`` points and, for a strategy whose
-    tokens the site mints (Oauth2, ServiceAccount, Sigv4), how the token in place stands."""
+    tokens the site mints (Oauth2, ServiceAccount, Sigv4) or whose value it renders (Custom
+    with ``custom``), how the token or value in place stands."""
 
     NOT_REQUIRED = "NotRequired"
     VALID = "Valid"
@@ -420,6 +421,10 @@ class CredentialState(StrEnum):
     """No valid token, and the token endpoint refuses or answers with no usable token."""
     TOKEN_NOT_WRITTEN = "TokenNotWritten"
     """No valid token where the gateway reads it: a minted one could not be written there."""
+    RENDERED = "Rendered"
+    """A Custom provider's value, rendered from its Secret's template, is in place."""
+    RENDERING = "Rendering"
+    """No Custom value yet: the first one is being rendered."""
 
 
 _CREDENTIAL_PROBLEMS = {
@@ -431,6 +436,7 @@ _CREDENTIAL_PROBLEMS = {
     CredentialState.ISSUER_UNREACHABLE: "no valid token: the token endpoint cannot be reached",
     CredentialState.TOKEN_REFUSED: "no valid token: the token endpoint gives none",
     CredentialState.TOKEN_NOT_WRITTEN: "no valid token: a minted one could not be written",
+    CredentialState.RENDERING: "no value rendered yet",
 }
 """States in which the provider has no usable credential, with what its condition says when
 the observation brings no message of its own."""

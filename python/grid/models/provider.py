@@ -16,6 +16,7 @@ from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, model_val
 
 from grid.models.common import AuthStrategy, BackendKind, GridModel, ProviderKind
 from grid.models.conditions import Conditions
+from grid.models.custom import CustomSettings
 from grid.models.fields import (
     LIST_SET,
     NO_WHITESPACE,
@@ -228,6 +229,19 @@ OAUTH2_WITH_OAUTH2_ONLY = ValidationRule(
     field_path=".oauth2",
     reason=Reason.FORBIDDEN,
 )
+CUSTOM_WITH_CUSTOM_ONLY = ValidationRule(
+    f"!({present('custom')}) || self.strategy == 'Custom'",
+    "custom goes with strategy Custom only",
+    field_path=".custom",
+    reason=Reason.FORBIDDEN,
+)
+ONE_HEADER_SOURCE = ValidationRule(
+    f"!({present('header')} && {present('custom')} && {present('custom.headerKey')})",
+    "set header or custom.headerKey, not both: the header's name comes from the spec or "
+    "from the Secret",
+    field_path=".custom",
+    reason=Reason.FORBIDDEN,
+)
 SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY = ValidationRule(
     f"!({present('serviceAccount')}) || self.strategy == 'ServiceAccount'",
     "serviceAccount goes with strategy ServiceAccount only",
@@ -246,6 +260,8 @@ class ProviderAuth(GridModel):
             HEADER_WITH_HEADER_STRATEGIES,
             OAUTH2_WITH_OAUTH2_ONLY,
             SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY,
+            CUSTOM_WITH_CUSTOM_ONLY,
+            ONE_HEADER_SOURCE,
         )
     )
 
@@ -271,6 +287,14 @@ class ProviderAuth(GridModel):
         "site that owns the provider mints for it (TokenRequest), and an optional exchange at "
         "a security token service; without it the gateway sends no credential.",
     )
+    custom: CustomSettings | None = Field(
+        None,
+        description="Custom only: the entry secretRef.key names is a template ({{entry}} "
+        "naming other entries of the same Secret, e.g. 'Token {{apiKey}}'), which the site "
+        "that owns the provider renders and writes where the gateway reads it; the header's "
+        "name is auth.header or the Secret's custom.headerKey entry (default 'header'). "
+        "Without it a Custom provider's Secret value is sent as it is.",
+    )
 
     @model_validator(mode="after")
     def _secret_when_needed(self) -> Self:
@@ -285,6 +309,10 @@ class ProviderAuth(GridModel):
             raise ValueError(OAUTH2_WITH_OAUTH2_ONLY.message)
         if self.service_account is not None and self.strategy is not AuthStrategy.SERVICE_ACCOUNT:
             raise ValueError(SERVICE_ACCOUNT_WITH_SERVICE_ACCOUNT_ONLY.message)
+        if self.custom is not None and self.strategy is not AuthStrategy.CUSTOM:
+            raise ValueError(CUSTOM_WITH_CUSTOM_ONLY.message)
+        if self.custom is not None and self.header is not None and self.custom.header_key:
+            raise ValueError(ONE_HEADER_SOURCE.message)
         return self
 
 

@@ -89,6 +89,9 @@ class IssuedKey:
     expires_at: datetime | None = None
     """None for a token found there (written before this minter started): its life is not
     known, and it counts as valid and as settled."""
+    header: str | None = None
+    """The header a Custom provider's value under this key goes in, when its Secret names
+    it (None for a token, and for a value found there)."""
 
     @property
     def found(self) -> bool:
@@ -118,6 +121,16 @@ class TokenKeys:
     the gateway (the first one is still settling): the provider is not offered then."""
     declared: tuple[str, ...]
     """The keys the gateway configuration lists (``reference`` among them), in order."""
+    headers: tuple[tuple[str, str], ...] = ()
+    """(key, header) for each listed key whose value goes in a header its Secret names."""
+
+    def header_of(self, key: str | None) -> str | None:
+        """The header the value under ``key`` goes in when its Secret names it; for no key
+        (none named yet), the newest listed one's."""
+        named = dict(self.headers)
+        if key is None:
+            return named[self.declared[-1]] if named and self.declared else None
+        return named.get(key)
 
 
 def token_keys(issued: Sequence[IssuedKey], now: datetime, settle: Settle) -> TokenKeys | None:
@@ -135,7 +148,9 @@ def token_keys(issued: Sequence[IssuedKey], now: datetime, settle: Settle) -> To
         # The first token is on its way to the gateway: naming it before its file is
         # there fails the provider's requests (503) and the gateway's rebuild (it cannot
         # read a listed file), so the provider waits, not offered.
-        return TokenKeys(None, tuple(k.key for k in declared[-1:]))
+        return TokenKeys(
+            None, tuple(k.key for k in declared[-1:]), _headers(ordered, declared[-1:])
+        )
     # A reference named now reaches the gateway within reference_after: it must last that.
     lasting = now + settle.reference_after
     reference = next((k for k in reversed(settled) if k.lasts_past(lasting)), None)
@@ -144,7 +159,19 @@ def token_keys(issued: Sequence[IssuedKey], now: datetime, settle: Settle) -> To
     listed = {reference.key}
     if declared:
         listed.add(declared[-1].key)
-    return TokenKeys(reference.key, tuple(sorted(listed)))
+    named = [k for k in ordered if k.key in listed]
+    return TokenKeys(reference.key, tuple(sorted(listed)), _headers(ordered, named))
+
+
+def _headers(
+    ordered: Sequence[IssuedKey], listed: Iterable[IssuedKey]
+) -> tuple[tuple[str, str], ...]:
+    """(key, header) of the ``listed`` keys whose header is known; a value found written
+    (after a restart) is taken to go in the newest known header, the Secret's as last read."""
+    newest = next((k.header for k in reversed(ordered) if k.header is not None), None)
+    if newest is None:
+        return ()
+    return tuple((k.key, k.header or newest) for k in listed)
 
 
 def next_change(issued: Sequence[IssuedKey], now: datetime, settle: Settle) -> datetime | None:

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client import CollectorRegistry, Counter
 
 from grid.runtime.metrics import Exposition, GridCollector, NetworkView, ScrapedSwimDriver
-from grid.runtime.tokens import CREDENTIAL_EXPIRY_FAMILY, TokenMinters
+from grid.runtime.minters import TokenMinters
+from grid.runtime.tokens import CREDENTIAL_EXPIRY_FAMILY
 
 if TYPE_CHECKING:
     from grid.engine import GatewayOverlay, SiteEngine

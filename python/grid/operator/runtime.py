@@ -43,13 +43,13 @@ from grid.operator.ports import Assignment, claims_of
 from grid.operator.shared import PostEvent, Shared, utc_now
 from grid.operator.sites import resolve_local_site
 from grid.operator.spend_checkpoints import CheckpointUnusable, SpendCheckpoints
-from grid.operator.tokens import operator_io
+from grid.operator.tokens import operator_io, operator_values
 from grid.operator.writes import ConfigMapWriter
+from grid.runtime.minters import TokenMinters
 from grid.runtime.notices import Notices
 from grid.runtime.observers import Observers
 from grid.runtime.probes import SiteProber
 from grid.runtime.swim import SwimDriver, SwimPlan
-from grid.runtime.tokens import TokenMinters
 
 __all__ = ["SPEND_CHECKPOINT_IGNORED", "NetworkRuntime", "PostEvent", "Shared", "utc_now"]
 
@@ -98,11 +98,13 @@ class NetworkRuntime:
         )
         self.tokens = TokenMinters(
             operator_io(shared.kube),
+            operator_values(shared.kube),
             shared.session,
             where=f"network {name}",
             on_change=self.wake,
             now=utc_now,
             settle=shared.options.token_settle,
+            recheck_s=options.secret_refresh_s,
         )
         self._minting: asyncio.Task[None] | None = None
         self._configmaps = ConfigMapWriter(

@@ -1,6 +1,7 @@
-"""How the operator's minters (:class:`~grid.runtime.tokens.TokenMinters`) obtain and
+"""How the operator's minters (:class:`~grid.runtime.minters.TokenMinters`) obtain and
 write tokens: an Oauth2 provider's from its Secret and a Sigv4 provider's Bedrock API key
-from the AWS credentials in its Secret, read through the Kubernetes API; a
+from the AWS credentials in its Secret, read through the Kubernetes API (a Custom
+provider's value is rendered from its Secret and written the same way); a
 ServiceAccount provider's from the TokenRequest API (``serviceaccounts/token``, for the
 provider's audience), exchanged at its STS when it names one. The token goes to the Secret
 ``grid-token-<provider>`` (beside the Oauth2 or Sigv4 provider's Secret, in the ServiceAccount's
@@ -23,13 +24,14 @@ import aiohttp
 from grid.errors import CredentialMaterialError, KubernetesApiError, TokenEndpointError
 from grid.models.service_account import ServiceAccountSettings
 from grid.oauth.bedrock import BedrockTokenSettings
+from grid.oauth.custom import CustomValueSettings
 from grid.oauth.exchange import parse_token_request
 from grid.oauth.responses import AccessToken
 from grid.oauth.rotation import key_issued_at
 from grid.operator.kube import KubeApi
+from grid.runtime.minters import MinterIo, ValueIo
 from grid.runtime.tokens import (
     Mint,
-    MinterIo,
     MintingPlan,
     SecretEntries,
     SecretSource,
@@ -57,7 +59,26 @@ def operator_io(kube: KubeApi) -> MinterIo:
         namespace, name, key = plan.secret
         if isinstance(plan.settings, BedrockTokenSettings):
             return sigv4_mint(plan.settings, key, secret_entries(kube, namespace, name)), sink
+        if isinstance(plan.settings, CustomValueSettings):
+            raise ValueError("a Custom value is rendered (operator_values), not minted")
         return oauth2_mint(plan.settings, secret_source(kube, namespace, name, key)), sink
+
+    return io
+
+
+def operator_values(kube: KubeApi) -> ValueIo:
+    """Where a Custom provider's value is rendered from and written to: its Secret, read
+    through the API, and ``grid-token-<provider>`` beside it, as an Oauth2 token is."""
+
+    def io(plan: MintingPlan) -> tuple[SecretEntries, TokenSink]:
+        if plan.secret is None:
+            raise ValueError("a Custom plan names the Secret it renders from")
+        namespace, name, _ = plan.secret
+        output_namespace, output_name, _ = plan.output
+        return (
+            secret_entries(kube, namespace, name),
+            TokenSecret(kube, output_namespace, output_name),
+        )
 
     return io
 

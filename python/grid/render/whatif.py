@@ -329,10 +329,11 @@ def _egress_of(site: GridSite) -> ClusterEndpoint | None:
 
 
 def _credential_of(
-    provider: InferenceProvider, gateway: GatewayRef
+    provider: InferenceProvider, gateway: GatewayRef, rendered_header: str | None = None
 ) -> tuple[SecretRef | None, str | None]:
     """The credential reference to project to ``gateway`` (with how it sends it), or the
-    reason the provider cannot be offered there."""
+    reason the provider cannot be offered there. ``rendered_header``: the header of a
+    Custom value whose Secret names it, as this site last read it."""
     auth = provider.spec.auth
     if auth is None:
         return None, None
@@ -356,6 +357,17 @@ def _credential_of(
         # the candidate names where it is, as for BearerToken.
         name = minted_token_secret(provider.metadata.name)
         return SecretRef(name, ref.namespace, MINTED_TOKEN_KEY), None
+    if auth.strategy is AuthStrategy.CUSTOM and auth.custom is not None:
+        # The owning site renders the value and writes it beside the Secret, as a token.
+        header = auth.header or rendered_header
+        if not gateway.api_key_credentials:
+            return None, header_refusal(auth.strategy, header)
+        if header is None:
+            return None, CUSTOM_HEADER_UNREAD
+        name = minted_token_secret(provider.metadata.name)
+        return SecretRef(
+            name, ref.namespace, MINTED_TOKEN_KEY, CredentialStrategy.API_KEY, header
+        ), None
     if auth.strategy is AuthStrategy.CUSTOM and auth.header is None:
         return None, (
             "auth strategy Custom names no header: set auth.header to the request header "
@@ -384,18 +396,29 @@ def needs_api_key_credentials(provider: InferenceProvider) -> bool:
     auth = provider.spec.auth
     if auth is None or auth.secret_ref is None:
         return False
+    if auth.strategy is AuthStrategy.CUSTOM and auth.custom is not None:
+        return True
     return api_key_header(provider.spec.provider_kind, auth.strategy, auth.header) is not None
 
 
-def header_refusal(strategy: AuthStrategy, header: str) -> str:
+CUSTOM_HEADER_UNREAD = (
+    "auth strategy Custom takes its header's name from its Secret (custom.headerKey), which "
+    "the site has not read yet: offered once the value is rendered"
+)
+"""Why a Custom provider whose Secret names its header is not offered before the site that
+owns it rendered its value (other sites, ``grid render``: they never read the Secret)."""
+
+
+def header_refusal(strategy: AuthStrategy, header: str | None) -> str:
     """Why a credential sent in a header of its own is not offered to a gateway without
     :data:`API_KEY_OPT_IN`: the Praxis AI gateway checked at commit 9f6e8386 injects
     credentials as ``Authorization: Bearer`` only. Its ``credential_inject`` filter has no other
     strategy, and its overlay parser refuses a credential with a ``header``, which would
     make it refuse the whole overlay, every other candidate's routing with it. A gateway
     with the overlay contract's ``apikey`` strategy says so with the opt-in."""
+    where = "the header its Secret names" if header is None else f"header {header!r}"
     return (
-        f"auth strategy {strategy.value} sends the key in header {header!r}, and the gateway "
+        f"auth strategy {strategy.value} sends the key in {where}, and the gateway "
         "injects credentials as 'Authorization: Bearer' only (its credential_inject filter "
         "has no header strategy, and an overlay naming one would be refused whole); for a "
         f"gateway that accepts apikey credentials, set {API_KEY_OPT_IN}: true on its "
@@ -422,11 +445,13 @@ def with_token_keys(what_if: WhatIf, keys: Mapping[str, TokenKeys]) -> WhatIf:
             candidates.append(candidate)
             continue
         for key in found.declared:
-            declared[replace(ref, key=key)] = None
+            declared[replace(ref, key=key, header=found.header_of(key) or ref.header)] = None
         if found.reference is None:
             waiting[candidate.provider] = None
             continue
-        candidates.append(replace(candidate, credential=replace(ref, key=found.reference)))
+        header = found.header_of(found.reference) or ref.header
+        credential = replace(ref, key=found.reference, header=header)
+        candidates.append(replace(candidate, credential=credential))
     return replace(
         what_if,
         candidates=tuple(candidates),
@@ -457,9 +482,12 @@ def build_what_if(
     gateway: str,
     namespace: str | None = None,
     metrics: MetricsReport | None = None,
+    rendered_headers: Mapping[str, str] | None = None,
 ) -> WhatIf:
-    """The candidates ``site``'s gateway would be offered. Raises :class:`ConfigError` when
-    the resources cannot say (no network, an ambiguous gateway, conflicting endpoints)."""
+    """The candidates ``site``'s gateway would be offered. ``rendered_headers``: per Custom
+    provider whose Secret names its header, that header as this site rendered it. Raises
+    :class:`ConfigError` when the resources cannot say (no network, an ambiguous gateway,
+    conflicting endpoints)."""
     metrics = metrics or MetricsReport()
     notes: list[str] = []
     sites_by_name = {entry.metadata.name: entry for entry in resources.sites}
@@ -504,7 +532,9 @@ def build_what_if(
             raise MetricsFileError(
                 f"metrics file: provider {name!r} does not sit at site {elsewhere[0]!r}"
             )
-        credential, refusal = _credential_of(provider, gateway_ref)
+        credential, refusal = _credential_of(
+            provider, gateway_ref, (rendered_headers or {}).get(name)
+        )
         sited: list[GridSite | None] = [None] if placements is None else list(placements)
         for placement in sited:
             site_name = consumer.name if placement is None else placement.metadata.name

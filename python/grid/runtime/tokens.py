@@ -7,15 +7,16 @@ and what an answer means are decided in :mod:`grid.oauth`.
 
 A token, a client secret, a private key or an AWS secret key is never logged, never put in
 an exception and never kept beyond the attempt that uses it; a token endpoint's error body
-is reduced to its OAuth error code.
+is reduced to its OAuth error code. One network's minters run together in
+:mod:`grid.runtime.minters`, beside the renderers of Custom values
+(:mod:`grid.runtime.custom_values`), which write through the same :class:`KeyWriter`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from random import SystemRandom
@@ -37,6 +38,7 @@ from grid.oauth.bedrock import (
     endpoint_region,
     token_lifetime_s,
 )
+from grid.oauth.custom import CustomValueSettings
 from grid.oauth.exchange import exchange_request
 from grid.oauth.requests import TokenRequest, token_request
 from grid.oauth.responses import MAX_RESPONSE_BYTES, AccessToken, parse_token_response
@@ -60,9 +62,6 @@ DEFAULT_TIMEOUT_S = 10.0
 
 CREDENTIAL_EXPIRY_FAMILY = FAMILIES["grid_provider_credential_expiry_timestamp_seconds"]
 """Filled by each shell from its minters at scrape time."""
-
-IDLE_WAIT_S = 60.0
-"""Longest wait between two looks at the minters (a change of providers wakes them sooner)."""
 
 SecretSource = Callable[[], Awaitable[bytes]]
 """Reads the provider's Secret entry; raises :class:`CredentialMaterialError` saying what is
@@ -97,10 +96,10 @@ _random = SystemRandom()
 class MintingPlan:
     """What a minter is built from; a change of any part starts a new minter."""
 
-    settings: OAuth2Settings | ServiceAccountSettings | BedrockTokenSettings
+    settings: OAuth2Settings | ServiceAccountSettings | BedrockTokenSettings | CustomValueSettings
     secret: tuple[str, str, str] | None
     """(namespace, name, key) of the Secret entry an Oauth2 token or a Bedrock key is
-    minted from."""
+    minted from, or a Custom value's template is rendered from."""
     output: tuple[str, str, str]
     """(namespace, name, key) of the overlay's reference: the Secret (for the agent, the
     directory) the tokens are written to; each token goes under a key of its own
@@ -109,10 +108,11 @@ class MintingPlan:
 
 
 def minting_plan(provider: InferenceProvider) -> MintingPlan | None:
-    """What minting ``provider``'s tokens takes, or None when its site mints none for it.
-    The token goes under :func:`~grid.models.oauth2.minted_token_secret`, in the namespace
-    the gateway mounts its credentials from: beside an Oauth2 or Sigv4 provider's Secret, in
-    a ServiceAccount's own namespace."""
+    """What minting ``provider``'s tokens (or rendering its Custom value) takes, or None
+    when its site writes none for it. The token goes under
+    :func:`~grid.models.oauth2.minted_token_secret`, in the namespace the gateway mounts its
+    credentials from: beside an Oauth2, Sigv4 or Custom provider's Secret, in a
+    ServiceAccount's own namespace."""
     auth = provider.spec.auth
     if auth is None:
         return None
@@ -128,6 +128,9 @@ def minting_plan(provider: InferenceProvider) -> MintingPlan | None:
     if auth.strategy is AuthStrategy.SIGV4:
         settings = BedrockTokenSettings(endpoint_region(provider.spec.endpoint))
         return MintingPlan(settings, secret, output)
+    if auth.strategy is AuthStrategy.CUSTOM and auth.custom is not None:
+        header_entry = auth.custom.header_entry(auth.header)
+        return MintingPlan(CustomValueSettings(ref.key, auth.header, header_entry), secret, output)
     if auth.strategy is not AuthStrategy.OAUTH2 or auth.oauth2 is None:
         return None
     return MintingPlan(auth.oauth2, secret, output)
@@ -196,7 +199,44 @@ async def exchange_token(
     return await post_token_request(exchange_request(settings, subject.value), session, timeout_s)
 
 
-class TokenMinter:
+class KeyWriter:
+    """Writes one provider's credentials where the gateway reads them, each under a key of
+    its own, and says which keys the gateway is told about (:mod:`grid.oauth.rotation`)."""
+
+    def __init__(self, provider: str, plan: MintingPlan, sink: TokenSink, settle: Settle) -> None:
+        self.provider = provider
+        self.plan = plan
+        self._sink = sink
+        self.settle = settle
+        self.issued: tuple[IssuedKey, ...] = ()
+        """The credentials where the gateway reads them, oldest first (by key and life)."""
+        self._looked = False
+
+    def keys(self, now: datetime) -> TokenKeys | None:
+        """What the gateway is told at ``now``: the key the overlay names and the keys its
+        configuration lists (None before a credential is written)."""
+        return token_keys(self.issued, now, self.settle)
+
+    def next_key_change(self, now: datetime) -> datetime | None:
+        return next_change(self.issued, now, self.settle)
+
+    async def write(
+        self, value: str, now: datetime, expires_at: datetime, header: str | None = None
+    ) -> None:
+        """Put ``value`` under a new key, keeping the keys the gateway may still read."""
+        issued = self.issued
+        if not self._looked:
+            # Credentials written before this writer started (another life of the shell,
+            # the plain key ``token``): the gateway may be using one of them.
+            issued = found_keys(await self._sink.keys())
+        new = IssuedKey(token_key(now), now, expires_at, header)
+        kept = kept_after(issued, new, token_keys(issued, now, self.settle))
+        await self._sink.write(new.key, value, frozenset(k.key for k in kept))
+        self.issued = kept
+        self._looked = True
+
+
+class TokenMinter(KeyWriter):
     """Mints and refreshes one provider's token: :meth:`attempt` when
     :attr:`health` says one is due."""
 
@@ -210,24 +250,25 @@ class TokenMinter:
         draw: Callable[[], float] = _random.random,
         settle: Settle = AGENT_SETTLE,
     ) -> None:
-        self.provider = provider
-        self.plan = plan
+        super().__init__(provider, plan, sink, settle)
         self._mint = mint
-        self._sink = sink
         self._draw = draw
-        self.settle = settle
         self.health = TokenHealth()
-        self.issued: tuple[IssuedKey, ...] = ()
-        """The tokens where the gateway reads them, oldest first (by key and life)."""
-        self._looked = False
 
-    def keys(self, now: datetime) -> TokenKeys | None:
-        """What the gateway is told at ``now``: the key the overlay names and the keys its
-        configuration lists (None before a token is written)."""
-        return token_keys(self.issued, now, self.settle)
+    @property
+    def next_attempt_at(self) -> datetime | None:
+        return self.health.next_attempt_at
 
-    def next_key_change(self, now: datetime) -> datetime | None:
-        return next_change(self.issued, now, self.settle)
+    def due(self, now: datetime) -> bool:
+        return self.health.due(now)
+
+    def expires_at(self, now: datetime) -> datetime | None:
+        """When the valid token in place lapses (None without one)."""
+        token = self.health.valid_token(now)
+        return None if token is None else token.expires_at
+
+    def verdict(self, now: datetime) -> tuple[CredentialState, str]:
+        return self.health.verdict(now)
 
     async def attempt(self, now: datetime, session: aiohttp.ClientSession | None = None) -> None:
         """Ask for a token at ``now``; on success write it and plan its refresh, else plan
@@ -242,7 +283,7 @@ class TokenMinter:
             self._failed(kind, str(error), now)
             return
         try:
-            await self._write(token, now)
+            await self.write(token.value, now, now + timedelta(seconds=token.expires_in_s))
         except OSError as error:
             self._failed(
                 FailureKind.OUTPUT, f"the token could not be written: {error.strerror}", now
@@ -260,19 +301,6 @@ class TokenMinter:
             life.refresh_at.isoformat(),
         )
 
-    async def _write(self, token: AccessToken, now: datetime) -> None:
-        issued = self.issued
-        if not self._looked:
-            # Tokens written before this minter started (another life of the shell, the
-            # plain key ``token``): the gateway may be using one of them.
-            issued = found_keys(await self._sink.keys())
-        expires_at = now + timedelta(seconds=token.expires_in_s)
-        new = IssuedKey(token_key(now), now, expires_at)
-        kept = kept_after(issued, new, token_keys(issued, now, self.settle))
-        await self._sink.write(new.key, token.value, frozenset(k.key for k in kept))
-        self.issued = kept
-        self._looked = True
-
     def fail_unexpectedly(self, error: str, now: datetime) -> None:
         """An attempt ended with an unexpected ``error`` (a bug): counted as a failure, so
         that the next attempt backs off like any other."""
@@ -286,116 +314,3 @@ class TokenMinter:
             problem,
             self.health.next_attempt_at.isoformat() if self.health.next_attempt_at else "now",
         )
-
-
-MinterIo = Callable[[MintingPlan], tuple[Mint, TokenSink]]
-"""How a shell obtains a plan's tokens and where it writes them."""
-
-
-class TokenMinters:
-    """The minters of one network's providers: :meth:`follow` them, run :meth:`loop`,
-    ask :meth:`verdict` at each engine pass (so a token that lapsed since withdraws its
-    provider then, even when nothing else happened)."""
-
-    def __init__(
-        self,
-        io: MinterIo,
-        session: aiohttp.ClientSession | None,
-        *,
-        where: str,
-        on_change: Callable[[], None],
-        now: Callable[[], datetime],
-        settle: Settle = AGENT_SETTLE,
-    ) -> None:
-        self._io = io
-        self._session = session
-        self._where = where
-        self._on_change = on_change
-        self._now = now
-        self._settle = settle
-        self._minters: dict[str, TokenMinter] = {}
-        self._changed = asyncio.Event()
-
-    def follow(self, providers: Iterable[InferenceProvider]) -> None:
-        """Mint for these providers (this site's own): one whose settings or Secret
-        reference changed gets a new minter, which asks for a token at once."""
-        minters: dict[str, TokenMinter] = {}
-        for provider in providers:
-            plan = minting_plan(provider)
-            if plan is None:
-                continue
-            name = provider.metadata.name
-            current = self._minters.get(name)
-            if current is not None and current.plan == plan:
-                minters[name] = current
-                continue
-            mint, sink = self._io(plan)
-            minters[name] = TokenMinter(
-                f"{self._where} {name}", plan, mint, sink, settle=self._settle
-            )
-        if minters != self._minters:
-            self._minters = minters
-            self._changed.set()
-
-    def minting(self, provider: str) -> bool:
-        return provider in self._minters
-
-    def providers(self) -> tuple[str, ...]:
-        """The providers minted for, whose credential state is :meth:`verdict`'s."""
-        return tuple(self._minters)
-
-    def verdict(self, provider: str, now: datetime) -> tuple[CredentialState, str]:
-        return self._minters[provider].health.verdict(now)
-
-    def token_keys(self, now: datetime) -> dict[str, TokenKeys]:
-        """Per provider with a token written, the keys the gateway is told about at ``now``
-        (:mod:`grid.oauth.rotation`)."""
-        found = {}
-        for name, minter in self._minters.items():
-            keys = minter.keys(now)
-            if keys is not None:
-                found[name] = keys
-        return found
-
-    def expiries(self, now: datetime) -> dict[str, datetime]:
-        """When each provider's valid token lapses (none for a provider without one)."""
-        found = {}
-        for name, minter in self._minters.items():
-            token = minter.health.valid_token(now)
-            if token is not None:
-                found[name] = token.expires_at
-        return found
-
-    async def loop(self) -> None:
-        """Attempt every due minter, then sleep until the next attempt is due, a token
-        lapses, the keys the gateway is told about change, or the providers change; every
-        outcome calls ``on_change``."""
-        while True:
-            now = self._now()
-            due = [m for m in self._minters.values() if m.health.due(now)]
-            if due:
-                outcomes = await asyncio.gather(
-                    *(m.attempt(now, self._session) for m in due), return_exceptions=True
-                )
-                for minter, outcome in zip(due, outcomes, strict=True):
-                    if isinstance(outcome, Exception):
-                        # A bug must not stop the other providers' refreshes; the type only
-                        # (the message could quote what the attempt handled).
-                        minter.fail_unexpectedly(type(outcome).__name__, now)
-                self._on_change()
-                continue
-            wait = IDLE_WAIT_S
-            for minter in self._minters.values():
-                moments = [minter.health.next_attempt_at, minter.next_key_change(now)]
-                token = minter.health.valid_token(now)
-                if token is not None:
-                    moments.append(token.expires_at)  # the provider is withdrawn then
-                for moment in moments:
-                    if moment is not None:
-                        wait = min(wait, max((moment - now) / timedelta(seconds=1), 0.0))
-            self._changed.clear()
-            try:
-                async with asyncio.timeout(wait):
-                    await self._changed.wait()
-            except TimeoutError:
-                self._on_change()
