@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -943,3 +944,125 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+WITHDRAWAL_LIFE_S = 12
+"""The token's life: refreshing fails from the first refresh on, so it lapses 12 s after
+it was minted."""
+
+
+async def test_a_withdrawn_provider_stops_being_routed_to_when_the_gateway_has_another(
+    pod_dir: Path, praxis_binary: str, agent_mesh: AgentMeshes, tmp_path: Path
+) -> None:
+    """site-a's gateway has two candidates for its model: the Oauth2 provider (cheaper,
+    ranked first) and a second provider at the same site with no credential. The token
+    endpoint starts refusing; when the token in place lapses, the agent withdraws the
+    provider and the gateway, which reads the new overlay from its volume, routes to the
+    other. Prints how long after the lapse the last request reached the withdrawn one."""
+    client_secret = "cs-" + "withdrawal" * 3
+    secrets_dir = tmp_path / "secrets"
+    (secrets_dir / "grid" / "idp-client").mkdir(parents=True)
+    (secrets_dir / "grid" / "idp-client" / "secret").write_text(client_secret)
+    server = TokenServer(client_secrets={CLIENT_ID: client_secret}, expires_in=WITHDRAWAL_LIFE_S)
+    await server.start()
+    minted, other = EchoBackend("llama-a"), EchoBackend("llama-a2")
+    runners = [await minted.start(), await other.start()]
+    mesh = await agent_mesh(TOKEN_SITES, MeshSettings(secrets_dir=secrets_dir))
+    listener = _agent_gateway(mesh, pod_dir, minted, server.url)
+    providers_file = mesh.sites["site-a"].resources / PROVIDERS_FILE
+    documents = list(yaml.safe_load_all(providers_file.read_text()))
+    second = copy.deepcopy(documents[0])
+    second["metadata"]["name"] = "llama-a2"
+    second["spec"].pop("auth")
+    second["spec"]["endpoint"] = f"http://127.0.0.1:{other.port}"
+    # Ten times the price: ranked after the Oauth2 provider while that one is offered.
+    second["spec"]["cost"] = {"inputPerMillion": "1.00", "outputPerMillion": "2.00"}
+    providers_file.write_text(yaml.safe_dump_all([*documents, second]))
+    state = mesh.sites["site-a"].state_dir
+    outputs = state / "overlays" / mesh.settings.network / GATEWAY_NAMESPACE / GATEWAY_NAME
+    tls_dir = mesh.options("site-a").tls_dir
+    assert tls_dir is not None
+    kubelet = Kubelet(
+        [
+            (tls_dir, pod_dir / "tls", None),
+            (
+                state / "credentials/grid/grid-token-llama-a",
+                pod_dir / "credentials/grid-token-llama-a",
+                None,
+            ),
+            (outputs, pod_dir / "config", ("praxis.yaml",)),
+            (outputs, pod_dir / "overlay", (OVERLAY_KEY,)),
+        ]
+    )
+    agent = mesh.spawn("site-a", log=tmp_path / "agent.log")
+    log = pod_dir / "gateway.log"
+    gateway: subprocess.Popen[bytes] | None = None
+    answers: list[tuple[float, int]] = []
+    try:
+        with kubelet:
+            overlay_file = pod_dir / "overlay" / OVERLAY_KEY
+            await agent.until(
+                "an overlay with both providers",
+                lambda: (
+                    (pod_dir / "config/praxis.yaml").exists()
+                    and overlay_file.exists()
+                    and "grid-token-llama-a" in overlay_file.read_text()
+                    and '"llama-a2"' in overlay_file.read_text()
+                ),
+            )
+            gateway = _start_gateway(praxis_binary, pod_dir / "config/praxis.yaml", log)
+            ask = _asker(listener)
+            await asyncio.to_thread(
+                wait_for, lambda: ask()[0] == 200 and _routed(minted), 60, "routed to llama-a"
+            )
+            server.mode = Mode.REFUSE
+
+            def past_the_lapse() -> None:
+                lapses_at = server.issued[-1].at + WITHDRAWAL_LIFE_S
+                while time.time() < lapses_at + 10:
+                    answers.append((time.time(), ask()[0]))
+                    time.sleep(REQUEST_SPACING_S)  # pacing, a hundred a second
+
+            await asyncio.to_thread(past_the_lapse)
+    except BaseException:
+        print(log.read_text()[-6000:] if log.exists() else "(no gateway log)")
+        print(agent.log_tail())
+        raise
+    finally:
+        if gateway is not None:
+            _stop(gateway)
+        await asyncio.to_thread(agent.stop)
+        await mesh.stop()
+        for runner in runners:
+            await runner.cleanup()
+        await server.stop()
+
+    lapsed_at = server.issued[-1].at + WITHDRAWAL_LIFE_S
+    to_minted = _arrivals(minted)
+    to_other = [at for at in _arrivals(other) if at >= lapsed_at]
+    after = [at for at in to_minted if at >= lapsed_at]
+    before = len(to_minted) - len(after)
+    last = max(after, default=lapsed_at) - lapsed_at
+    first_other = min(to_other, default=float("inf")) - lapsed_at
+    failed = sum(1 for at, status in answers if status != 200)
+    print(
+        f"withdrawn at the lapse with another candidate: {len(after)} requests reached the "
+        f"withdrawn provider after its token lapsed, the last {last:.2f} s after; the other "
+        f"candidate's first request {first_other:.2f} s after the lapse; {failed} of "
+        f"{len(answers)} requests not answered 200 ({before} routed to it before the lapse)"
+    )
+    assert before > 0 and to_other, "routed to the first provider, then to the other"
+    assert last < 10 and failed == 0
+
+
+def _routed(backend: EchoBackend) -> bool:
+    return bool(_arrivals(backend))
+
+
+def _arrivals(backend: EchoBackend) -> list[float]:
+    """When each routed request (not a health check) reached ``backend``."""
+    return [
+        at
+        for at, path in zip(backend.arrived, backend.paths, strict=True)
+        if path == "/v1/chat/completions"
+    ]
