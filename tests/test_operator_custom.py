@@ -181,6 +181,23 @@ async def test_the_operator_renders_the_value_and_renders_it_again_when_the_secr
             )
             assert await overlay_credential(cluster) == credential
             assert credential["secretRef"]["key"] in await tokens_in_secret(cluster)
+
+            # The Secret itself is gone: still the value in place, and why.
+            await cluster.call(
+                cluster.core.delete_namespaced_secret, PARTNER_SECRET, GATEWAY_NAMESPACE
+            )
+
+            async def gone() -> dict[str, Any] | None:
+                status = (await cluster.get(INFERENCE_PROVIDERS, "llama-a")).get("status") or {}
+                found = next(
+                    (c for c in status.get("conditions", []) if c["type"] == "CredentialsValid"),
+                    None,
+                )
+                return found if found and "does not exist" in found["message"] else None
+
+            missing = await eventually(gone, what="the missing Secret reported")
+            assert (missing["status"], missing["reason"]) == ("True", "RefreshFailing")
+            assert await overlay_credential(cluster) == credential
             statuses.append(
                 json.dumps((await cluster.get(INFERENCE_PROVIDERS, "llama-a")).get("status"))
             )

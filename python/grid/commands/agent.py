@@ -93,7 +93,8 @@ def register(subparsers: Any) -> None:
         type=Path,
         metavar="DIR",
         help="mounted Secrets as NAMESPACE/NAME/KEY files: checked for presence (never read), "
-        "except an Oauth2 or Sigv4 provider's, which its tokens are minted from",
+        "except an Oauth2 or Sigv4 provider's, which its tokens are minted from, and a "
+        "Custom provider's with auth.custom, which its value is rendered from",
     )
     parser.add_argument(
         "--http", metavar="HOST:PORT", help="serve /metrics, /healthz and /status here"

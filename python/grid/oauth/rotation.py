@@ -129,7 +129,7 @@ class TokenKeys:
         (none named yet), the newest listed one's."""
         named = dict(self.headers)
         if key is None:
-            return named[self.declared[-1]] if named and self.declared else None
+            return named.get(self.declared[-1]) if self.declared else None
         return named.get(key)
 
 
