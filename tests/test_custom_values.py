@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from grid.engine.candidates import LocalView
+from grid.engine.inputs import SiteInputs
+from grid.engine.rendering import Renderer
 from grid.errors import CredentialMaterialError
 from grid.models.common import AuthStrategy
 from grid.models.phases import CredentialState
@@ -43,6 +46,8 @@ from grid.runtime.tokens import minting_plan
 from grid.scoring.inputs import CredentialStrategy, SecretRef
 from support.canary import Canaries
 from support.token_store import MemoryTokens
+from test_engine import SITES, network
+from test_engine_rooms_rendering import EDGE, render
 from test_gateway_apikey_opt_in import opted_in
 from test_provider_apikey import KEY_REF, SITE, problems, provider
 
@@ -398,3 +403,42 @@ def test_a_rendered_value_is_not_offered_to_bearer_only_gateways(
     assert needs_api_key_credentials(partner(**auth))
     if header is None:
         assert "sends the key in the header its Secret names" in plan.not_offered[0][1]
+
+
+def test_the_engine_names_the_header_the_site_rendered() -> None:
+    """Through the engine: before the site rendered a value whose Secret names its header,
+    the provider is not offered; once the rotation's keys carry the header, the overlay
+    names the rendered value in that header."""
+    loaded = load_resource(
+        provider(
+            "partner-a",
+            "self_hosted",
+            custom_auth(custom={}),
+            gridNetworkRef="mesh",
+            models=[{"name": "partner"}],
+            siteSelector={"matchLabels": {"grid.praxis-proxy.io/site": "site-a"}},
+        )
+    )
+    assert isinstance(loaded, InferenceProvider)
+    net = network(gatewayRefs=[{"namespace": EDGE[0], "name": EDGE[1], "apiKeyCredentials": True}])
+    inputs = SiteInputs(net, "site-a")
+    inputs.set_resources(net, SITES, (loaded,))
+    renderer = Renderer()
+    views = {"partner-a": LocalView(True, False, None)}
+    render(renderer, inputs, views)
+    assert renderer.not_offered == (("partner-a", CUSTOM_HEADER_UNREAD),)
+    key = "token-20260901T120000Z"
+    inputs.token_keys = {"partner-a": TokenKeys(key, (key,), ((key, "X-Partner"),))}
+    render(renderer, inputs, views)
+    overlay = renderer.overlays[EDGE].overlay
+    assert overlay is not None
+    (candidate,) = overlay.document["overlay"]["candidates"]
+    assert candidate["credential"] == {
+        "strategy": "apikey",
+        "secretRef": {
+            "name": "grid-token-partner-a",
+            "namespace": KEY_REF["namespace"],
+            "key": key,
+        },
+        "header": "X-Partner",
+    }
