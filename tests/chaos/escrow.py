@@ -51,9 +51,11 @@ WINDOW_S = 90
 (:data:`STOP_S`) well before the window ends, on a loaded machine too. A mesh takes the
 length up to :data:`LONGEST_WINDOW_S` whose window starts soonest after it is up."""
 LONGEST_WINDOW_S = 150
-STARTUP_S = 30.0
-"""What a mesh takes at most from :func:`escrow_mesh` to playing (namespaces, four sites
-prepared and started): the window it plays in should start just after."""
+AGENTS_UP_S = 10.0
+"""What the agents take, from :func:`escrow_mesh` choosing the window length, to their
+first refresh, where their lives begin: the window they can first claim should start just
+after that and their slack. Agents slower than this (a loaded machine) play in the window
+after it (:func:`first_claimable_window` is told when their lives had begun)."""
 RATE = 80
 """Tokens a second a loaded site's gateway is asked for, per tenant."""
 GATE_TICK_S = 0.1
@@ -158,11 +160,10 @@ class EscrowOutcome:
 @contextmanager
 def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMesh]:
     """The four sites with both budgets in windows of :data:`WINDOW_S` to
-    :data:`LONGEST_WINDOW_S` (the length whose window starts soonest after the mesh is up),
-    scraping their token counters every second (with ``previous``, west-b runs that release
-    instead, and is given neither field it does not know); torn down after."""
-    up = time.time() + STARTUP_S + CLAIM_SLACK_S + 5
-    window_s = soonest_window(up, WINDOW_S, LONGEST_WINDOW_S)
+    :data:`LONGEST_WINDOW_S` (the length whose first window the agents can claim starts
+    soonest after they start), scraping their token counters every second (with
+    ``previous``, west-b runs that release instead, and is given neither field it does not
+    know); torn down after."""
     names = [plan.name for plan in default_plans()]
     lab = netns.Lab(names)
     mesh: ChaosMesh | None = None
@@ -175,7 +176,7 @@ def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMe
         mesh = ChaosMesh(
             root,
             lab,
-            settings=MeshSettings(budget_window=f"{window_s}s"),
+            settings=MeshSettings(budget_window=f"{WINDOW_S}s"),
             budgets=budgets,
             spend_metric=SPEND_METRIC,
         )
@@ -184,7 +185,17 @@ def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMe
         mesh.prepare()
         for name in names:
             mesh.serve_spend(name, {ESCROW: 0, BOUNDED: 0})
-        mesh.start()
+        mesh.start_services()
+        # The length is chosen with only the agents left to start, however long the rest of
+        # the set-up took: their first claimable window starts seconds after their slack.
+        up = time.time() + AGENTS_UP_S + CLAIM_SLACK_S
+        mesh.set_budget_window(f"{soonest_window(up, WINDOW_S, LONGEST_WINDOW_S)}s")
+        mesh.start_agents()
+        # A status is written on an agent's first refresh, after its life began.
+        current = [site for site in mesh.sites.values() if site.release.name == "current"]
+        wait_until(
+            "every agent's first status", lambda: all(network_status(s) for s in current), 60.0
+        )
         yield mesh
     finally:
         if mesh is not None:
@@ -193,17 +204,17 @@ def escrow_mesh(root: Path, previous: Release | None = None) -> Iterator[ChaosMe
         shutil.rmtree(root, ignore_errors=True)
 
 
-def first_claimable_window(mesh: ChaosMesh, started: float) -> float:
-    """The start (epoch seconds) of the first window of ``mesh`` that lives begun at
-    ``started`` (and a few seconds later, their first refresh) claim a share of."""
+def first_claimable_window(mesh: ChaosMesh, begun: float) -> float:
+    """The start (epoch seconds) of the first window of ``mesh`` that lives begun by
+    ``begun`` claim a share of."""
     length = window_length(mesh.settings.budget_window)
-    return math.ceil((started + CLAIM_SLACK_S + 5) / length) * length
+    return math.ceil((begun + CLAIM_SLACK_S) / length) * length
 
 
 def play(mesh: ChaosMesh, log: Callable[[str], None] = print) -> EscrowOutcome:
     """The run of the module's docstring, from the first window the agents may claim."""
     gates = {name: Gate(site) for name, site in mesh.sites.items()}
-    start = first_claimable_window(mesh, time.time())
+    start = first_claimable_window(mesh, time.time())  # the lives began in escrow_mesh
     log(f"escrow: waiting {start - time.time():.0f} s for a window the sites claim shares of")
     while time.time() < start:
         for gate in gates.values():

@@ -435,6 +435,11 @@ class ChaosMesh:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start every provider and gateway process, then every agent."""
+        self.start_services(timeout)
+        self.start_agents()
+
+    def start_services(self, timeout: float = 60.0) -> None:
+        """Start every provider and gateway process, and wait until each is ready."""
         for site in self.sites.values():
             self.start_provider(site)
             self.start_gateway(site)
@@ -445,9 +450,20 @@ class ChaosMesh:
                     lambda path=site.directory / ready: path.exists(),  # type: ignore[misc]
                     timeout,
                 )
+
+    def start_agents(self) -> None:
+        """Start every site's agent (after :meth:`start_services`)."""
         self.started_at = time.monotonic()
         for site in self.sites.values():
             self.start_agent(site.name)
+
+    def set_budget_window(self, window: str) -> None:
+        """Give the network's budgets windows of ``window`` (``"97s"``) in every site's
+        resources, before the agents start."""
+        assert not any(site.running for site in self.sites.values()), "agents already run"
+        self.settings = replace(self.settings, budget_window=window)
+        for site in self.sites.values():
+            self._write_static_resources(site)
 
     def start_gateway(self, site: Site) -> None:
         ready = site.directory / "gateway-ready.json"
