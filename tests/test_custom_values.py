@@ -7,6 +7,7 @@ written to are in memory."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from grid.models.phases import CredentialState
 from grid.models.provider import InferenceProvider
 from grid.models.resources import load_resource, load_resources_from_dir
 from grid.oauth.custom import (
+    MAX_PLACEHOLDERS,
     MAX_VALUE_BYTES,
     CustomValueSettings,
     fill,
@@ -42,7 +44,8 @@ from grid.render.whatif import (
     with_token_keys,
 )
 from grid.runtime.custom_values import ValueRenderer, custom_render
-from grid.runtime.tokens import minting_plan
+from grid.runtime.minters import TokenMinters
+from grid.runtime.tokens import MintingPlan, minting_plan
 from grid.scoring.inputs import CredentialStrategy, SecretRef
 from support.canary import Canaries
 from support.token_store import MemoryTokens
@@ -442,3 +445,43 @@ def test_the_engine_names_the_header_the_site_rendered() -> None:
         },
         "header": "X-Partner",
     }
+
+
+def test_a_template_names_at_most_32_entries() -> None:
+    names = [f"e{n}" for n in range(MAX_PLACEHOLDERS)]
+    assert placeholders("".join(f"{{{{{name}}}}}" for name in names)) == tuple(names)
+    with pytest.raises(CredentialMaterialError, match="names 33 entries: at most 32"):
+        placeholders("".join(f"{{{{{name}}}}}" for name in [*names, "one-more"]))
+
+
+async def test_an_unexpected_error_while_rendering_is_a_failure_that_quotes_nothing() -> None:
+    """A bug in reading the Secret (an exception whose message quotes a value) stops no
+    other provider's minting, and the provider's condition names the exception's type."""
+
+    async def broken(keys: tuple[str, ...]) -> dict[str, bytes]:
+        raise RuntimeError(API_KEY)
+
+    def values_io(plan: MintingPlan) -> tuple[Any, Any]:
+        return broken, MemoryTokens()
+
+    def no_tokens(plan: MintingPlan) -> tuple[Any, Any]:
+        raise AssertionError(f"no token is minted here, yet {plan} was followed")
+
+    changes = asyncio.Event()
+    minters = TokenMinters(
+        no_tokens, values_io, None, where="test", on_change=changes.set, now=lambda: T0
+    )
+    minters.follow([partner(header="X-A", custom={})])
+    running = asyncio.create_task(minters.loop())
+    try:
+        async with asyncio.timeout(10):
+            while minters.verdict("partner", T0)[0] is CredentialState.RENDERING:
+                changes.clear()
+                await changes.wait()
+    finally:
+        running.cancel()
+    state, message = minters.verdict("partner", T0)
+    assert state is CredentialState.SECRET_UNUSABLE
+    assert "the attempt failed unexpectedly (RuntimeError)" in message
+    assert API_KEY not in message
+    assert minters.expiries(T0) == {}
