@@ -998,6 +998,8 @@ async def test_a_withdrawn_provider_stops_being_routed_to_when_the_gateway_has_a
     log = pod_dir / "gateway.log"
     gateway: subprocess.Popen[bytes] | None = None
     answers: list[tuple[float, int]] = []
+    in_volume: list[float] = []
+    """When the gateway's volume first held an overlay without the withdrawn provider."""
     try:
         with kubelet:
             overlay_file = pod_dir / "overlay" / OVERLAY_KEY
@@ -1021,6 +1023,8 @@ async def test_a_withdrawn_provider_stops_being_routed_to_when_the_gateway_has_a
                 lapses_at = server.issued[-1].at + WITHDRAWAL_LIFE_S
                 while time.time() < lapses_at + 10:
                     answers.append((time.time(), ask()[0]))
+                    if not in_volume and "llama-a" not in _clusters(overlay_file):
+                        in_volume.append(time.time())
                     time.sleep(REQUEST_SPACING_S)  # pacing, a hundred a second
 
             await asyncio.to_thread(past_the_lapse)
@@ -1045,14 +1049,24 @@ async def test_a_withdrawn_provider_stops_being_routed_to_when_the_gateway_has_a
     last = max(after, default=lapsed_at) - lapsed_at
     first_other = min(to_other, default=float("inf")) - lapsed_at
     failed = sum(1 for at, status in answers if status != 200)
+    assert in_volume, "the overlay without the withdrawn provider reached the gateway"
+    seen = in_volume[0] - lapsed_at
     print(
         f"withdrawn at the lapse with another candidate: {len(after)} requests reached the "
-        f"withdrawn provider after its token lapsed, the last {last:.2f} s after; the other "
-        f"candidate's first request {first_other:.2f} s after the lapse; {failed} of "
-        f"{len(answers)} requests not answered 200 ({before} routed to it before the lapse)"
+        f"withdrawn provider after its token lapsed, the last {last:.2f} s after; the "
+        f"overlay without it was in the gateway's volume {seen:.2f} s after the lapse (the "
+        f"gateway's own part: {last - seen:.2f} s); the other candidate's first request "
+        f"{first_other:.2f} s after the lapse; {failed} of {len(answers)} requests not "
+        f"answered 200 ({before} routed to it before the lapse)"
     )
     assert before > 0 and to_other, "routed to the first provider, then to the other"
     assert last < 10 and failed == 0
+
+
+def _clusters(overlay_file: Path) -> set[str]:
+    """The clusters of the candidates in the overlay the gateway reads."""
+    document = json.loads(overlay_file.read_text())
+    return {candidate["cluster"] for candidate in document["overlay"]["candidates"]}
 
 
 def _routed(backend: EchoBackend) -> bool:
