@@ -33,6 +33,9 @@ WINDOW_S = 90
 :data:`LONGEST_WINDOW_S` whose window starts soonest after its sites are up."""
 LONGEST_WINDOW_S = 150
 CAP = 30_000
+UP_S = 10
+"""What the agents take from the fixture choosing the window length to their first
+refresh, where their lives begin: slower ones claim the window after."""
 
 
 def acme_window_s(mesh: SpendMesh) -> int:
@@ -61,6 +64,11 @@ def escrow_figures(mesh: SpendMesh, site: str) -> dict[str, Any]:
     return dict(tenants.get("acme", {}))
 
 
+def network_status_written(mesh: SpendMesh, site: str) -> bool:
+    network = mesh.mesh.settings.network
+    return (mesh.mesh.sites[site].state_dir / "status" / "GridNetwork" / f"{network}.json").exists()
+
+
 def holder_epoch(mesh: SpendMesh, site: str) -> int | None:
     path = mesh.mesh.sites[site].state_dir / "spend" / f"{mesh.mesh.settings.network}.escrow.json"
     try:
@@ -82,7 +90,7 @@ async def escrow_mesh(agent_mesh: AgentMeshes) -> Any:
         for s in ("site-a", "site-b", "site-c")
     ]
     # The sites are spawned as soon as this is written, and up within seconds.
-    window_s = soonest_window(time.time() + CLAIM_SLACK_S + 20, WINDOW_S, LONGEST_WINDOW_S)
+    window_s = soonest_window(time.time() + CLAIM_SLACK_S + UP_S, WINDOW_S, LONGEST_WINDOW_S)
     budgets = [{"tenant": "acme", "cap": CAP, "window": f"{window_s}s", "enforcement": "escrow"}]
     configure_spend(mesh, budgets, sources)
     try:
@@ -101,11 +109,15 @@ async def test_a_killed_site_goes_on_as_the_same_holder_with_its_allowance(
     b.set_counter(LITELLM, 0, team="acme", model=MODEL)
     for site in ("site-a", "site-b", "site-c"):
         mesh.spawn(site)
-    started = time.time()
-    # The first window the lives just begun may claim a share of.
+
+    async def begun() -> bool:
+        # A status is written on an agent's first refresh, after its life began.
+        return all(network_status_written(mesh, s) for s in ("site-a", "site-b", "site-c"))
+
+    await mesh.wait("every site's first status", begun)
+    # The first window the lives begun by now may claim a share of.
     length = acme_window_s(mesh)
-    window = math.ceil((started + CLAIM_SLACK_S + 10) / length) * length
-    mesh.check_running("the mesh starting")
+    window = math.ceil((time.time() + CLAIM_SLACK_S) / length) * length
     floor = CAP // 3 // 10
 
     async def claimed() -> bool:
