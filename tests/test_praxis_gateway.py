@@ -951,14 +951,17 @@ WITHDRAWAL_LIFE_S = 12
 it was minted."""
 
 
+@pytest.mark.parametrize("debounce_ms", [100, 500])
 async def test_a_withdrawn_provider_stops_being_routed_to_when_the_gateway_has_another(
-    pod_dir: Path, praxis_binary: str, agent_mesh: AgentMeshes, tmp_path: Path
+    pod_dir: Path, praxis_binary: str, agent_mesh: AgentMeshes, tmp_path: Path, debounce_ms: int
 ) -> None:
     """site-a's gateway has two candidates for its model: the Oauth2 provider (cheaper,
     ranked first) and a second provider at the same site with no credential. The token
     endpoint starts refusing; when the token in place lapses, the agent withdraws the
     provider and the gateway, which reads the new overlay from its volume, routes to the
-    other. Prints how long after the lapse the last request reached the withdrawn one."""
+    other. Prints how long after the lapse the last request reached the withdrawn one, with
+    the gateway's overlay reload debounced 100 ms (as the other tests here) and 500 ms (its
+    default)."""
     client_secret = "cs-" + "withdrawal" * 3
     secrets_dir = tmp_path / "secrets"
     (secrets_dir / "grid" / "idp-client").mkdir(parents=True)
@@ -969,6 +972,10 @@ async def test_a_withdrawn_provider_stops_being_routed_to_when_the_gateway_has_a
     runners = [await minted.start(), await other.start()]
     mesh = await agent_mesh(TOKEN_SITES, MeshSettings(secrets_dir=secrets_dir))
     listener = _agent_gateway(mesh, pod_dir, minted, server.url)
+    network_file = mesh.sites["site-a"].resources / NETWORK_FILE
+    network = yaml.safe_load(network_file.read_text())
+    network["spec"]["gatewayRefs"][0]["consumerConfig"]["reloadDebounceMs"] = debounce_ms
+    network_file.write_text(yaml.safe_dump(network))
     providers_file = mesh.sites["site-a"].resources / PROVIDERS_FILE
     documents = list(yaml.safe_load_all(providers_file.read_text()))
     second = copy.deepcopy(documents[0])
@@ -1052,7 +1059,8 @@ async def test_a_withdrawn_provider_stops_being_routed_to_when_the_gateway_has_a
     assert in_volume, "the overlay without the withdrawn provider reached the gateway"
     seen = in_volume[0] - lapsed_at
     print(
-        f"withdrawn at the lapse with another candidate: {len(after)} requests reached the "
+        f"reload debounced {debounce_ms} ms, withdrawn at the lapse with another candidate: "
+        f"{len(after)} requests reached the "
         f"withdrawn provider after its token lapsed, the last {last:.2f} s after; the "
         f"overlay without it was in the gateway's volume {seen:.2f} s after the lapse (the "
         f"gateway's own part: {last - seen:.2f} s); the other candidate's first request "
