@@ -51,7 +51,7 @@ WINDOW_S = 90
 (:data:`STOP_S`) well before the window ends, on a loaded machine too. A mesh takes the
 length up to :data:`LONGEST_WINDOW_S` whose window starts soonest after it is up."""
 LONGEST_WINDOW_S = 150
-AGENTS_UP_S = 10.0
+AGENTS_UP_S = 15.0
 """What the agents take, from :func:`escrow_mesh` choosing the window length, to their
 first refresh, where their lives begin: the window they can first claim should start just
 after that and their slack. Agents slower than this (a loaded machine) play in the window
