@@ -204,6 +204,16 @@ FAMILIES: dict[str, Family] = {
             "beside the whole store while catching up.",
         ),
         _counter(
+            "grid_swim_stretch_syncs_total",
+            "Parts of stretch walks (later stretches of the store, from other peers) asked for "
+            "beside the whole walk while catching up.",
+        ),
+        _counter(
+            "grid_swim_stretches_lost_total",
+            "Stretch walks ended by an answer that did not arrive whole (the whole walk covers "
+            "the rest of the stretch).",
+        ),
+        _counter(
             "grid_swim_syncs_incomplete_total",
             "Answers to this node's syncs that did not arrive whole in time (asked again).",
         ),
@@ -557,6 +567,8 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "syncs_served": ("grid_swim_syncs_served_total", ()),
     "catch_up_syncs": ("grid_swim_catch_up_syncs_total", ()),
     "heads_syncs": ("grid_swim_heads_syncs_total", ()),
+    "stretch_syncs": ("grid_swim_stretch_syncs_total", ()),
+    "stretches_lost": ("grid_swim_stretches_lost_total", ()),
     "syncs_incomplete": ("grid_swim_syncs_incomplete_total", ()),
     "sync_chunks_sent": ("grid_swim_sync_chunks_sent_total", ()),
     "sync_chunks_received": ("grid_swim_sync_chunks_received_total", ()),

@@ -386,6 +386,8 @@ impl SwimNode {
             ("syncs_done", d.syncs_completed),
             ("catch_up_syncs", d.catch_up_syncs),
             ("heads_syncs", d.heads_syncs),
+            ("stretch_syncs", d.stretch_syncs),
+            ("stretches_lost", d.stretches_lost),
             ("syncs_incomplete", d.syncs_incomplete),
             ("sync_chunks_sent", d.sync_chunks_sent),
             ("sync_chunks_received", d.sync_chunks_received),

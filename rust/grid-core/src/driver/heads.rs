@@ -87,6 +87,7 @@ impl Driver {
         };
         walk.sync = Some(sync_id);
         let peer = walk.peer.socket_addr();
+        let resume = walk.resume.clone();
         self.stats.heads_syncs += 1;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
@@ -96,6 +97,7 @@ impl Driver {
             sync_id,
             peer,
             None,
+            resume,
             WalkLanes::Heads,
             out,
         );
@@ -106,11 +108,6 @@ impl Driver {
         if self.heads.as_ref().is_some_and(|walk| walk.sync.is_none()) {
             self.ask_for_heads(now, out);
         }
-    }
-
-    /// Where the heads walk's next part starts (None: from the first name).
-    pub(super) fn heads_resume(&self) -> Option<ItemName> {
-        self.heads.as_ref().and_then(|walk| walk.resume.clone())
     }
 
     /// Whether `sync_id` is the heads walk's request.
@@ -136,7 +133,10 @@ impl Driver {
                 self.timers
                     .push(now + CATCH_UP_PAUSE, TimerEvent::HeadsPart);
             }
-            _ => self.heads = None,
+            _ => {
+                self.heads = None;
+                self.heads_ended = true;
+            }
         }
     }
 
@@ -147,6 +147,7 @@ impl Driver {
             return false;
         }
         self.heads = None;
+        self.heads_ended = true;
         true
     }
 }

@@ -80,15 +80,18 @@ mod positions;
 mod renewal;
 mod repair;
 mod report;
+mod stretches;
 mod swim;
 mod sync;
 
 pub use renewal::Unsigned;
 pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
+pub use stretches::STRETCH_WALKS;
 
 use heads::HeadsWalk;
 use membership::Holders;
 use positions::Positions;
+use stretches::Stretch;
 use swim::ProbeHealth;
 use sync::{CatchUp, PullAnswer};
 
@@ -175,6 +178,13 @@ pub struct Driver {
     pull_held_at_start: usize,
     /// The walk of every site's certificates, gateway and metadata beside the catch-up.
     heads: Option<HeadsWalk>,
+    /// A heads walk ended in this catch-up: every site's certificates are in (unless it
+    /// lost an answer), so its members are known.
+    heads_ended: bool,
+    /// Later stretches of the store, walked from other peers in the first catch-up round.
+    stretches: Vec<Stretch>,
+    /// Stretch walks began in this catch-up (they begin once).
+    stretches_started: bool,
     probe: ProbeHealth,
     /// Encodes the foca messages the driver writes itself (suspicion notices).
     codec: WireCodec,
@@ -263,6 +273,9 @@ impl Driver {
             catch_up_round: (0, 0),
             pull_held_at_start: 0,
             heads: None,
+            heads_ended: false,
+            stretches: Vec::new(),
+            stretches_started: false,
             probe: ProbeHealth::default(),
             stats: DriverStats::default(),
         }
@@ -520,6 +533,7 @@ impl Driver {
                 }
                 TimerEvent::SyncAnswerDue(sync_id) => self.answer_due(now, sync_id, out),
                 TimerEvent::HeadsPart => self.heads_part_due(now, out),
+                TimerEvent::StretchPart(index) => self.stretch_part_due(now, index, out),
                 TimerEvent::AskForKeys => self.ask_again(now, out),
                 TimerEvent::SuspicionNotice {
                     target,

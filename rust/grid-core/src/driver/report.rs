@@ -115,6 +115,12 @@ pub struct DriverStats {
     /// Parts of heads walks asked for (each site's certificates, gateway and metadata,
     /// walked beside the whole store while catching up).
     pub heads_syncs: u64,
+    /// Parts of stretch walks asked for (later stretches of a store walked from other
+    /// peers beside the whole walk while this node catches up).
+    pub stretch_syncs: u64,
+    /// Stretch walks ended by an answer that did not come whole (the whole walk covers
+    /// the rest of that stretch).
+    pub stretches_lost: u64,
     /// Answers to this node's syncs that did not arrive whole in [`SYNC_ANSWER_WAIT`](super::SYNC_ANSWER_WAIT): the
     /// walk resumed after the chunks received without a gap.
     pub syncs_incomplete: u64,

@@ -57,7 +57,7 @@ pub(super) enum CatchUp {
 /// The answer to this node's last sync, as its chunks arrive. Chunks carry items in walk
 /// order, so the chunks received from the first on, without a gap, cover one stretch of
 /// the walk: when some chunk is lost, the next sync resumes after that stretch.
-pub(super) struct PullAnswer {
+pub(in crate::driver) struct PullAnswer {
     sync_id: u32,
     /// Where the answer was asked to start.
     start: Option<ItemName>,
@@ -69,14 +69,14 @@ pub(super) struct PullAnswer {
 /// The items of one received chunk, by name: its first and last, and whether the walk
 /// wrapped (went past the last name and on from the first) within it.
 #[derive(Clone, Default)]
-struct ChunkItems {
+pub(super) struct ChunkItems {
     first: Option<ItemName>,
     last: Option<ItemName>,
     wrapped: bool,
 }
 
 /// How far a sync's answer took the walk.
-enum WalkStep {
+pub(super) enum WalkStep {
     /// Whole: what the answer said.
     Ended(ExportEnd),
     /// Some chunk is missing: resume after this name (None: where the answer started);
@@ -88,7 +88,7 @@ enum WalkStep {
 }
 
 impl PullAnswer {
-    fn new(sync_id: u32, start: Option<ItemName>, count: u16) -> PullAnswer {
+    pub(super) fn new(sync_id: u32, start: Option<ItemName>, count: u16) -> PullAnswer {
         PullAnswer {
             sync_id,
             start,
@@ -99,7 +99,7 @@ impl PullAnswer {
     }
 
     /// Notes chunk `index`; true once every chunk is in.
-    fn note(&mut self, index: u16, items: ChunkItems, end: Option<ExportEnd>) -> bool {
+    pub(super) fn note(&mut self, index: u16, items: ChunkItems, end: Option<ExportEnd>) -> bool {
         if let Some(slot) = self.chunks.get_mut(usize::from(index)) {
             if slot.is_none() {
                 *slot = Some(items);
@@ -114,7 +114,7 @@ impl PullAnswer {
 
     /// How far the walk got: the answer's own end when it is whole, else the stretch
     /// covered by the chunks received from the first without a gap.
-    fn step(&mut self) -> WalkStep {
+    pub(super) fn step(&mut self) -> WalkStep {
         if self.missing == 0 {
             if let Some(end) = self.end.take() {
                 return WalkStep::Ended(end);
@@ -198,7 +198,10 @@ impl Driver {
         sync_id: u32,
         out: &mut O,
     ) {
-        if self.heads_answer_due(sync_id) || self.pull_sync != Some(sync_id) {
+        if self.heads_answer_due(sync_id)
+            || self.stretch_answer_due(sync_id)
+            || self.pull_sync != Some(sync_id)
+        {
             return;
         }
         self.stats.syncs_incomplete += 1;
@@ -255,12 +258,14 @@ impl Driver {
         if self.catch_up == CatchUp::Due {
             self.start_catching_up();
         }
+        let resume = self.pull_resume.clone();
         self.send_state(
             now,
             KIND_SYNC_REQUEST,
             sync_id,
             peer,
             None,
+            resume,
             WalkLanes::All,
             out,
         );
@@ -272,7 +277,8 @@ impl Driver {
     /// that brought at least [`BEHIND_AFTER_NAMES`] names this node did not hold shows it
     /// is behind (a mesh started together, or a partition healed): it catches up. A store
     /// larger than one answer is walked for every site's heads beside, from another peer
-    /// (see [`super::heads`]).
+    /// (see [`super::heads`]), and in its first round, later stretches of it from others
+    /// (see [`super::stretches`]): the walk skips each stretch walked whole.
     fn follow_walk<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -293,6 +299,13 @@ impl Driver {
                 self.pull_resume = None;
                 true
             }
+            ExportEnd::Stopped {
+                resume: Some(resume),
+                wrapped: false,
+            } => {
+                self.pull_resume = self.skip_walked_stretches(resume);
+                self.pull_resume.is_none()
+            }
             ExportEnd::Stopped { resume, wrapped } => {
                 self.pull_resume = resume;
                 wrapped
@@ -304,6 +317,12 @@ impl Driver {
         }
         if !went_round {
             self.start_heads_walk(now, peer, out);
+            // The stretches are cut at member sites, known once their certificates are:
+            // after a heads walk ended, or at once where none can run (an older peer).
+            let members_known = self.heads_ended || self.heads.is_none();
+            if let Some(resume) = self.pull_resume.clone().filter(|_| members_known) {
+                self.start_stretches(now, &resume, peer, out);
+            }
         }
         self.stats.catch_up_syncs += 1;
         let next = if next_round {
@@ -318,6 +337,8 @@ impl Driver {
     /// A node starts to catch up: its first round begins.
     pub(super) fn start_catching_up(&mut self) {
         self.catch_up = CatchUp::Walking;
+        self.heads_ended = false;
+        self.end_stretches();
         self.catch_up_round = (1, lock(&self.store).len());
     }
 
@@ -325,15 +346,18 @@ impl Driver {
     /// not hold is followed by another (the peer walked may have lacked some: it was
     /// catching up itself, or its store grew behind the walk), up to
     /// [`MAX_CATCH_UP_ROUNDS`]; returns whether one begins. Otherwise catching up is done.
+    /// Stretches are walked in the first round only: the later ones check what it brought.
     fn walk_went_round(&mut self) -> bool {
         let held = lock(&self.store).len();
         let (round, held_at_start) = self.catch_up_round;
         if self.catch_up == CatchUp::Walking && held > held_at_start && round < MAX_CATCH_UP_ROUNDS
         {
             self.catch_up_round = (round + 1, held);
+            self.stretches.clear();
             return true;
         }
         self.catch_up = CatchUp::Done;
+        self.end_stretches();
         false
     }
 
@@ -343,8 +367,9 @@ impl Driver {
     /// its answer's items should resume and carries this node's own items from where the
     /// last request stopped (none while catching up: it asks, the answers teach). An answer
     /// (`answer_after` set) carries the items after the name the request gave, and says in
-    /// its first chunk where they ended. `walked`: the lanes the answer carries (a request
-    /// of the heads walk asks for [`WalkLanes::Heads`] and carries no items of its own).
+    /// its first chunk where they ended. `resume`: where a request asks the answer to
+    /// resume (the walk it moves on). `walked`: the lanes the answer carries (a request of
+    /// the heads walk asks for [`WalkLanes::Heads`] and carries no items of its own).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn send_state<O: Transmit + ?Sized>(
         &mut self,
@@ -353,6 +378,7 @@ impl Driver {
         sync_id: u32,
         peer: SocketAddr,
         answer_after: Option<Option<ItemName>>,
+        resume: Option<ItemName>,
         walked: WalkLanes,
         out: &mut O,
     ) {
@@ -366,10 +392,6 @@ impl Driver {
         let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
 
         if answer_after.is_none() {
-            let resume = match walked {
-                WalkLanes::All => self.pull_resume.clone(),
-                WalkLanes::Heads => self.heads_resume(),
-            };
             if let Some(name) = &resume {
                 name.encode(&mut entry);
             }
@@ -595,6 +617,7 @@ impl Driver {
                     sync_id,
                     sender.socket_addr(),
                     after,
+                    None,
                     walked,
                     out,
                 );
@@ -608,8 +631,14 @@ impl Driver {
             }
             return Ok(());
         }
-        if kind == KIND_SYNC_RESPONSE && self.pull_sync == Some(sync_id) {
-            let chunk = ChunkItems::of(&items, &self.interner);
+        let whole_walk = self.pull_sync == Some(sync_id);
+        if kind != KIND_SYNC_RESPONSE || !(whole_walk || self.is_stretch_sync(sync_id)) {
+            return Ok(());
+        }
+        let chunk = ChunkItems::of(&items, &self.interner);
+        if !whole_walk {
+            self.follow_stretch(now, sync_id, (index, count), chunk, walk_end);
+        } else {
             let start = self.pull_resume.clone();
             let answer = match &mut self.pull_answer {
                 Some(answer) if answer.sync_id == sync_id => answer,

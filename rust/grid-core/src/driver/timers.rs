@@ -30,6 +30,8 @@ pub enum TimerEvent {
     SyncAnswerDue(u32),
     /// Ask for the next part of the heads walk ([`crate::driver`]'s `heads`).
     HeadsPart,
+    /// Ask for the next part of this stretch walk ([`crate::driver`]'s `stretches`).
+    StretchPart(usize),
     /// Declare a member down whose suspicion began with another member's Down claim, if
     /// it is still suspect at this incarnation.
     ConfirmDown {

@@ -419,4 +419,5 @@ mod renewal;
 mod security;
 mod sessions;
 mod store;
+mod stretches;
 mod versions;

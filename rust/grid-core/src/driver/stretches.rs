@@ -1,0 +1,265 @@
+//! Stretch walks: while a node catches up on a store larger than one answer, it walks
+//! later stretches of the shared name order from other peers at once, beside the whole
+//! walk, so that the store arrives in about a third of the time while each peer still
+//! answers one part every [`CATCH_UP_PAUSE`] (its own probes, gossip and renders go
+//! first, as with one walk).
+//!
+//! The order is cut at member sites' names (a site's items are contiguous in it), into
+//! [`STRETCH_WALKS`] + 1 stretches of about as many sites; the whole walk covers the first
+//! and every stretch not walked whole: it skips a stretch only once that stretch's walk
+//! got every chunk of every part to its end. A lost answer ends a stretch walk, and the
+//! whole walk then covers that stretch itself, so nothing depends on a stretch walk.
+//! Requests are plain `SYNC_REQUEST`s resuming after a name, which every protocol version
+//! answers.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::driver::timers::TimerEvent;
+use crate::identity::NodeId;
+use crate::lanes::{ExportEnd, ItemName, Lane, WalkLanes};
+use crate::wire::session::Transmit;
+use crate::wire::KIND_SYNC_REQUEST;
+
+use super::sync::{ChunkItems, PullAnswer, WalkStep};
+use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
+
+/// Stretches walked beside the whole walk, each from a peer of its own.
+pub const STRETCH_WALKS: usize = 2;
+
+/// One stretch of the name order and its walk.
+pub(super) struct Stretch {
+    peer: NodeId,
+    /// Where the stretch starts: before its first site's first name.
+    start: ItemName,
+    /// Where it ends: the next stretch's start (None: the end of the order).
+    end: Option<ItemName>,
+    /// Where the next part resumes (after this name).
+    resume: ItemName,
+    /// The request whose answer moves the walk on (None between parts).
+    sync: Option<u32>,
+    /// That answer's chunks so far.
+    answer: Option<PullAnswer>,
+    walk: StretchWalk,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StretchWalk {
+    Walking,
+    /// Every part to the stretch's end came whole: the whole walk may skip it.
+    Walked,
+    /// An answer was lost: the whole walk covers the rest.
+    Ended,
+}
+
+/// The name just before every item of `site`: its first lane with the least key a name
+/// may have (one NUL byte; a resume name's key may not be empty, and no item's key
+/// begins with NUL).
+fn before_site(site: Arc<str>) -> ItemName {
+    ItemName {
+        origin: site,
+        lane: Lane::Cert,
+        key: Arc::from("\0"),
+    }
+}
+
+/// Whether the walk has reached `name` (None: the end of the order).
+fn reached(resume: &ItemName, name: Option<&ItemName>) -> bool {
+    name.is_some_and(|name| resume.cmp(name) != Ordering::Less)
+}
+
+impl Driver {
+    /// Starts the stretch walks after the whole walk's first part, if none ran in this
+    /// catch-up: the stretches after `resume` (where the whole walk goes on), each from a
+    /// member other than `beside` (the whole walk's peer) and one another. Fewer members
+    /// make fewer stretches; a member asked twice would answer twice as often.
+    pub(super) fn start_stretches<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        resume: &ItemName,
+        beside: &NodeId,
+        out: &mut O,
+    ) {
+        if self.stretches_started || self.stopped() {
+            return;
+        }
+        self.stretches_started = true;
+        let mut sites: Vec<Arc<str>> = self
+            .foca
+            .iter_membership_state()
+            .map(|member| member.id().site().clone())
+            .chain(std::iter::once(self.foca.identity().site().clone()))
+            .collect();
+        sites.sort_unstable();
+        sites.dedup();
+        let mut starts: Vec<ItemName> = (1..=STRETCH_WALKS)
+            .map(|k| before_site(sites[k * sites.len() / (STRETCH_WALKS + 1)].clone()))
+            .filter(|start| start > resume)
+            .collect();
+        starts.dedup();
+        let mut taken = vec![beside.clone()];
+        let mut stretches = Vec::new();
+        // A stretch left without a peer of its own is the whole walk's to cover.
+        for (at, start) in starts.iter().enumerate() {
+            let Some(peer) = self.other_member(&taken) else {
+                break;
+            };
+            taken.push(peer.clone());
+            stretches.push(Stretch {
+                peer,
+                start: start.clone(),
+                end: starts.get(at + 1).cloned(),
+                resume: start.clone(),
+                sync: None,
+                answer: None,
+                walk: StretchWalk::Walking,
+            });
+        }
+        self.stretches = stretches;
+        for index in 0..self.stretches.len() {
+            self.ask_for_stretch(now, index, out);
+        }
+    }
+
+    /// A member not in `taken`, if a few draws find one.
+    fn other_member(&mut self, taken: &[NodeId]) -> Option<NodeId> {
+        (0..4)
+            .filter_map(|_| self.random_member_id())
+            .find(|id| !taken.contains(id))
+    }
+
+    fn ask_for_stretch<O: Transmit + ?Sized>(&mut self, now: Duration, index: usize, out: &mut O) {
+        if self.stopped() {
+            self.stretches.clear();
+            return;
+        }
+        let sync_id = self.rng.random();
+        let Some(stretch) = self.stretches.get_mut(index) else {
+            return;
+        };
+        let resume = stretch.resume.clone();
+        let peer = stretch.peer.socket_addr();
+        stretch.sync = Some(sync_id);
+        stretch.answer = None;
+        self.stats.stretch_syncs += 1;
+        self.timers
+            .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
+        self.send_state(
+            now,
+            KIND_SYNC_REQUEST,
+            sync_id,
+            peer,
+            None,
+            Some(resume),
+            WalkLanes::All,
+            out,
+        );
+    }
+
+    /// The pause after a stretch's part is over: its next part, unless it ended meanwhile.
+    pub(super) fn stretch_part_due<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        index: usize,
+        out: &mut O,
+    ) {
+        let due = self
+            .stretches
+            .get(index)
+            .is_some_and(|stretch| stretch.walk == StretchWalk::Walking && stretch.sync.is_none());
+        if due {
+            self.ask_for_stretch(now, index, out);
+        }
+    }
+
+    fn stretch_of(&self, sync_id: u32) -> Option<usize> {
+        self.stretches
+            .iter()
+            .position(|stretch| stretch.sync == Some(sync_id))
+    }
+
+    /// Whether `sync_id` is a stretch walk's request.
+    pub(super) fn is_stretch_sync(&self, sync_id: u32) -> bool {
+        self.stretch_of(sync_id).is_some()
+    }
+
+    /// A chunk of an answer to a stretch walk's request `sync_id`. Once every chunk is in,
+    /// the stretch moves on after a pause, or is walked.
+    pub(super) fn follow_stretch(
+        &mut self,
+        now: Duration,
+        sync_id: u32,
+        (index, count): (u16, u16),
+        items: ChunkItems,
+        end: Option<ExportEnd>,
+    ) {
+        let Some(at) = self.stretch_of(sync_id) else {
+            return;
+        };
+        let stretch = &mut self.stretches[at];
+        let start = Some(stretch.resume.clone());
+        let answer = stretch
+            .answer
+            .get_or_insert_with(|| PullAnswer::new(sync_id, start, count));
+        if !answer.note(index, items, end) {
+            return;
+        }
+        let step = answer.step();
+        stretch.sync = None;
+        stretch.answer = None;
+        match step {
+            WalkStep::Ended(ExportEnd::Stopped {
+                resume: Some(resume),
+                wrapped: false,
+            }) if !reached(&resume, stretch.end.as_ref()) => {
+                stretch.resume = resume;
+                self.timers
+                    .push(now + CATCH_UP_PAUSE, TimerEvent::StretchPart(at));
+            }
+            _ => stretch.walk = StretchWalk::Walked,
+        }
+    }
+
+    /// The answer to `sync_id` did not come whole; false if it is not a stretch walk's.
+    /// That stretch walk ends: the whole walk covers its rest.
+    pub(super) fn stretch_answer_due(&mut self, sync_id: u32) -> bool {
+        let Some(at) = self.stretch_of(sync_id) else {
+            return false;
+        };
+        let stretch = &mut self.stretches[at];
+        stretch.sync = None;
+        stretch.answer = None;
+        stretch.walk = StretchWalk::Ended;
+        self.stats.stretches_lost += 1;
+        true
+    }
+
+    /// Where the whole walk goes on from `resume`: past every stretch it has entered that
+    /// was walked whole (None: past the end of the order, the walk went round).
+    pub(super) fn skip_walked_stretches(&self, resume: ItemName) -> Option<ItemName> {
+        let mut resume = resume;
+        loop {
+            let walked = self.stretches.iter().find(|stretch| {
+                stretch.walk == StretchWalk::Walked
+                    && reached(&resume, Some(&stretch.start))
+                    && !reached(&resume, stretch.end.as_ref())
+            });
+            match walked {
+                Some(stretch) => match &stretch.end {
+                    Some(end) => resume = end.clone(),
+                    None => return None,
+                },
+                None => return Some(resume),
+            }
+        }
+    }
+
+    /// Catching up is over (or begins again): no stretch walk goes on.
+    pub(super) fn end_stretches(&mut self) {
+        self.stretches.clear();
+        self.stretches_started = false;
+    }
+}

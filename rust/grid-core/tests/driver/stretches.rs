@@ -1,0 +1,95 @@
+//! Stretch walks: a node catching up on a store of many answers walks later stretches of
+//! it from other peers at once, and the whole walk skips what they walked whole.
+
+use super::store::part_bytes;
+use super::*;
+use grid_core::wire::KIND_SYNC_RESPONSE;
+
+/// The item names `at` holds (its own included): cheaper to read every step than its items.
+fn stored(c: &Cluster, at: SocketAddr) -> usize {
+    c.nodes[&at].stats().items_stored
+}
+
+/// Six sites holding one another's items (`per_site` each), and the parts a walk of the
+/// whole store takes.
+fn six_sites(c: &mut Cluster, per_site: usize) -> (Vec<SocketAddr>, usize) {
+    // The sites take each other's items by push/pull walks (each push/pull that brings
+    // many names sets off a catch-up); the joiner added later walks only.
+    c.swim.push_pull_interval = Duration::from_secs(1);
+    let sites: Vec<_> = (0..6).map(|i| c.add(i, 100)).collect();
+    for at in &sites[1..] {
+        c.join(*at, sites[0]);
+    }
+    let payload = [7u8; 900];
+    for at in &sites {
+        c.publish_providers(*at, per_site, &payload);
+    }
+    let whole = sites.len() * per_site;
+    c.run_until(Duration::from_secs(120), |c| {
+        sites.iter().all(|at| stored(c, *at) == whole)
+    });
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let parts = (sites.len() * per_site * (payload.len() + 100)).div_ceil(part_bytes());
+    (sites, parts)
+}
+
+#[test]
+fn a_joiner_walks_stretches_of_a_large_store_from_several_peers_at_once() {
+    let mut c = Cluster::new();
+    let per_site = 700;
+    let (sites, _) = six_sites(&mut c, per_site);
+    let whole = sites.len() * per_site;
+    // One walk takes a part per pause at best, and a part holds at most a whole sync's
+    // worth of items: the whole store needs at least this long from one peer.
+    let fewest_parts = whole * 900 / (MAX_SYNC_CHUNKS * MAX_UNSEALED_LEN);
+    assert!(
+        fewest_parts >= 10,
+        "the store spans many answers ({fewest_parts})"
+    );
+    let one_walk = CATCH_UP_PAUSE * fewest_parts as u32;
+
+    let late = c.add(9, 100);
+    c.join(late, sites[0]);
+    let took = c.run_until(one_walk * 2, |c| stored(c, late) == whole);
+    assert!(
+        took * 5 < one_walk * 3,
+        "held the store in {took:?}, one walk takes at least {one_walk:?}"
+    );
+    let stats = c.nodes[&late].stats();
+    assert!(stats.stretch_syncs >= 2, "{stats:?}");
+    // A second round, from one peer, checks what the first brought.
+    c.run_until(one_walk * 4, |c| c.nodes[&late].stats().caught_up);
+    assert_eq!(c.items_at(late).len(), whole, "each item delivered once");
+    c.assert_driver_healthy();
+}
+
+#[test]
+fn stretches_whose_answers_are_lost_are_walked_by_the_whole_walk() {
+    let mut c = Cluster::new();
+    let per_site = 400;
+    let (sites, _) = six_sites(&mut c, per_site);
+    let whole = sites.len() * per_site;
+
+    let late = c.add(9, 100);
+    c.join(late, sites[0]);
+    c.run_until(Duration::from_secs(10), |c| {
+        c.nodes[&late].stats().stretch_syncs >= 1
+    });
+    // Every sync answer from here on is lost, until the stretch walks gave up theirs.
+    c.held = Some((KIND_SYNC_RESPONSE, Vec::new()));
+    c.run_until(SYNC_ANSWER_WAIT * 2, |c| {
+        c.nodes[&late].stats().stretches_lost >= 1
+    });
+    c.run_for(SYNC_ANSWER_WAIT);
+    let (_, lost) = c.held.take().unwrap();
+    assert!(lost.iter().any(|(to, _)| *to == late));
+    let held_then = stored(&c, late);
+    assert!(
+        held_then < whole,
+        "{held_then} of {whole} held when the answers were lost"
+    );
+    c.run_until(Duration::from_secs(60), |c| {
+        stored(c, late) == whole && c.nodes[&late].stats().caught_up
+    });
+    c.assert_driver_healthy();
+}
