@@ -185,6 +185,11 @@ pub struct Driver {
     stretches: Vec<Stretch>,
     /// Stretch walks began in this catch-up (they begin once).
     stretches_started: bool,
+    /// A stretch walk lost an answer in this round: another round follows.
+    stretch_gap: bool,
+    /// The whole walk went round while stretch walks were under way: its peer, for the
+    /// next round once they are done.
+    round_waits: Option<NodeId>,
     probe: ProbeHealth,
     /// Encodes the foca messages the driver writes itself (suspicion notices).
     codec: WireCodec,
@@ -276,6 +281,8 @@ impl Driver {
             heads_ended: false,
             stretches: Vec::new(),
             stretches_started: false,
+            stretch_gap: false,
+            round_waits: None,
             probe: ProbeHealth::default(),
             stats: DriverStats::default(),
         }

@@ -5,10 +5,11 @@
 //! first, as with one walk).
 //!
 //! The order is cut at member sites' names (a site's items are contiguous in it), into
-//! [`STRETCH_WALKS`] + 1 stretches of about as many sites; the whole walk covers the first
-//! and every stretch not walked whole: it skips a stretch only once that stretch's walk
-//! got every chunk of every part to its end. A lost answer ends a stretch walk, and the
-//! whole walk then covers that stretch itself, so nothing depends on a stretch walk.
+//! [`STRETCH_WALKS`] + 1 stretches of about as many sites. The whole walk covers the first
+//! and skips every stretch another walk covers (still walking, or walked to its end), and
+//! its round is over once those walks are done too. A lost answer ends a stretch walk:
+//! the whole walk covers that stretch itself if it has not passed it yet, and otherwise
+//! another round does, so nothing depends on a stretch walk.
 //! Requests are plain `SYNC_REQUEST`s resuming after a name, which every protocol version
 //! answers.
 
@@ -49,10 +50,10 @@ pub(super) struct Stretch {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StretchWalk {
     Walking,
-    /// Every part to the stretch's end came whole: the whole walk may skip it.
+    /// Every part to the stretch's end came whole.
     Walked,
-    /// An answer was lost: the whole walk covers the rest.
-    Ended,
+    /// An answer was lost: the whole walk, or another round, covers the rest.
+    Lost,
 }
 
 /// The name just before every item of `site`: its first lane with the least key a name
@@ -219,31 +220,59 @@ impl Driver {
                 self.timers
                     .push(now + CATCH_UP_PAUSE, TimerEvent::StretchPart(at));
             }
-            _ => stretch.walk = StretchWalk::Walked,
+            _ => {
+                stretch.walk = StretchWalk::Walked;
+                self.stretch_done(now);
+            }
         }
     }
 
     /// The answer to `sync_id` did not come whole; false if it is not a stretch walk's.
     /// That stretch walk ends: the whole walk covers its rest.
-    pub(super) fn stretch_answer_due(&mut self, sync_id: u32) -> bool {
+    pub(super) fn stretch_answer_due(&mut self, now: Duration, sync_id: u32) -> bool {
         let Some(at) = self.stretch_of(sync_id) else {
             return false;
         };
         let stretch = &mut self.stretches[at];
         stretch.sync = None;
         stretch.answer = None;
-        stretch.walk = StretchWalk::Ended;
+        stretch.walk = StretchWalk::Lost;
         self.stats.stretches_lost += 1;
+        self.stretch_gap = true;
+        self.stretch_done(now);
         true
     }
 
+    /// A stretch walk is done: if it was the last one the whole walk's round waited for,
+    /// that round is over.
+    fn stretch_done(&mut self, now: Duration) {
+        if self.stretches_walking() {
+            return;
+        }
+        if let Some(peer) = self.round_waits.take() {
+            self.round_over(now, &peer);
+        }
+    }
+
+    /// Whether a stretch walk is under way.
+    pub(super) fn stretches_walking(&self) -> bool {
+        self.stretches
+            .iter()
+            .any(|stretch| stretch.walk == StretchWalk::Walking)
+    }
+
+    /// Whether a stretch walk lost an answer since the last call.
+    pub(super) fn take_stretch_gap(&mut self) -> bool {
+        std::mem::take(&mut self.stretch_gap)
+    }
+
     /// Where the whole walk goes on from `resume`: past every stretch it has entered that
-    /// was walked whole (None: past the end of the order, the walk went round).
-    pub(super) fn skip_walked_stretches(&self, resume: ItemName) -> Option<ItemName> {
+    /// another walk covers (None: past the end of the order, the walk went round).
+    pub(super) fn skip_stretches(&self, resume: ItemName) -> Option<ItemName> {
         let mut resume = resume;
         loop {
             let walked = self.stretches.iter().find(|stretch| {
-                stretch.walk == StretchWalk::Walked
+                stretch.walk != StretchWalk::Lost
                     && reached(&resume, Some(&stretch.start))
                     && !reached(&resume, stretch.end.as_ref())
             });
@@ -261,5 +290,7 @@ impl Driver {
     pub(super) fn end_stretches(&mut self) {
         self.stretches.clear();
         self.stretches_started = false;
+        self.stretch_gap = false;
+        self.round_waits = None;
     }
 }

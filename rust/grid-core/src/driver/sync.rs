@@ -199,7 +199,7 @@ impl Driver {
         out: &mut O,
     ) {
         if self.heads_answer_due(sync_id)
-            || self.stretch_answer_due(sync_id)
+            || self.stretch_answer_due(now, sync_id)
             || self.pull_sync != Some(sync_id)
         {
             return;
@@ -251,6 +251,8 @@ impl Driver {
         let sync_id = self.rng.random();
         self.stats.syncs_started += 1;
         self.pull_sync = Some(sync_id);
+        // A sync started meanwhile (push/pull) moves the walk on itself.
+        self.round_waits = None;
         self.pull_held_at_start = lock(&self.store).len();
         self.pull_answer = None;
         self.timers
@@ -278,7 +280,8 @@ impl Driver {
     /// is behind (a mesh started together, or a partition healed): it catches up. A store
     /// larger than one answer is walked for every site's heads beside, from another peer
     /// (see [`super::heads`]), and in its first round, later stretches of it from others
-    /// (see [`super::stretches`]): the walk skips each stretch walked whole.
+    /// (see [`super::stretches`]): the walk skips each stretch another walk covers, and its
+    /// round is over once they are done too.
     fn follow_walk<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -303,7 +306,7 @@ impl Driver {
                 resume: Some(resume),
                 wrapped: false,
             } => {
-                self.pull_resume = self.skip_walked_stretches(resume);
+                self.pull_resume = self.skip_stretches(resume);
                 self.pull_resume.is_none()
             }
             ExportEnd::Stopped { resume, wrapped } => {
@@ -311,27 +314,47 @@ impl Driver {
                 wrapped
             }
         };
-        let next_round = went_round && self.walk_went_round();
+        if went_round {
+            if self.stretches_walking() {
+                self.round_waits = Some(peer.clone());
+            } else {
+                self.round_over(now, peer);
+            }
+            return;
+        }
         if self.catch_up != CatchUp::Walking || self.stopped() {
             return;
         }
-        if !went_round {
-            self.start_heads_walk(now, peer, out);
-            // The stretches are cut at member sites, known once their certificates are:
-            // after a heads walk ended, or at once where none can run (an older peer).
-            let members_known = self.heads_ended || self.heads.is_none();
-            if let Some(resume) = self.pull_resume.clone().filter(|_| members_known) {
-                self.start_stretches(now, &resume, peer, out);
-            }
+        self.start_heads_walk(now, peer, out);
+        // The stretches are cut at member sites, known once their certificates are: after
+        // a heads walk ended, or at once where none can run (an older peer).
+        let members_known = self.heads_ended || self.heads.is_none();
+        if let Some(resume) = self.pull_resume.clone().filter(|_| members_known) {
+            self.start_stretches(now, &resume, peer, out);
         }
-        self.stats.catch_up_syncs += 1;
+        self.next_part(now, peer.clone());
+    }
+
+    /// The whole walk and every stretch walk beside it are done: the round is over, and
+    /// another may begin (see [`Driver::walk_went_round`]), from another member.
+    pub(super) fn round_over(&mut self, now: Duration, peer: &NodeId) {
+        let next_round = self.walk_went_round();
+        if self.catch_up != CatchUp::Walking || self.stopped() {
+            return;
+        }
         let next = if next_round {
             self.random_member_id().unwrap_or_else(|| peer.clone())
         } else {
             peer.clone()
         };
+        self.next_part(now, next);
+    }
+
+    /// Asks `peer` for the next part of the walk after the pause.
+    fn next_part(&mut self, now: Duration, peer: NodeId) {
+        self.stats.catch_up_syncs += 1;
         self.timers
-            .push(now + CATCH_UP_PAUSE, TimerEvent::SyncWith(next));
+            .push(now + CATCH_UP_PAUSE, TimerEvent::SyncWith(peer));
     }
 
     /// A node starts to catch up: its first round begins.
@@ -345,13 +368,16 @@ impl Driver {
     /// The walk went round. While catching up, a round that brought names this node did
     /// not hold is followed by another (the peer walked may have lacked some: it was
     /// catching up itself, or its store grew behind the walk), up to
-    /// [`MAX_CATCH_UP_ROUNDS`]; returns whether one begins. Otherwise catching up is done.
-    /// Stretches are walked in the first round only: the later ones check what it brought.
+    /// [`MAX_CATCH_UP_ROUNDS`]; so is a round in which a stretch walk lost an answer (the
+    /// whole walk may have skipped what it missed). Returns whether one begins; otherwise
+    /// catching up is done. Stretches are walked in the first round only: the later ones
+    /// check what it brought.
     fn walk_went_round(&mut self) -> bool {
         let held = lock(&self.store).len();
         let (round, held_at_start) = self.catch_up_round;
-        if self.catch_up == CatchUp::Walking && held > held_at_start && round < MAX_CATCH_UP_ROUNDS
-        {
+        let gap = self.take_stretch_gap();
+        let again = held > held_at_start || gap;
+        if self.catch_up == CatchUp::Walking && again && round < MAX_CATCH_UP_ROUNDS {
             self.catch_up_round = (round + 1, held);
             self.stretches.clear();
             return true;
