@@ -13,30 +13,48 @@ from grid import __version__
 
 # Each module defines ``register(subparsers)``, which adds its subcommands and sets
 # ``handler`` (args -> exit code) on each of them.
-COMMAND_MODULES: tuple[str, ...] = (
-    "grid.commands.crds",
-    "grid.commands.overlay",
-    "grid.commands.budget",
-    "grid.commands.render",
-    "grid.commands.agent",
-    "grid.commands.demo",
-    "grid.commands.bench",
-    "grid.commands.operator",
-    "grid.commands.secrets",
-    "grid.commands.docs",
-    "grid.commands.booklet",
-)
+COMMANDS: dict[str, str] = {
+    "crds": "grid.commands.crds",
+    "overlay": "grid.commands.overlay",
+    "budget": "grid.commands.budget",
+    "render": "grid.commands.render",
+    "explain": "grid.commands.render",
+    "agent": "grid.commands.agent",
+    "demo": "grid.commands.demo",
+    "bench": "grid.commands.bench",
+    "operator": "grid.commands.operator",
+    "secrets": "grid.commands.secrets",
+    "docs": "grid.commands.docs",
+    "booklet": "grid.commands.booklet",
+}
+"""Each top-level command and the module that registers it."""
+
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grid", description="Grid: route AI inference across sites."
     )
     parser.add_argument("--version", action="version", version=f"grid {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     return parser
+
+
+def modules_for(argv: Sequence[str]) -> Sequence[str]:
+    """The command modules a command line needs: the one that registers its command, none
+    for ``--version``, and every one otherwise (``--help``, no command, an unknown one, so
+    that help and "did you mean" list them all). A command's start-up then imports its own
+    dependencies only: an agent does not import the operator's, nor ``grid --version``
+    anybody's."""
+    first = argv[0] if argv else None
+    if first in COMMANDS:
+        return (COMMANDS[first],)
+    if first == "--version":
+        return ()
+    return COMMAND_MODULES
 
 
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
@@ -44,7 +62,9 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(modules_for(argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -1,2 +1,2 @@
-"""Subcommands of ``grid``: each module has ``register(subparsers)`` and is listed in
-:data:`grid.cli.COMMAND_MODULES`."""
+"""Subcommands of ``grid``: each module has ``register(subparsers)`` and is named, with the
+commands it registers, in :data:`grid.cli.COMMANDS`."""
