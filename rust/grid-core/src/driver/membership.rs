@@ -25,7 +25,7 @@ use crate::wire::{Reader, WireError, KIND_CONFLICT, MAX_MESSAGE_LEN};
 use super::report::foca_error_index;
 use super::{Driver, Event, MemberState};
 
-use super::sync::CatchUp;
+use super::walk::CatchUp;
 
 /// The live identity holding each site name, as foca reported it up: two words per member
 /// (a table keyed by name beside the identity would hold the name twice).

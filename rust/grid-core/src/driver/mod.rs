@@ -31,10 +31,12 @@
 //! The driver's concerns live in submodules, each adding `impl Driver` blocks and the
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
 //! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
-//! (push/pull syncs and catch-up), `repair` (digests and repair answers), `chunks` (the
-//! chunk format syncs and repairs share) and `renewal` (pins, the node's certificate
-//! renewed in place, its own items signed again, earlier certificates forgotten). This file holds the [`Driver`] itself, its
-//! public types and the host loop entry points.
+//! (push/pull syncs: what they carry and how they are answered), `walk` (the walk through
+//! peers' stores and catching up), `heads` and `stretches` (the walks beside it while
+//! catching up), `repair` (digests and repair answers), `chunks` (the chunk format syncs
+//! and repairs share) and `renewal` (pins, the node's certificate renewed in place, its own
+//! items signed again, earlier certificates forgotten). This file holds the [`Driver`]
+//! itself, its public types and the host loop entry points.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -83,6 +85,7 @@ mod report;
 mod stretches;
 mod swim;
 mod sync;
+mod walk;
 
 pub use renewal::Unsigned;
 pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
@@ -93,7 +96,7 @@ use membership::Holders;
 use positions::Positions;
 use stretches::Stretch;
 use swim::ProbeHealth;
-use sync::{CatchUp, PullAnswer};
+use walk::{CatchUp, PullAnswer};
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 

@@ -25,7 +25,7 @@ use crate::lanes::{ExportEnd, ItemName, Lane, WalkLanes};
 use crate::wire::session::Transmit;
 use crate::wire::KIND_SYNC_REQUEST;
 
-use super::sync::{ChunkItems, PullAnswer, WalkStep};
+use super::walk::{ChunkItems, PullAnswer, WalkStep};
 use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
 
 /// Stretches walked beside the whole walk, each from a peer of its own.

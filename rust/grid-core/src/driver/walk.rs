@@ -1,0 +1,349 @@
+//! The walk through peers' stores that syncs resume from: the answer to this node's last
+//! sync as its chunks arrive, catching up part after part, and the rounds of a catch-up
+//! (with the stretch walks beside it, [`super::stretches`]).
+//!
+//! Held apart because the walk's state (where it resumes, the answer being received, the
+//! round under way) matters only to the walk.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::driver::timers::TimerEvent;
+use crate::identity::{Interner, NodeId};
+use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
+use crate::reader::Reader;
+use crate::wire::session::Transmit;
+use crate::wire::KIND_SYNC_REQUEST;
+
+use super::{Driver, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, SYNC_ANSWER_WAIT};
+
+/// A sync answer that brings this many names a node did not hold makes it catch up again.
+const BEHIND_AFTER_NAMES: usize = 64;
+/// Whether a node walks peers' stores part after part, one part every [`CATCH_UP_PAUSE`],
+/// until a walk goes round once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CatchUp {
+    /// Caught up: syncs keep the push/pull pace.
+    Done,
+    /// To catch up, from the next sync on (a new node, or one that was alone).
+    Due,
+    /// Walking: each answer's end asks for the next part.
+    Walking,
+}
+
+/// The answer to this node's last sync, as its chunks arrive. Chunks carry items in walk
+/// order, so the chunks received from the first on, without a gap, cover one stretch of
+/// the walk: when some chunk is lost, the next sync resumes after that stretch.
+pub(in crate::driver) struct PullAnswer {
+    sync_id: u32,
+    /// Where the answer was asked to start.
+    start: Option<ItemName>,
+    chunks: Vec<Option<ChunkItems>>,
+    missing: usize,
+    end: Option<ExportEnd>,
+}
+
+/// The items of one received chunk, by name: its first and last, and whether the walk
+/// wrapped (went past the last name and on from the first) within it.
+#[derive(Clone, Default)]
+pub(super) struct ChunkItems {
+    first: Option<ItemName>,
+    last: Option<ItemName>,
+    wrapped: bool,
+}
+
+/// How far a sync's answer took the walk.
+pub(super) enum WalkStep {
+    /// Whole: what the answer said.
+    Ended(ExportEnd),
+    /// Some chunk is missing: resume after this name (None: where the answer started);
+    /// `wrapped` if the stretch received went past the last name.
+    Partial {
+        resume: Option<ItemName>,
+        wrapped: bool,
+    },
+}
+
+impl PullAnswer {
+    pub(super) fn new(sync_id: u32, start: Option<ItemName>, count: u16) -> PullAnswer {
+        PullAnswer {
+            sync_id,
+            start,
+            chunks: vec![None; usize::from(count)],
+            missing: usize::from(count),
+            end: None,
+        }
+    }
+
+    /// Notes chunk `index`; true once every chunk is in.
+    pub(super) fn note(&mut self, index: u16, items: ChunkItems, end: Option<ExportEnd>) -> bool {
+        if let Some(slot) = self.chunks.get_mut(usize::from(index)) {
+            if slot.is_none() {
+                *slot = Some(items);
+                self.missing -= 1;
+            }
+        }
+        if end.is_some() {
+            self.end = end;
+        }
+        self.missing == 0 && self.end.is_some()
+    }
+
+    /// How far the walk got: the answer's own end when it is whole, else the stretch
+    /// covered by the chunks received from the first without a gap.
+    pub(super) fn step(&mut self) -> WalkStep {
+        if self.missing == 0 {
+            if let Some(end) = self.end.take() {
+                return WalkStep::Ended(end);
+            }
+        }
+        let mut resume = self.start.clone();
+        let mut wrapped = false;
+        let mut previous = self.start.clone();
+        for chunk in self.chunks.iter().map_while(Option::as_ref) {
+            if let Some(first) = &chunk.first {
+                wrapped |= chunk.wrapped || previous.as_ref().is_some_and(|p| first <= p);
+                previous = chunk.last.clone();
+                resume = chunk.last.clone();
+            }
+        }
+        WalkStep::Partial { resume, wrapped }
+    }
+}
+
+impl ChunkItems {
+    fn of(items: &[&[u8]], interner: &Interner) -> ChunkItems {
+        let mut names = items
+            .iter()
+            .filter_map(|item| ItemName::decode(&mut Reader::new(item), interner).ok());
+        let Some(first) = names.next() else {
+            return ChunkItems::default();
+        };
+        let mut last = first.clone();
+        let mut wrapped = false;
+        for name in names {
+            wrapped |= name <= last;
+            last = name;
+        }
+        ChunkItems {
+            first: Some(first),
+            last: Some(last),
+            wrapped,
+        }
+    }
+}
+
+impl Driver {
+    /// The answer to sync `sync_id` should be whole by now. If it is not, the walk moves
+    /// on only past the chunks received from the first without a gap, and the rest is
+    /// asked for (from any member: they all walk in the same order) at once while catching
+    /// up, or by the next push/pull otherwise.
+    pub(super) fn answer_due<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        sync_id: u32,
+        out: &mut O,
+    ) {
+        if self.heads_answer_due(sync_id)
+            || self.stretch_answer_due(now, sync_id)
+            || self.pull_sync != Some(sync_id)
+        {
+            return;
+        }
+        self.stats.syncs_incomplete += 1;
+        self.pull_sync = None;
+        if let Some(WalkStep::Partial { resume, wrapped }) =
+            self.pull_answer.take().map(|mut answer| answer.step())
+        {
+            self.pull_resume = resume;
+            if wrapped {
+                self.walk_went_round();
+            }
+        }
+        if self.catch_up == CatchUp::Walking && !self.stopped() {
+            if let Some(peer) = self.random_member() {
+                self.stats.catch_up_syncs += 1;
+                self.start_sync(now, peer, out);
+            }
+        }
+    }
+
+    pub(super) fn start_sync<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        peer: SocketAddr,
+        out: &mut O,
+    ) {
+        let sync_id = self.rng.random();
+        self.stats.syncs_started += 1;
+        self.pull_sync = Some(sync_id);
+        // A sync started meanwhile (push/pull) moves the walk on itself.
+        self.round_waits = None;
+        self.pull_held_at_start = lock(&self.store).len();
+        self.pull_answer = None;
+        self.timers
+            .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
+        if self.catch_up == CatchUp::Due {
+            self.start_catching_up();
+        }
+        let resume = self.pull_resume.clone();
+        self.send_state(
+            now,
+            KIND_SYNC_REQUEST,
+            sync_id,
+            peer,
+            None,
+            resume,
+            WalkLanes::All,
+            out,
+        );
+    }
+
+    /// An answer to this node's last sync said where its items ended: the next sync
+    /// resumes there. While catching up, the next part is asked for soon, from the same
+    /// peer, until the walk has gone round (see [`Driver::walk_went_round`]). An answer
+    /// that brought at least [`BEHIND_AFTER_NAMES`] names this node did not hold shows it
+    /// is behind (a mesh started together, or a partition healed): it catches up. A store
+    /// larger than one answer is walked for every site's heads beside, from another peer
+    /// (see [`super::heads`]), and in its first round, later stretches of it from others
+    /// (see [`super::stretches`]): the walk skips each stretch another walk covers, and its
+    /// round is over once they are done too.
+    fn follow_walk<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        end: ExportEnd,
+        peer: &NodeId,
+        out: &mut O,
+    ) {
+        self.pull_sync = None;
+        self.pull_answer = None;
+        let brought = lock(&self.store)
+            .len()
+            .saturating_sub(self.pull_held_at_start);
+        if self.catch_up == CatchUp::Done && brought >= BEHIND_AFTER_NAMES {
+            self.start_catching_up();
+        }
+        let went_round = match end {
+            ExportEnd::Complete => {
+                self.pull_resume = None;
+                true
+            }
+            ExportEnd::Stopped {
+                resume: Some(resume),
+                wrapped: false,
+            } => {
+                self.pull_resume = self.skip_stretches(resume);
+                self.pull_resume.is_none()
+            }
+            ExportEnd::Stopped { resume, wrapped } => {
+                self.pull_resume = resume;
+                wrapped
+            }
+        };
+        if went_round {
+            if self.stretches_walking() {
+                self.round_waits = Some(peer.clone());
+            } else {
+                self.round_over(now, peer);
+            }
+            return;
+        }
+        if self.catch_up != CatchUp::Walking || self.stopped() {
+            return;
+        }
+        self.start_heads_walk(now, peer, out);
+        // The stretches are cut at member sites, known once their certificates are: after
+        // a heads walk ended, or at once where none can run (an older peer).
+        let members_known = self.heads_ended || self.heads.is_none();
+        if let Some(resume) = self.pull_resume.clone().filter(|_| members_known) {
+            self.start_stretches(now, &resume, peer, out);
+        }
+        self.next_part(now, peer.clone());
+    }
+
+    /// The whole walk and every stretch walk beside it are done: the round is over, and
+    /// another may begin (see [`Driver::walk_went_round`]), from another member.
+    pub(super) fn round_over(&mut self, now: Duration, peer: &NodeId) {
+        let next_round = self.walk_went_round();
+        if self.catch_up != CatchUp::Walking || self.stopped() {
+            return;
+        }
+        let next = if next_round {
+            self.random_member_id().unwrap_or_else(|| peer.clone())
+        } else {
+            peer.clone()
+        };
+        self.next_part(now, next);
+    }
+
+    /// Asks `peer` for the next part of the walk after the pause.
+    fn next_part(&mut self, now: Duration, peer: NodeId) {
+        self.stats.catch_up_syncs += 1;
+        self.timers
+            .push(now + CATCH_UP_PAUSE, TimerEvent::SyncWith(peer));
+    }
+
+    /// A node starts to catch up: its first round begins.
+    pub(super) fn start_catching_up(&mut self) {
+        self.catch_up = CatchUp::Walking;
+        self.heads_ended = false;
+        self.end_stretches();
+        self.catch_up_round = (1, lock(&self.store).len());
+    }
+
+    /// The walk went round. While catching up, a round that brought names this node did
+    /// not hold is followed by another (the peer walked may have lacked some: it was
+    /// catching up itself, or its store grew behind the walk), up to
+    /// [`MAX_CATCH_UP_ROUNDS`]; so is a round in which a stretch walk lost an answer (the
+    /// whole walk may have skipped what it missed). Returns whether one begins; otherwise
+    /// catching up is done. Stretches are walked in the first round only: the later ones
+    /// check what it brought.
+    fn walk_went_round(&mut self) -> bool {
+        let held = lock(&self.store).len();
+        let (round, held_at_start) = self.catch_up_round;
+        let gap = self.take_stretch_gap();
+        let again = held > held_at_start || gap;
+        if self.catch_up == CatchUp::Walking && again && round < MAX_CATCH_UP_ROUNDS {
+            self.catch_up_round = (round + 1, held);
+            self.stretches.clear();
+            return true;
+        }
+        self.catch_up = CatchUp::Done;
+        self.end_stretches();
+        false
+    }
+
+    /// A chunk of an answer to sync `part.0` (chunk `part.1` of `part.2`), if it is the
+    /// whole walk's or a stretch walk's: once that answer is whole, its walk moves on.
+    pub(super) fn take_walk_chunk<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        (sync_id, index, count): (u32, u16, u16),
+        items: &[&[u8]],
+        walk_end: Option<ExportEnd>,
+        sender: &NodeId,
+        out: &mut O,
+    ) {
+        let whole_walk = self.pull_sync == Some(sync_id);
+        if !(whole_walk || self.is_stretch_sync(sync_id)) {
+            return;
+        }
+        let chunk = ChunkItems::of(items, &self.interner);
+        if !whole_walk {
+            self.follow_stretch(now, sync_id, (index, count), chunk, walk_end);
+            return;
+        }
+        let start = self.pull_resume.clone();
+        let answer = match &mut self.pull_answer {
+            Some(answer) if answer.sync_id == sync_id => answer,
+            slot => slot.insert(PullAnswer::new(sync_id, start, count)),
+        };
+        if answer.note(index, chunk, walk_end) {
+            if let WalkStep::Ended(end) = answer.step() {
+                self.follow_walk(now, end, sender, out);
+            }
+        }
+    }
+}
