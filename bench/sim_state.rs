@@ -1,7 +1,8 @@
 //! The state-plane scenario of the simulator at one size, printed: fill time, traffic per
 //! site by kind, change convergence and a joiner's catch-up, with the wall time it took.
 //!
-//! Run: `cargo run --release -p grid-core --example sim_state -- SITES PROVIDERS [THREADS [START_RATE]]`.
+//! Run: `cargo run --release -p grid-core --example sim_state -- SITES PROVIDERS
+//! [THREADS [START_RATE [SCRAPE_SECONDS]]]` (defaults: 1 thread, 25 names a second, 15 s).
 
 use std::time::Instant;
 
@@ -17,6 +18,9 @@ fn main() {
     scenario.settings.threads = args.get(2).copied().unwrap_or(1);
     if let Some(rate) = args.get(3) {
         scenario.start_rate = *rate as f64;
+    }
+    if let Some(scrape) = args.get(4) {
+        scenario.load.scrape_interval = std::time::Duration::from_secs(*scrape as u64);
     }
     let wall = Instant::now();
     let report = run_state_scenario(&scenario).expect("scenario runs");

@@ -360,7 +360,7 @@ def test_the_state_scenario_reports_traffic_changes_and_catch_up(
     assert 0 < row["change_seconds"]["p50"] <= row["change_seconds"]["max"] < 30
     assert row["catch_up"] is not None and row["joiner_items"] == row["items"]
     kinds = row["per_site"]
-    assert kinds["broadcast"]["bytes_out"] > 0 and kinds["sync"]["bytes_out"] > 0
+    assert kinds["broadcast"]["bytes_out"] > 0 and kinds["sync-response"]["bytes_out"] > 0
     # No loss: what sites send in the window they receive, but for what is in flight at its ends.
     assert row["bytes_in_per_site"] == pytest.approx(row["bytes_out_per_site"], rel=0.05)
     assert main(argv) == 0

@@ -137,6 +137,7 @@ def _state(rows: Sequence[Row]) -> str:
             continue
         kinds = row["per_site"]
         repair = kinds["repair"]["bytes_out"] + kinds["digest"]["bytes_out"]
+        sync = kinds["sync-request"]["bytes_out"] + kinds["sync-response"]["bytes_out"]
         converged = row["changes_converged"]
         body.append(
             (
@@ -148,7 +149,7 @@ def _state(rows: Sequence[Row]) -> str:
                 f"{row['bytes_in_per_site']:,.0f}",
                 _num(row["messages_out_per_site"], 1),
                 f"{kinds['broadcast']['bytes_out']:,.0f}",
-                f"{kinds['sync']['bytes_out']:,.0f}",
+                f"{sync:,.0f}",
                 f"{repair:,.0f}",
                 _spread(row["change_seconds"]),
                 "-" if converged is None else f"{converged:.0%}",

@@ -36,7 +36,7 @@ REGISTERS_PER_PAGE = 12
 BYTES_PER_HELD_ITEM = 830
 #: Sizes whose stores alone would need more than this are skipped.
 MEMORY_LIMIT = 12 * 2**30
-KINDS = ("swim", "broadcast", "sync", "digest", "repair", "other")
+KINDS = ("swim", "broadcast", "sync-request", "sync-response", "digest", "repair", "other")
 
 
 @dataclass(frozen=True, slots=True)

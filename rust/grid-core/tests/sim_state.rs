@@ -45,7 +45,8 @@ fn items_fill_every_store_changes_converge_and_a_joiner_catches_up() {
     // Items travel as broadcasts and in syncs; pages are written at every scrape.
     let broadcast = report.traffic.of(TrafficKind::Broadcast);
     assert!(broadcast.sent > 0 && broadcast.received_bytes > 0);
-    assert!(report.traffic.of(TrafficKind::Sync).sent_bytes > 0);
+    assert!(report.traffic.of(TrafficKind::SyncRequest).sent_bytes > 0);
+    assert!(report.traffic.of(TrafficKind::SyncResponse).sent_bytes > 0);
     assert!(report.traffic.of(TrafficKind::Swim).sent > 0);
     assert!(report.bytes_per_site_second() > 0.0);
 }

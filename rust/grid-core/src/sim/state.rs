@@ -29,8 +29,11 @@ pub enum TrafficKind {
     Swim,
     /// foca `Broadcast` messages: items pushed as news.
     Broadcast,
-    /// Push/pull sync requests and answers: member lists and store walks.
-    Sync,
+    /// Push/pull sync requests (the sender's member list and own items, where its walk
+    /// of the peer's store resumes)...
+    SyncRequest,
+    /// ...and their answers: the peer's member list and the next part of its store.
+    SyncResponse,
     /// Digests of recently stored versions.
     Digest,
     /// Answers to digests: the versions the digest's sender missed.
@@ -40,10 +43,11 @@ pub enum TrafficKind {
 }
 
 impl TrafficKind {
-    pub const ALL: [TrafficKind; 6] = [
+    pub const ALL: [TrafficKind; 7] = [
         TrafficKind::Swim,
         TrafficKind::Broadcast,
-        TrafficKind::Sync,
+        TrafficKind::SyncRequest,
+        TrafficKind::SyncResponse,
         TrafficKind::Digest,
         TrafficKind::Repair,
         TrafficKind::Other,
@@ -53,7 +57,8 @@ impl TrafficKind {
         match self {
             TrafficKind::Swim => "swim",
             TrafficKind::Broadcast => "broadcast",
-            TrafficKind::Sync => "sync",
+            TrafficKind::SyncRequest => "sync-request",
+            TrafficKind::SyncResponse => "sync-response",
             TrafficKind::Digest => "digest",
             TrafficKind::Repair => "repair",
             TrafficKind::Other => "other",
@@ -71,7 +76,8 @@ impl TrafficKind {
                 Ok(header) if header.message == Message::Broadcast => TrafficKind::Broadcast,
                 _ => TrafficKind::Swim,
             },
-            KIND_SYNC_REQUEST | KIND_SYNC_RESPONSE => TrafficKind::Sync,
+            KIND_SYNC_REQUEST => TrafficKind::SyncRequest,
+            KIND_SYNC_RESPONSE => TrafficKind::SyncResponse,
             KIND_DIGEST => TrafficKind::Digest,
             KIND_REPAIR => TrafficKind::Repair,
             _ => TrafficKind::Other,
@@ -109,7 +115,7 @@ impl KindCount {
 
 /// One node's traffic by [`TrafficKind`], indexed like [`TrafficKind::ALL`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KindTraffic(pub [KindCount; 6]);
+pub struct KindTraffic(pub [KindCount; 7]);
 
 impl KindTraffic {
     pub fn of(&self, kind: TrafficKind) -> &KindCount {

@@ -9,7 +9,8 @@
 //!    each node's messages and bytes by kind;
 //! 3. **changes**: one at a time, a site publishes a new version of one of its providers'
 //!    catalogue items; how long until every other running node took it;
-//! 4. **catch-up**: a node with an empty store joins; how long until it holds every name.
+//! 4. **catch-up**: a node with an empty store joins; how long until it holds 99 % of the
+//!    names, and every name.
 //!
 //! Everything is virtual time and deterministic for a seed; phases give up after
 //! [`StateScenario::patience`] and say so (`None`).
