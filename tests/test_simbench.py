@@ -29,7 +29,13 @@ from grid.simbench.runner import (
 )
 from grid.simbench.scenarios import Context, failure_runs, form_cluster, join_runs
 from grid.simbench.speed import measure
-from grid.simbench.state import StatePlan, estimated_memory, items_per_site, state_row
+from grid.simbench.state import (
+    MEMORY_LIMIT,
+    StatePlan,
+    estimated_memory,
+    items_per_site,
+    state_row,
+)
 from grid.simbench.stats import (
     coverage_time,
     pooled_cdf,
@@ -372,4 +378,4 @@ def test_a_state_size_whose_stores_do_not_fit_is_skipped_with_what_it_needs() ->
 
     row = state_row(5000, 1, StatePlan(), NetworkModel(), threads=1)
     assert "skipped" in row and "GiB" in row["skipped"]
-    assert estimated_memory(100, 100) < 2**30 < estimated_memory(1000, 100)
+    assert estimated_memory(1000, 5) < MEMORY_LIMIT < estimated_memory(1000, 10)

@@ -157,13 +157,14 @@ def _state(rows: Sequence[Row]) -> str:
                 _num(row["catch_up"], 1),
             )
         )
-    text = (
+    heading = (
         "State plane: sites publishing catalogues, pages, gateway, metadata and certificates\n"
         "(bytes and messages per site and second in steady state, out by kind; change s = "
         "p50/p99/max seconds until every other node took a catalogue change; catch-up = "
-        "an empty node joining, until it held 99% / all of the names)\n" + table(header, body)
+        "an empty node joining, until it held 99% / all of the names)"
     )
-    return "\n".join([text, *skipped])
+    tables = [table(header, body)] if body else []
+    return "\n".join([heading, *tables, *skipped])
 
 
 def _failure(rows: Sequence[Row]) -> str:
