@@ -426,5 +426,5 @@ def test_a_bench_scenario_typo_gets_did_you_mean() -> None:
     line = refused(grid("bench", "convergence", "--scenario", "joins"), "grid bench convergence: ")
     assert line == (
         "unknown scenario 'joins': did you mean 'join'? "
-        "(scenarios: accuracy, failure, join, partition, speed)"
+        "(scenarios: accuracy, failure, join, partition, speed, state)"
     )

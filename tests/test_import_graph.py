@@ -41,6 +41,7 @@ NATIVE_IMPORTERS = [
     "grid.runtime.metrics",
     "grid.simbench.profiles",
     "grid.simbench.scenarios",
+    "grid.simbench.state",
 ]
 
 

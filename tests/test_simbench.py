@@ -29,6 +29,13 @@ from grid.simbench.runner import (
 )
 from grid.simbench.scenarios import Context, failure_runs, form_cluster, join_runs
 from grid.simbench.speed import measure
+from grid.simbench.state import (
+    MEMORY_LIMIT,
+    StatePlan,
+    estimated_memory,
+    items_per_site,
+    state_row,
+)
 from grid.simbench.stats import (
     coverage_time,
     pooled_cdf,
@@ -342,3 +349,33 @@ def test_the_speed_probe_runs_in_its_own_process() -> None:
     assert 0 < row["peak_rss_bytes"] < 2**30
     with pytest.raises(SpeedProbeError, match="consul"):
         measure_speed(40, 1, "consul", NetworkModel(), threads=1)
+
+
+def test_the_state_scenario_reports_traffic_changes_and_catch_up(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "convergence", "--scenario", "state", "--sizes", "12", "--providers", "10"]
+    argv += ["--state-window", "20", "--state-changes", "4"]
+    assert main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    (row,) = report["state"]
+    # Two certificate chunks, gateway, metadata, 10 catalogues and one page a site.
+    assert row["items"] == 12 * 15 == 12 * items_per_site(10)
+    assert row["filled_after"] is not None and row["missing_after_fill"] == 0
+    assert row["changes"] == 4 and row["changes_converged"] == 1.0
+    assert 0 < row["change_seconds"]["p50"] <= row["change_seconds"]["max"] < 30
+    assert row["catch_up"] is not None and row["joiner_items"] == row["items"]
+    kinds = row["per_site"]
+    assert kinds["broadcast"]["bytes_out"] > 0 and kinds["sync-response"]["bytes_out"] > 0
+    # No loss: what sites send in the window they receive, but for what is in flight at its ends.
+    assert row["bytes_in_per_site"] == pytest.approx(row["bytes_out_per_site"], rel=0.05)
+    assert main(argv) == 0
+    assert "State plane" in capsys.readouterr().out
+
+
+def test_a_state_size_whose_stores_do_not_fit_is_skipped_with_what_it_needs() -> None:
+    from grid.simbench.profiles import NetworkModel
+
+    row = state_row(5000, 1, StatePlan(), NetworkModel(), threads=1)
+    assert "skipped" in row and "GiB" in row["skipped"]
+    assert estimated_memory(1000, 5) < MEMORY_LIMIT < estimated_memory(1000, 10)

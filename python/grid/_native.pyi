@@ -1,7 +1,7 @@
 """Type stubs for the Rust extension ``grid._native``."""
 
 from collections.abc import Mapping, Sequence
-from typing import TypeAlias, final
+from typing import Any, TypeAlias, final
 
 __all__ = [
     "FRAME_OVERHEAD",
@@ -23,6 +23,7 @@ __all__ = [
     "compact_json",
     "compact_json_and_digest",
     "fnv1a_32",
+    "run_state_scenario",
     "score_breakdowns",
     "stable_id",
 ]
@@ -265,3 +266,27 @@ class Simulation:
     def traffic(self) -> dict[str, list[int]]: ...
     def stats(self) -> dict[str, int]: ...
     def trace_hash(self) -> int: ...
+
+# --- The state-plane scenario (rust/grid-py/src/sim_state.rs) -----------------------------
+
+def run_state_scenario(
+    sites: int,
+    providers: int,
+    seed: int = 1,
+    *,
+    probe_interval: float = 5.0,
+    suspicion_timeout: float = 10.0,
+    gossip_nodes: int = 3,
+    push_pull_interval: float = 30.0,
+    delay: float = 0.005,
+    jitter: float = 0.005,
+    jitter_kind: str = "exponential",
+    loss: float = 0.0,
+    scrape_interval: float = 15.0,
+    window: float = 60.0,
+    start_rate: float = 25.0,
+    changes: int = 20,
+    patience: float = 600.0,
+    threads: int = 1,
+) -> dict[str, Any]:
+    """Runs the state-plane scenario at ``sites`` x ``providers``; its report."""

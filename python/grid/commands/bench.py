@@ -24,6 +24,7 @@ from grid.simbench.profiles import PROFILES, NetworkModel
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
 from grid.simbench.runner import SCENARIOS, Plan, SpeedProbeError, run_plan
+from grid.simbench.state import DEFAULT_PROVIDERS, StatePlan
 from grid.suggest import unknown_name
 
 EXIT_OK = 0
@@ -141,6 +142,28 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="clusters this large are formed once and shared by their runs (default: 5000)",
     )
+    convergence.add_argument(
+        "--providers",
+        type=int,
+        default=DEFAULT_PROVIDERS,
+        metavar="P",
+        help=f"state scenario: providers per site (default: {DEFAULT_PROVIDERS})",
+    )
+    convergence.add_argument(
+        "--state-window",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="state scenario: virtual seconds of steady state whose traffic is counted "
+        "(default: 60)",
+    )
+    convergence.add_argument(
+        "--state-changes",
+        type=int,
+        default=20,
+        metavar="K",
+        help="state scenario: catalogue changes timed (default: 20)",
+    )
     convergence.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     convergence.set_defaults(handler=convergence_command)
     _register_mesh(commands)
@@ -245,6 +268,10 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     profiles = tuple(part.strip() for part in args.profiles.split(",") if part.strip())
     _check_names(scenarios, SCENARIOS, "scenario")
     _check_names(profiles, PROFILES, "profile")
+    if args.providers < 1 or args.state_changes < 1 or not args.state_window > 0:
+        raise ConfigError(
+            "--providers and --state-changes must be at least 1, --state-window positive"
+        )
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {args.threads}")
     if not (args.delay > 0 and args.jitter >= 0):
@@ -269,6 +296,11 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
             losses=losses,
             slow_node=args.slow_node,
             accuracy_minutes=args.accuracy_minutes,
+            state=StatePlan(
+                providers=args.providers,
+                window=args.state_window,
+                changes=args.state_changes,
+            ),
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None

@@ -183,10 +183,11 @@ def figure(report: dict[str, Any], version: str | None = None) -> Figure:
         "partition": _partition,
         "speed": _speed,
     }
+    # The state plane's figures are a table (bytes by kind, delays): no panel.
     panels = tuple(
         builders[name](report[name] or [], colours, report.get("targets") or [])
         for name in SCENARIOS
-        if name in report
+        if name in report and name in builders
     )
     quick = " --quick" if (report.get("plan") or {}).get("quick") else ""
     return Figure(

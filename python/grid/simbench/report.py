@@ -63,6 +63,8 @@ def render(report: dict[str, Any]) -> str:
         out += ["", _partition(report["partition"])]
     if "speed" in report:
         out += ["", _speed(report["speed"])]
+    if "state" in report:
+        out += ["", _state(report["state"])]
     if report.get("targets"):
         out += ["", _targets(report["targets"])]
     return "\n".join(out) + "\n"
@@ -108,6 +110,61 @@ def _join(rows: Sequence[Row]) -> str:
         "for fanout f; /bound = p50 rounds to 100% over the bound; grid/ml = Grid's p50 "
         "seconds to 100% over memberlist-lan's)\n" + table(header, body)
     )
+
+
+def _state(rows: Sequence[Row]) -> str:
+    header = (
+        "sites",
+        "providers",
+        "items",
+        "filled s",
+        "B/s out",
+        "B/s in",
+        "msg/s out",
+        "broadcast",
+        "sync",
+        "repair+digest",
+        "change s",
+        "changes",
+        "catch-up 99% s",
+        "catch-up s",
+    )
+    body = []
+    skipped = []
+    for row in rows:
+        if "skipped" in row:
+            skipped.append(f"{row['size']:,} x {row['providers']}: skipped, {row['skipped']}")
+            continue
+        kinds = row["per_site"]
+        repair = kinds["repair"]["bytes_out"] + kinds["digest"]["bytes_out"]
+        sync = kinds["sync-request"]["bytes_out"] + kinds["sync-response"]["bytes_out"]
+        converged = row["changes_converged"]
+        body.append(
+            (
+                f"{row['size']:,}",
+                str(row["providers"]),
+                f"{row['items']:,}",
+                _num(row["filled_after"], 0),
+                f"{row['bytes_out_per_site']:,.0f}",
+                f"{row['bytes_in_per_site']:,.0f}",
+                _num(row["messages_out_per_site"], 1),
+                f"{kinds['broadcast']['bytes_out']:,.0f}",
+                f"{sync:,.0f}",
+                f"{repair:,.0f}",
+                _spread(row["change_seconds"]),
+                "-" if converged is None else f"{converged:.0%}",
+                _num(row["catch_up_99"], 1),
+                _num(row["catch_up"], 1),
+            )
+        )
+    heading = (
+        "State plane: sites publishing catalogues, pages, gateway, metadata and certificates\n"
+        "(bytes and messages per site and second in steady state, out by kind; change s = "
+        "p50/p99/max seconds until every other node took a catalogue change; catch-up = "
+        "an empty node joining, until it held 99% / all of the names)"
+    )
+    tables = [table(header, body)] if body else []
+    return "\n".join([heading, *tables, *skipped])
 
 
 def _failure(rows: Sequence[Row]) -> str:

@@ -32,9 +32,10 @@ from grid.simbench.scenarios import (
     partition_run,
     rounds,
 )
+from grid.simbench.state import StatePlan, state_row
 from grid.simbench.stats import pooled_cdf, spread, tail_miss_bound, uninformed_by_round
 
-SCENARIOS = ("join", "failure", "accuracy", "partition", "speed")
+SCENARIOS = ("join", "failure", "accuracy", "partition", "speed", "state")
 #: Fractions of the cluster a join is timed to.
 COVERAGE = (("50%", 0.5), ("99%", 0.99), ("100%", 1.0))
 #: Cluster sizes when none are given: the full run, and --quick's (no 10,000-member
@@ -87,6 +88,8 @@ class Plan:
     losses: tuple[float, ...] = ACCURACY_LOSSES
     slow_node: bool = True
     accuracy_minutes: float | None = None
+    #: The state-plane scenario's providers per site, window, changes and patience.
+    state: StatePlan = field(default_factory=StatePlan)
 
     def __post_init__(self) -> None:
         unknown = set(self.scenarios) - set(SCENARIOS)
@@ -161,6 +164,13 @@ def run_plan(plan: Plan, progress: Progress) -> dict[str, Any]:
             "losses": list(plan.losses),
             "slow_node": plan.slow_node,
             "accuracy_minutes": plan.accuracy_duration / 60,
+            "state": {
+                "providers": plan.state.providers,
+                "window": plan.state.window,
+                "changes": plan.state.changes,
+                "patience": plan.state.patience,
+                "start_rate": plan.state.start_rate,
+            },
             "scenario_sizes": {name: plan.scenario_sizes(name) for name in plan.scenarios},
         }
     }
@@ -170,6 +180,7 @@ def run_plan(plan: Plan, progress: Progress) -> dict[str, Any]:
         "accuracy": _accuracy,
         "partition": _partition,
         "speed": _speed,
+        "state": _state,
     }
     for scenario, step in steps.items():
         if scenario in plan.scenarios:
@@ -355,6 +366,15 @@ def _speed(plan: Plan, ctx: Context) -> list[Row]:
     for size in sizes:
         ctx.progress.show(f"speed N={size} (separate process)", 0, 1)
         rows.append(measure_speed(size, plan.seed, GRID, plan.network, plan.threads))
+    return rows
+
+
+def _state(plan: Plan, ctx: Context) -> list[Row]:
+    sizes = plan.scenario_sizes("state")
+    rows: list[Row] = []
+    for done, size in enumerate(sizes):
+        ctx.progress.show(f"state N={size} x {plan.state.providers} providers", done, len(sizes))
+        rows.append(state_row(size, plan.seed, plan.state, ctx.network, ctx.threads))
     return rows
 
 

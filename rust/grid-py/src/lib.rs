@@ -9,6 +9,7 @@ mod errors;
 mod fingerprint;
 mod frame;
 mod sim;
+mod sim_state;
 mod swim;
 
 #[pymodule]
@@ -20,5 +21,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     frame::register(m)?;
     swim::register(m)?;
     sim::register(m)?;
+    sim_state::register(m)?;
     Ok(())
 }

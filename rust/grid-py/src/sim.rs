@@ -19,11 +19,11 @@ use pyo3::types::PyDict;
 
 import_exception!(grid.errors, SimulationError);
 
-fn sim_error(err: SimError) -> PyErr {
+pub(crate) fn sim_error(err: SimError) -> PyErr {
     SimulationError::new_err(err.to_string())
 }
 
-fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+pub(crate) fn seconds(name: &str, value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         SimulationError::new_err(format!(
             "{name} must be a non-negative number of seconds, got {value}"
@@ -31,7 +31,7 @@ fn seconds(name: &str, value: f64) -> PyResult<Duration> {
     })
 }
 
-fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
+pub(crate) fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
     let duration = seconds(name, value)?;
     if duration.is_zero() {
         return Err(SimulationError::new_err(format!(
@@ -41,7 +41,7 @@ fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
     Ok(duration)
 }
 
-fn jitter(kind: &str, value: Duration) -> PyResult<Jitter> {
+pub(crate) fn jitter(kind: &str, value: Duration) -> PyResult<Jitter> {
     let make = match kind {
         "uniform" => Jitter::Uniform,
         "exponential" => Jitter::Exponential,

@@ -202,3 +202,11 @@ pub struct DriverStats {
     /// gossip had not brought.
     pub items_repaired: u64,
 }
+
+impl super::Driver {
+    /// The version of an item this node holds with its payload (`None` if it holds none):
+    /// what a host, or a simulation, checks to tell whether a change reached this node.
+    pub fn held_version(&self, origin: &str, lane: crate::lanes::Lane, key: &str) -> Option<u64> {
+        crate::lanes::lock(&self.store).held_version(origin, lane, key)
+    }
+}

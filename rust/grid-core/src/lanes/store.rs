@@ -308,6 +308,14 @@ impl ItemStore {
         !self.fresh.is_empty()
     }
 
+    /// The version of this name held with its payload, if any (a forgotten one is not
+    /// held).
+    pub fn held_version(&self, origin: &str, lane: Lane, key: &str) -> Option<u64> {
+        self.stored(origin, lane, key)
+            .filter(|stored| stored.held.is_some())
+            .map(|stored| stored.version)
+    }
+
     /// The stored version of this name, if any.
     pub(super) fn stored(&self, origin: &str, lane: Lane, key: &str) -> Option<&Stored> {
         self.origins

@@ -11,6 +11,7 @@ use std::time::Duration;
 use foca::{Codec, Message, State};
 
 use super::net::node_index;
+use super::state::{Arrival, KindTraffic};
 use crate::driver::MemberState;
 use crate::identity::NodeId;
 use crate::wire::{
@@ -185,6 +186,10 @@ pub(super) struct SeenSuspect {
 /// What one node's messages showed since the simulator last collected them.
 #[derive(Default)]
 pub(super) struct Seen {
+    /// Traffic by kind, while the world counts it.
+    pub kinds: KindTraffic,
+    /// Watched item versions this node took, while any are watched.
+    pub arrivals: Vec<Arrival>,
     pub suspects: Vec<SeenSuspect>,
     pub refutations: Vec<Refutation>,
     pub messages: Vec<MessageRecord>,

@@ -41,7 +41,11 @@
 //! - `measure`: what is gathered after each node ran, watches, convergence and read-outs;
 //! - `scenario`: the steps a scenario takes (add, join, crash, restart, leave, slow nodes,
 //!   partitions, loss);
-//! - [`messages`], [`record`]: what is read off the wire and what is remembered.
+//! - [`messages`], [`record`]: what is read off the wire and what is remembered;
+//! - [`state`]: the state plane: items published through the drivers, what each store
+//!   holds, when a watched version reached each node, traffic by kind;
+//! - [`workload`], `state_run`: what each site publishes, and the state-plane scenario
+//!   (fill, steady traffic, changes, a joiner's catch-up).
 
 mod bootstrap;
 mod measure;
@@ -52,6 +56,9 @@ mod queue;
 pub mod record;
 mod run;
 mod scenario;
+pub mod state;
+mod state_run;
+pub mod workload;
 mod world;
 
 use std::collections::{BinaryHeap, HashMap};
@@ -73,6 +80,9 @@ pub use net::{
 };
 pub use node::DriverTotals;
 pub use record::{Change, Learned, Record, Suspicion, Traffic};
+pub use state::{KindCount, KindTraffic, TrafficKind};
+pub use state_run::{run_state_scenario, StateReport, StateScenario};
+pub use workload::SiteLoad;
 
 /// The simulated wall clock at virtual time 0 (messages carry it for freshness checks).
 pub const SIM_WALL_EPOCH: Duration = Duration::from_millis(1_700_000_000_000);
@@ -224,6 +234,8 @@ pub struct Simulation {
     windows: u64,
     parallel_windows: u64,
     bootstrap_sends: u64,
+    /// Set by [`Simulation::set_item_capacity`] for every driver made since.
+    item_capacity: Option<usize>,
 }
 
 impl Simulation {
@@ -246,6 +258,8 @@ impl Simulation {
                 link_loss: HashMap::new(),
                 recording: true,
                 message_log: None,
+                count_kinds: false,
+                watched: Vec::new(),
             },
             slots: Vec::with_capacity(nodes),
             queue: Queue {
@@ -261,6 +275,7 @@ impl Simulation {
             windows: 0,
             parallel_windows: 0,
             bootstrap_sends: 0,
+            item_capacity: None,
         };
         for _ in 0..nodes {
             sim.push_node();
@@ -287,14 +302,20 @@ impl Simulation {
         let seed = mix(mix(self.seed, u64::from(node)), u64::from(life));
         // The simulator studies SWIM's dynamics, not its cryptography: messages keep their
         // layout and replay windows, with unsigned trailers.
-        Driver::new(
+        let driver = Driver::new(
             self.identity(node, life),
             self.swim.clone(),
             seed,
             self.interner(node).clone(),
             Authority::Unsigned,
             SIM_WALL_EPOCH,
-        )
+        );
+        match self.item_capacity {
+            Some(capacity) => driver
+                .with_item_capacity(capacity)
+                .expect("checked by set_item_capacity"),
+            None => driver,
+        }
     }
 
     fn push_node(&mut self) -> u32 {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::driver::config::ConfigError;
+use crate::lanes::PublishError;
 
 /// Every simulated node listens on this port; node `i` has the loopback address
 /// `127.x.y.z` that encodes `i + 1`.
@@ -156,6 +157,8 @@ pub enum SimError {
         requested: Duration,
         now: Duration,
     },
+    /// A node's driver refused to publish an item.
+    Publish(PublishError),
 }
 
 impl fmt::Display for SimError {
@@ -193,6 +196,7 @@ impl fmt::Display for SimError {
                 requested.as_secs_f64(),
                 now.as_secs_f64()
             ),
+            SimError::Publish(err) => write!(f, "publish refused: {err}"),
         }
     }
 }

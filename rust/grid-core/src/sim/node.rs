@@ -13,6 +13,7 @@ use rand::rngs::SmallRng;
 use super::messages::Seen;
 use super::queue::Delivery;
 use super::record::mix;
+use super::state::{note_arrival, TrafficKind};
 use super::world::{Wire, World};
 use super::{nanos, node_index, Learned, Record, Traffic, TAG_EVENT, TAG_MESSAGE, TAG_TIMER};
 use crate::driver::{Driver, DriverStats, Event, FOCA_ERROR_KINDS};
@@ -131,13 +132,20 @@ pub(super) fn note(
     world: &World,
     trace: &mut u64,
     records: &mut Vec<Record>,
+    seen: &mut Seen,
 ) {
     let (learned, id) = match event {
         Event::MemberUp(id) => (Learned::Up, id),
         Event::MemberDown(id) => (Learned::Down, id),
         Event::MemberLeft(id) => (Learned::Left, id),
         Event::MemberRenamed { current, .. } => (Learned::Renamed, current),
-        Event::Item(_) | Event::NameConflict { .. } | Event::VersionRefused { .. } => return,
+        Event::Item(item) => {
+            if !world.watched.is_empty() {
+                note_arrival(&world.watched, &item, at, &mut seen.arrivals);
+            }
+            return;
+        }
+        Event::NameConflict { .. } | Event::VersionRefused { .. } => return,
     };
     let Some(subject) = node_index(id.socket_addr()) else {
         return;
@@ -203,6 +211,11 @@ pub(super) fn advance(slot: &mut Slot, node: u32, world: &World, end: Duration) 
             let Reverse(delivery) = inbox.pop().expect("peeked above");
             traffic.received += 1;
             traffic.received_bytes += (delivery.message.len() + OVERHEAD) as u64;
+            if world.count_kinds {
+                let kind = TrafficKind::of(codec, &delivery.message);
+                seen.kinds
+                    .count_received(kind, delivery.message.len() + OVERHEAD);
+            }
             *trace = mix(
                 mix(
                     mix(mix(*trace, nanos(at)), TAG_MESSAGE),
@@ -234,7 +247,7 @@ pub(super) fn advance(slot: &mut Slot, node: u32, world: &World, end: Duration) 
             }
         }
         for event in driver.drain_events() {
-            note(event, at, delivery.is_none(), world, trace, records);
+            note(event, at, delivery.is_none(), world, trace, records, seen);
         }
     }
 }

@@ -24,7 +24,11 @@ impl Simulation {
     }
 
     /// Runs `step` on a running node's driver at the current time and sends what it sends.
-    fn act(&mut self, node: u32, step: impl FnOnce(&mut Driver, Duration, &mut Wire<'_>)) {
+    pub(super) fn act(
+        &mut self,
+        node: u32,
+        step: impl FnOnce(&mut Driver, Duration, &mut Wire<'_>),
+    ) {
         let now = self.queue.now;
         {
             let mut guard = lock(&self.slots[node as usize]);
@@ -59,7 +63,7 @@ impl Simulation {
                 step(driver, now, &mut wire);
             }
             for event in driver.drain_events() {
-                note(event, now, false, &self.world, trace, records);
+                note(event, now, false, &self.world, trace, records, seen);
             }
         }
         collect(

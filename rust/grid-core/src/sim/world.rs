@@ -13,6 +13,7 @@ use rand::Rng;
 use super::messages::{read_sent, Seen};
 use super::queue::Delivery;
 use super::record::{mix, mix_bytes};
+use super::state::{TrafficKind, WatchedItem};
 use super::{
     life_of, nanos, node_index, Fate, MessageRecord, NetModel, NodeStatus, Traffic, OUTCOME_CUT,
     OUTCOME_LOST, OUTCOME_UNDELIVERABLE, TAG_SEND,
@@ -35,6 +36,10 @@ pub(super) struct World {
     pub(super) recording: bool,
     /// The message log's limit, while it is on.
     pub(super) message_log: Option<usize>,
+    /// Messages are counted by [`TrafficKind`] (see [`super::state`]).
+    pub(super) count_kinds: bool,
+    /// Item versions whose arrival at each node is timed.
+    pub(super) watched: Vec<WatchedItem>,
 }
 
 impl World {
@@ -86,6 +91,10 @@ impl Transmit for Wire<'_> {
             self.seen,
             world.message_log.is_some(),
         );
+        if world.count_kinds {
+            let kind = TrafficKind::of(self.codec, message);
+            self.seen.kinds.count_sent(kind, message.len() + OVERHEAD);
+        }
         let addressee = node_index(to);
         let target = addressee.filter(|&i| world.is_running(i));
         let (fate, arrival) = match target {
