@@ -69,6 +69,19 @@ def test_a_site_of_the_previous_release_holds_escrow_back_until_it_leaves(
             )
 
         wait_until("every current site holding escrow back", held_back, 90.0)
+
+        def old_site_holds_the_mesh() -> bool:
+            # The current sites see the old one as soon as it joins them; its own view
+            # lists them, and their items, a moment later.
+            view = mesh.view(OLD_SITE)
+            names = {site.name for site in current}
+            return (
+                view is not None and names <= set(view["members"]) and names <= set(view["sites"])
+            )
+
+        wait_until(
+            "the old site holding every current site's records", old_site_holds_the_mesh, 60.0
+        )
         # What the old site refuses of this release's other items (a gateway record with a
         # TLS server name) is refused once per version; escrow items would add to it.
         refused_before = refused(mesh)
