@@ -23,7 +23,7 @@ pub(crate) fn sim_error(err: SimError) -> PyErr {
     SimulationError::new_err(err.to_string())
 }
 
-pub(crate) fn seconds(name: &str, value: f64) -> PyResult<Duration> {
+fn seconds(name: &str, value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         SimulationError::new_err(format!(
             "{name} must be a non-negative number of seconds, got {value}"
@@ -41,7 +41,7 @@ pub(crate) fn positive_seconds(name: &str, value: f64) -> PyResult<Duration> {
     Ok(duration)
 }
 
-pub(crate) fn jitter(kind: &str, value: Duration) -> PyResult<Jitter> {
+fn jitter(kind: &str, value: Duration) -> PyResult<Jitter> {
     let make = match kind {
         "uniform" => Jitter::Uniform,
         "exponential" => Jitter::Exponential,
@@ -56,6 +56,32 @@ pub(crate) fn jitter(kind: &str, value: Duration) -> PyResult<Jitter> {
     } else {
         make(value)
     })
+}
+
+/// The SWIM timing and the network model from a simulation's keyword arguments, checked.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn swim_and_net(
+    probe_interval: f64,
+    suspicion_timeout: f64,
+    gossip_nodes: usize,
+    push_pull_interval: f64,
+    delay: f64,
+    jitter: f64,
+    jitter_kind: &str,
+    loss: f64,
+) -> PyResult<(SwimConfig, NetModel)> {
+    let swim = SwimConfig {
+        probe_interval: positive_seconds("probe_interval", probe_interval)?,
+        suspicion_timeout: positive_seconds("suspicion_timeout", suspicion_timeout)?,
+        gossip_nodes,
+        push_pull_interval: positive_seconds("push_pull_interval", push_pull_interval)?,
+    };
+    let net = NetModel {
+        delay: positive_seconds("delay", delay)?,
+        jitter: self::jitter(jitter_kind, seconds("jitter", jitter)?)?,
+        loss,
+    };
+    Ok((swim, net))
 }
 
 fn change(name: &str) -> PyResult<Change> {
@@ -163,18 +189,19 @@ impl Simulation {
         if threads == 0 {
             return Err(SimulationError::new_err("threads must be at least 1"));
         }
+        let (swim, net) = swim_and_net(
+            probe_interval,
+            suspicion_timeout,
+            gossip_nodes,
+            push_pull_interval,
+            delay,
+            jitter,
+            jitter_kind,
+            loss,
+        )?;
         let settings = SimSettings {
-            swim: SwimConfig {
-                probe_interval: positive_seconds("probe_interval", probe_interval)?,
-                suspicion_timeout: positive_seconds("suspicion_timeout", suspicion_timeout)?,
-                gossip_nodes,
-                push_pull_interval: positive_seconds("push_pull_interval", push_pull_interval)?,
-            },
-            net: NetModel {
-                delay: positive_seconds("delay", delay)?,
-                jitter: self::jitter(jitter_kind, seconds("jitter", jitter)?)?,
-                loss,
-            },
+            swim,
+            net,
             start: if converged {
                 Start::Converged
             } else {

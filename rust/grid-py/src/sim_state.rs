@@ -2,16 +2,15 @@
 //! items through their drivers; fill, steady traffic by kind, changes, a joiner's
 //! catch-up), run whole in Rust with the GIL released, its report as one dict.
 
-use grid_core::driver::config::SwimConfig;
 use grid_core::sim::{
-    run_state_scenario as run_scenario, NetModel, SimSettings, Start, StateScenario, TrafficKind,
+    run_state_scenario as run_scenario, SimSettings, Start, StateScenario, TrafficKind,
     PARALLEL_WORK,
 };
 use pyo3::import_exception;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::sim::{jitter, positive_seconds, seconds, sim_error};
+use crate::sim::{positive_seconds, sim_error, swim_and_net};
 
 import_exception!(grid.errors, SimulationError);
 
@@ -73,18 +72,19 @@ fn run_state_scenario<'py>(
         return Err(SimulationError::new_err("threads must be at least 1"));
     }
     let mut scenario = StateScenario::new(sites, providers, seed);
+    let (swim, net) = swim_and_net(
+        probe_interval,
+        suspicion_timeout,
+        gossip_nodes,
+        push_pull_interval,
+        delay,
+        jitter,
+        jitter_kind,
+        loss,
+    )?;
     scenario.settings = SimSettings {
-        swim: SwimConfig {
-            probe_interval: positive_seconds("probe_interval", probe_interval)?,
-            suspicion_timeout: positive_seconds("suspicion_timeout", suspicion_timeout)?,
-            gossip_nodes,
-            push_pull_interval: positive_seconds("push_pull_interval", push_pull_interval)?,
-        },
-        net: NetModel {
-            delay: positive_seconds("delay", delay)?,
-            jitter: self::jitter(jitter_kind, seconds("jitter", jitter)?)?,
-            loss,
-        },
+        swim,
+        net,
         start: Start::Converged,
         threads,
         parallel_work: PARALLEL_WORK,
