@@ -29,10 +29,9 @@ from k8s.operator_support import (
     SITE_TLS_SECRET,
     JsonObject,
     captured_logs,
-    create_network_and_site,
     keyring_text,
     new_key,
-    operator_for,
+    operator_with_site,
     prepare_namespaces,
     provider_body,
     put_secret,
@@ -45,7 +44,7 @@ from k8s.waiting import eventually
 from support.bedrock_keys import AwsKeys, new_keys, signature_holds
 from support.canary import Canaries, pem_body
 from support.pki import make_pki
-from support.servers import ProviderEndpoint, TlsServer
+from support.servers import ProviderEndpoint
 from test_operator_oauth2 import SETTLE, prepare_network, token_in_secret
 from test_operator_sigv4 import put_aws_secret, sigv4_provider
 
@@ -88,19 +87,10 @@ async def test_no_secret_reaches_configmaps_statuses_events_logs_or_metrics(
         "namespace": GATEWAY_NAMESPACE,
         "consumerConfig": {"enabled": True, "allowPrivateEndpoints": True},
     }
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await create_network_and_site(
-                cluster,
-                NETWORK,
-                SITE,
-                port=running.swim_port,
-                gateways=[gateway],
-                tls=tls,
-                egress=egress.address,
-                fingerprint=pki[SITE].fingerprint,
-            )
+        async with operator_with_site(
+            cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway], token_settle=SETTLE
+        ) as running:
             await cluster.create(
                 INFERENCE_PROVIDERS,
                 provider_body(
@@ -194,19 +184,10 @@ async def test_no_aws_secret_or_bedrock_key_reaches_anything_the_operator_writes
         "namespace": GATEWAY_NAMESPACE,
         "consumerConfig": {"enabled": True, "allowPrivateEndpoints": True},
     }
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await create_network_and_site(
-                cluster,
-                NETWORK,
-                SITE,
-                port=running.swim_port,
-                gateways=[gateway],
-                tls=tls,
-                egress=egress.address,
-                fingerprint=pki[SITE].fingerprint,
-            )
+        async with operator_with_site(
+            cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway], token_settle=SETTLE
+        ) as running:
             await cluster.create(INFERENCE_PROVIDERS, sigv4_provider(endpoint))
             refused = await wait_condition(
                 cluster,
@@ -308,7 +289,6 @@ async def test_no_header_key_reaches_anything_the_operator_writes(
         "apiKeyCredentials": True,
         "consumerConfig": {"enabled": True, "allowPrivateEndpoints": True},
     }
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
 
     async def candidates() -> dict[str, Any]:
         overlay = await read_configmap(cluster, "edge-grid-config")
@@ -318,17 +298,9 @@ async def test_no_header_key_reaches_anything_the_operator_writes(
         return by_cluster
 
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await create_network_and_site(
-                cluster,
-                NETWORK,
-                SITE,
-                port=running.swim_port,
-                gateways=[gateway],
-                tls=tls,
-                egress=egress.address,
-                fingerprint=pki[SITE].fingerprint,
-            )
+        async with operator_with_site(
+            cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway], token_settle=SETTLE
+        ) as running:
             vllm = {
                 "strategy": "ApiKey",
                 "secretRef": {"name": "vllm-key", "namespace": NAMESPACE, "key": "api-key"},

@@ -23,8 +23,7 @@ from k8s.emulator import INFERENCE_PROVIDERS
 from k8s.operator_support import (
     GATEWAY_NAMESPACE,
     captured_logs,
-    create_network_and_site,
-    operator_for,
+    operator_with_site,
     provider_body,
     put_secret,
     read_configmap,
@@ -33,7 +32,7 @@ from k8s.operator_support import (
 )
 from k8s.waiting import eventually
 from support.canary import Canaries
-from support.servers import ProviderEndpoint, TlsServer
+from support.servers import ProviderEndpoint
 from test_operator_oauth2 import (
     NETWORK,
     SETTLE,
@@ -84,19 +83,10 @@ async def test_the_operator_renders_the_value_and_renders_it_again_when_the_secr
         cluster, template=template, name="Content-Length", user=user, password=password
     )
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE, "apiKeyCredentials": True}
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await create_network_and_site(
-                cluster,
-                NETWORK,
-                SITE,
-                port=running.swim_port,
-                gateways=[gateway],
-                tls=tls,
-                egress=egress.address,
-                fingerprint=pki[SITE].fingerprint,
-            )
+        async with operator_with_site(
+            cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway], token_settle=SETTLE
+        ) as running:
             await cluster.create(INFERENCE_PROVIDERS, custom_provider(endpoint))
             refused = await wait_condition(
                 cluster,

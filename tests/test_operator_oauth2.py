@@ -30,10 +30,9 @@ from k8s.operator_support import (
     NAMESPACE,
     SITE_TLS_SECRET,
     captured_logs,
-    create_network_and_site,
     keyring_text,
     new_key,
-    operator_for,
+    operator_with_site,
     prepare_namespaces,
     provider_body,
     put_secret,
@@ -45,7 +44,7 @@ from k8s.operator_support import (
 from k8s.waiting import eventually
 from support.canary import Canaries
 from support.pki import make_pki
-from support.servers import ProviderEndpoint, TlsServer
+from support.servers import ProviderEndpoint
 from support.token_server import Mode, TokenServer
 
 pytestmark = [pytest.mark.timeout(90), pytest.mark.real_server]
@@ -122,19 +121,10 @@ async def test_the_operator_mints_refreshes_and_withdraws(
         cluster, "idp-client", {"secret": client_secret.encode()}, namespace=GATEWAY_NAMESPACE
     )
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await create_network_and_site(
-                cluster,
-                NETWORK,
-                SITE,
-                port=running.swim_port,
-                gateways=[gateway],
-                tls=tls,
-                egress=egress.address,
-                fingerprint=pki[SITE].fingerprint,
-            )
+        async with operator_with_site(
+            cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway], token_settle=SETTLE
+        ) as running:
             await cluster.create(INFERENCE_PROVIDERS, oauth2_provider(endpoint, server.url))
             minted = await wait_condition(
                 cluster, INFERENCE_PROVIDERS, "llama-a", "CredentialsValid", "True", "Minted"
@@ -253,19 +243,8 @@ async def test_a_secret_of_that_name_that_is_not_grids_is_left_alone(
     await put_secret(
         cluster, TOKEN_SECRET, {"token": b"somebody-else"}, namespace=GATEWAY_NAMESPACE
     )
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
-    async with egress, operator_for(cluster, None) as running:
-        gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
-        await create_network_and_site(
-            cluster,
-            NETWORK,
-            SITE,
-            port=running.swim_port,
-            gateways=[gateway],
-            tls=tls,
-            egress=egress.address,
-            fingerprint=pki[SITE].fingerprint,
-        )
+    gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
+    async with operator_with_site(cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway]):
         await cluster.create(INFERENCE_PROVIDERS, oauth2_provider(endpoint, server.url))
         refused = await wait_condition(
             cluster, INFERENCE_PROVIDERS, "llama-a", "CredentialsValid", "False", "TokenNotWritten"

@@ -39,8 +39,7 @@ from k8s.operator_support import (
     OperatorUnderTest,
     captured_logs,
     configmap_exists,
-    create_network_and_site,
-    operator_for,
+    operator_with_site,
     provider_body,
     read_configmap,
     wait_condition,
@@ -49,7 +48,7 @@ from k8s.operator_support import (
 from k8s.real_cluster import RealServers
 from k8s.waiting import eventually
 from support.canary import Canaries
-from support.servers import ProviderEndpoint, TlsServer
+from support.servers import ProviderEndpoint
 from support.token_server import Mode, TokenServer
 from support.token_store import MemoryTokens
 from test_operator_oauth2 import NETWORK, SETTLE, SITE, prepare_network
@@ -77,19 +76,10 @@ async def running_mesh(cluster: Cluster, tmp_path: Path) -> AsyncIterator[Mesh]:
     """The network, this site and its operator, logged in as its ServiceAccount."""
     pki, tls = await prepare_network(cluster, tmp_path)
     await ensure_account(cluster)
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
-    async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-        await create_network_and_site(
-            cluster,
-            NETWORK,
-            SITE,
-            port=running.swim_port,
-            gateways=[gateway],
-            tls=tls,
-            egress=egress.address,
-            fingerprint=pki[SITE].fingerprint,
-        )
+    async with operator_with_site(
+        cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway], token_settle=SETTLE
+    ) as running:
         yield Mesh(cluster, running)
 
 

@@ -22,8 +22,7 @@ from k8s.emulator import INFERENCE_PROVIDERS
 from k8s.operator_support import (
     GATEWAY_NAMESPACE,
     captured_logs,
-    create_network_and_site,
-    operator_for,
+    operator_with_site,
     provider_body,
     put_secret,
     read_configmap,
@@ -33,7 +32,7 @@ from k8s.operator_support import (
 from k8s.waiting import eventually
 from support.bedrock_keys import AwsKeys, decode, new_keys, signature_holds
 from support.canary import Canaries
-from support.servers import ProviderEndpoint, TlsServer
+from support.servers import ProviderEndpoint
 from test_operator_oauth2 import (
     NETWORK,
     SETTLE,
@@ -78,19 +77,10 @@ async def test_the_operator_signs_a_key_once_the_credentials_can(
     pki, tls = await prepare_network(cluster, tmp_path)
     await put_aws_secret(cluster, lapsing, datetime.now(UTC) + timedelta(seconds=60))
     gateway = {"name": "edge", "namespace": GATEWAY_NAMESPACE}
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     with captured_logs() as logs:
-        async with egress, operator_for(cluster, None, token_settle=SETTLE) as running:
-            await create_network_and_site(
-                cluster,
-                NETWORK,
-                SITE,
-                port=running.swim_port,
-                gateways=[gateway],
-                tls=tls,
-                egress=egress.address,
-                fingerprint=pki[SITE].fingerprint,
-            )
+        async with operator_with_site(
+            cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway], token_settle=SETTLE
+        ) as running:
             await cluster.create(INFERENCE_PROVIDERS, sigv4_provider(endpoint))
             refused = await wait_condition(
                 cluster,

@@ -34,13 +34,11 @@ from k8s.cluster import Cluster
 from k8s.emulator import INFERENCE_PROVIDERS
 from k8s.grid_install import GATEWAY_NAMESPACE
 from k8s.operator_support import (
-    create_network_and_site,
-    operator_for,
+    operator_with_site,
     provider_body,
     put_secret,
 )
 from k8s.real_cluster import RealServers
-from support.servers import TlsServer
 from support.token_server import TokenServer
 from test_operator_oauth2 import CLIENT, NETWORK, SITE, TOKEN_SECRET, prepare_network
 from test_praxis_gateway import (
@@ -199,24 +197,15 @@ async def test_the_operators_rotation_through_the_kubelets_delay(
         "oauth2": {"grant": "ClientCredentials", "tokenUrl": server.url, "clientId": CLIENT},
     }
     settle = Settle(timedelta(seconds=settle_s), timedelta(seconds=settle_s))
-    egress = TlsServer(pki[SITE].files, client_ca_file=pki.ca_file, require_client_cert=True)
     log = pod_dir / "gateway.log"
     gateway: subprocess.Popen[bytes] | None = None
     answers: list[tuple[float, int]] = []
     kubelet = Kubelet(cluster, pod_dir)
     syncing: asyncio.Task[None] | None = None
     try:
-        async with egress, operator_for(cluster, None, token_settle=settle) as running:
-            await create_network_and_site(
-                cluster,
-                NETWORK,
-                SITE,
-                port=running.swim_port,
-                gateways=[gateway_ref],
-                tls=tls,
-                egress=egress.address,
-                fingerprint=pki[SITE].fingerprint,
-            )
+        async with operator_with_site(
+            cluster, NETWORK, SITE, pki, tls=tls, gateways=[gateway_ref], token_settle=settle
+        ):
             await cluster.create(INFERENCE_PROVIDERS, provider)
             syncing = asyncio.create_task(kubelet.run())
             overlay_file = pod_dir / "overlay" / OVERLAY_KEY

@@ -23,6 +23,8 @@ from kubernetes import client as k8s
 
 from grid.operator import Operator, OperatorOptions, build_registry, post_event
 from grid.trust import IssuedCertificate
+from support.pki import Pki
+from support.servers import TlsServer
 from support.swim import site_certificate
 from support.swim import test_ca as swim_ca
 
@@ -455,6 +457,35 @@ async def operator_for(
         name=f"grid-operator@{cluster.name}",
     ) as running:
         yield OperatorUnderTest(operator, running, port)
+
+
+@contextlib.asynccontextmanager
+async def operator_with_site(
+    cluster: Cluster,
+    network: str,
+    site: str,
+    pki: Pki,
+    *,
+    tls: JsonObject,
+    gateways: list[JsonObject],
+    **overrides: Any,
+) -> AsyncIterator[OperatorUnderTest]:
+    """An operator (``overrides`` as for :func:`operator_for`) with ``network`` and ``site``
+    created, the site's egress a TLS server that presents the site's certificate from
+    ``pki`` and asks for a client one: how the operator's credential tests begin."""
+    egress = TlsServer(pki[site].files, client_ca_file=pki.ca_file, require_client_cert=True)
+    async with egress, operator_for(cluster, None, **overrides) as running:
+        await create_network_and_site(
+            cluster,
+            network,
+            site,
+            port=running.swim_port,
+            gateways=gateways,
+            tls=tls,
+            egress=egress.address,
+            fingerprint=pki[site].fingerprint,
+        )
+        yield running
 
 
 def new_key() -> bytes:
