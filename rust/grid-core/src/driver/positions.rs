@@ -22,6 +22,10 @@ use crate::identity::{NodeId, SiteAddr};
 #[derive(Default)]
 pub(super) struct Positions {
     at: HashMap<u32, u32, BuildHasherDefault<KeyHasher>>,
+    /// Members [`Positions::held`] found without a position, or not at theirs, since every
+    /// position was last learned: each sends one entry to foca's linear scan, so past a
+    /// few the next [`Positions::refresh`] learns them all again.
+    missed: usize,
 }
 
 impl Positions {
@@ -65,23 +69,42 @@ impl Positions {
 
     /// Learns the position of every member of foca's list if fewer than 15 in 16 have one
     /// (a fresh node, or a cluster that grew): each pass covers a sixteenth more of a
-    /// growing list, so a node filling its list pays O(N) in all.
+    /// growing list, so a node filling its list pays O(N) in all. Also if more than one
+    /// member in 64 was missed since the last pass (positions learned while the list was
+    /// filling, members moved since): one O(N) pass instead of an O(N) scan in foca for
+    /// each of them at every sync.
     pub(super) fn refresh<'a>(
         &mut self,
         members: impl ExactSizeIterator<Item = &'a Member<NodeId>>,
     ) {
-        if self.at.len() * 16 >= members.len() * 15 {
+        let len = members.len();
+        if self.at.len() * 16 >= len * 15 && self.missed * 64 <= len {
             return;
         }
+        self.missed = 0;
+        self.at.clear();
         for (at, m) in members.enumerate() {
             self.at.insert(key(&m.id().site_addr()), at as u32);
         }
     }
 
-    /// Where `site_addr` was last found in foca's list: a hint, to be checked against the
-    /// list it is used on.
-    pub(super) fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {
-        self.at.get(&key(site_addr)).map(|&at| at as usize)
+    /// The member foca holds for `site_addr`, found at its known position in foca's list
+    /// (`Foca::iter_membership_state`, whose `nth` is O(1)); None if it has no position or
+    /// is not at it (counted towards the next [`Positions::refresh`]).
+    pub(super) fn held<'a>(
+        &mut self,
+        mut members: impl ExactSizeIterator<Item = &'a Member<NodeId>>,
+        site_addr: &SiteAddr,
+    ) -> Option<&'a Member<NodeId>> {
+        let found = self
+            .at
+            .get(&key(site_addr))
+            .and_then(|&at| members.nth(at as usize))
+            .filter(|m| m.id().site_addr() == *site_addr);
+        if found.is_none() {
+            self.missed += 1;
+        }
+        found
     }
 }
 

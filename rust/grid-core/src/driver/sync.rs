@@ -14,7 +14,7 @@ use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
 use crate::identity::auth::FINGERPRINT_LEN;
-use crate::identity::NodeId;
+use crate::identity::{NodeId, RawId};
 use crate::lanes::keys::Role;
 use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
@@ -22,7 +22,7 @@ use crate::wire::sites::Learned;
 use crate::wire::versions::EARLIER_CERTIFICATES_SINCE;
 use crate::wire::{
     decode_member, encode_member, state_byte, Reader, WireError, KIND_SYNC_REQUEST,
-    KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_LEFT,
+    KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_ALIVE, STATE_LEFT,
 };
 
 use super::{Driver, GridFoca, MAX_SYNC_CHUNKS};
@@ -44,10 +44,9 @@ const MAX_MEMBER_CHUNKS: usize = MAX_SYNC_CHUNKS / 2;
 /// sends mostly what foca already has, and every apply is a linear scan of foca's member
 /// list, so such entries are not applied: a sync costs O(N) instead of O(N²). An entry
 /// without a known position is applied, and foca decides, as it would have anyway.
-fn holds_exactly(foca: &GridFoca, positions: &Positions, member: &Member<NodeId>) -> bool {
+fn holds_exactly(foca: &GridFoca, positions: &mut Positions, member: &Member<NodeId>) -> bool {
     positions
-        .hint(&member.id().site_addr())
-        .and_then(|at| foca.iter_membership_state().nth(at))
+        .held(foca.iter_membership_state(), &member.id().site_addr())
         .is_some_and(|known| {
             known.id() == member.id()
                 && known.incarnation() == member.incarnation()
@@ -56,6 +55,36 @@ fn holds_exactly(foca: &GridFoca, positions: &Positions, member: &Member<NodeId>
 }
 
 impl Driver {
+    /// Whether a sync's member entry says what foca holds exactly of an alive identity that
+    /// may be heard (the sender, or the live holder of its site): nothing the entry could
+    /// change or set off, so it is passed over before its identity is interned or
+    /// screened, which is most of what a sync between converged members costs. Any other
+    /// entry (and one that does not decode) takes the full path.
+    fn holds_alive(&mut self, entry: &[u8], sender: &NodeId) -> bool {
+        let mut r = Reader::new(entry);
+        let (Ok(raw), Ok(incarnation), Ok(STATE_ALIVE)) = (RawId::decode(&mut r), r.u16(), r.u8())
+        else {
+            return false;
+        };
+        if !r.is_empty() {
+            return false;
+        }
+        let Driver {
+            foca,
+            positions,
+            holders,
+            ..
+        } = self;
+        positions
+            .held(foca.iter_membership_state(), &raw.site_addr())
+            .is_some_and(|known| {
+                known.state() == State::Alive
+                    && known.incarnation() == incarnation
+                    && known.id().is_raw(&raw)
+                    && (known.id() == sender || holders.holds(known.id()))
+            })
+    }
+
     pub(super) fn push_pull<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         let count = self.foca.num_members();
         if self.stopped() || count == 0 {
@@ -254,9 +283,12 @@ impl Driver {
         let mut resume = None;
         let mut walked = WalkLanes::All;
         let mut walk_end = None;
+        let mut known = 0;
+        self.positions.refresh(self.foca.iter_membership_state());
         while !r.is_empty() {
             let (tag, body) = read_entry(&mut r)?;
             match tag {
+                ENTRY_MEMBER if self.holds_alive(body, &sender) => known += 1,
                 ENTRY_MEMBER => {
                     let mut er = Reader::new(body);
                     let (member, mut is_left) = decode_member(&mut er, &self.interner, true)?;
@@ -309,11 +341,10 @@ impl Driver {
         let Driver {
             foca, positions, ..
         } = self;
-        positions.refresh(foca.iter_membership_state());
         let received = loud.len() + quiet.len();
         loud.retain(|member| !holds_exactly(foca, positions, member));
         quiet.retain(|member| !holds_exactly(foca, positions, member));
-        self.stats.sync_entries_known += (received - loud.len() - quiet.len()) as u64;
+        self.stats.sync_entries_known += (known + received - loud.len() - quiet.len()) as u64;
         self.foca_call(now, out, |foca, rt| {
             foca.apply_many(loud.into_iter(), true, rt)
         });

@@ -360,14 +360,53 @@ impl NodeId {
     }
 
     pub fn decode(r: &mut Reader<'_>, interner: &Interner) -> Result<NodeId, WireError> {
+        Ok(RawId::decode(r)?.intern(interner))
+    }
+
+    /// Whether `raw` spells this identity.
+    pub fn is_raw(&self, raw: &RawId<'_>) -> bool {
+        self.generation == raw.generation
+            && self.place.addr == raw.addr
+            && *self.place.site == *raw.site
+    }
+}
+
+/// An identity as a message spells it, before it is interned: enough to tell whether it is
+/// one a node already holds without taking the interner's lock or touching a reference
+/// count (a sync carries one per member, nearly all of them held already).
+pub struct RawId<'a> {
+    site: &'a str,
+    addr: NodeAddr,
+    generation: u64,
+}
+
+impl<'a> RawId<'a> {
+    /// Reads an identity with the checks [`NodeId::decode`] makes.
+    pub fn decode(r: &mut Reader<'a>) -> Result<RawId<'a>, WireError> {
         let len = usize::from(r.u8()?);
         if len > MAX_SITE_LEN {
             return Err(WireError::SiteTooLong(len));
         }
-        let name = std::str::from_utf8(r.bytes(len)?).map_err(|_| WireError::BadUtf8)?;
+        let site = std::str::from_utf8(r.bytes(len)?).map_err(|_| WireError::BadUtf8)?;
         let addr = NodeAddr::decode(r)?;
         let generation = r.u64()?;
-        Ok(interner.node_id(name, addr, generation))
+        Ok(RawId {
+            site,
+            addr,
+            generation,
+        })
+    }
+
+    /// foca's key for the identity (as [`NodeId::site_addr`]).
+    pub fn site_addr(&self) -> SiteAddr {
+        SiteAddr {
+            site_key: site_key(self.site),
+            addr: self.addr,
+        }
+    }
+
+    pub fn intern(&self, interner: &Interner) -> NodeId {
+        interner.node_id(self.site, self.addr, self.generation)
     }
 }
 
