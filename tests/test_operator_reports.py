@@ -252,6 +252,45 @@ async def _events_with(cluster: Cluster, reason: str) -> list[Any]:
     return [e for e in await cluster.events_about(NETWORK, NAMESPACE) if e.reason == reason]
 
 
+async def test_caught_up_turns_true_once_the_site_has_walked_a_peer_s_store(
+    cluster: Cluster,
+) -> None:
+    await prepare_namespaces(cluster)
+    key = new_key()
+    await put_trust(cluster, SITE, key)
+    async with operator_for(cluster, SITE) as running:
+        body = network_body(NETWORK, port=running.swim_port, gateways=[])
+        await cluster.create(GRID_NETWORKS, body)
+        await cluster.create(GRID_SITES, site_body(SITE, NETWORK))
+        # Alone, the node has walked no peer's store: its view may be partial.
+        alone = await wait_condition(
+            cluster, GRID_NETWORKS, NETWORK, "CaughtUp", "False", reason="CatchingUp"
+        )
+        assert alone["message"].startswith("no peer known yet"), alone
+        status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+        # Written by this operator, its node running.
+        membership = condition(status, "MembershipReady")
+        assert (membership["status"], membership["reason"]) == ("True", "MembershipRunning")
+        assert status["itemsWaiting"] == 0
+        assert running.runtime(NETWORK).node.stats()["caught_up"] == 0
+
+        # A peer joins: the node walks its store, and the status follows with no other edit.
+        config = SwimConfig(probe_interval=0.2, suspicion_timeout=1.0, push_pull_interval=1.0)
+        with SwimNode(
+            "127.0.0.1:0", "site-b", None, [key], config, credentials=swim_credentials("site-b")
+        ) as peer:
+            peer.join([running.swim_address])
+            caught = await wait_condition(
+                cluster, GRID_NETWORKS, NETWORK, "CaughtUp", "True", reason="CaughtUp", timeout=20
+            )
+            assert "view of the mesh is complete" in caught["message"]
+            assert caught["lastTransitionTime"] >= alone["lastTransitionTime"]
+            status = await status_of(cluster, GRID_NETWORKS, NETWORK)
+            assert status["itemsWaiting"] == 0
+            assert condition(status, "SeedsReachable")["reason"] == "PeersKnown"
+            assert running.runtime(NETWORK).node.stats()["caught_up"] == 1
+
+
 async def test_unreachable_and_unresolvable_seeds_are_reported(cluster: Cluster) -> None:
     await prepare_namespaces(cluster)
     await put_trust(cluster, SITE)

@@ -56,6 +56,7 @@ from grid.operator.status import (
     NetworkReport,
     SeedReport,
     StatusMemory,
+    dump_status,
     merge_patch,
     network_status,
     with_spec_condition,
@@ -443,6 +444,135 @@ def test_the_seeds_condition(seeds: SeedReport, reason: str, status: str) -> Non
     result, _ = network_status(load_network(), None, report, NOW)
     (found,) = [c for c in result.conditions if c.type == "SeedsReachable"]
     assert (found.reason, found.status.value) == (reason, status)
+
+
+def _caught_up(report: NetworkReport, previous: Any = None, at: datetime = NOW) -> Any:
+    status, _ = network_status(load_network(), previous, report, at)
+    (found,) = [c for c in status.conditions if c.type == "CaughtUp"]
+    return status, found
+
+
+def test_caught_up_says_the_site_s_view_is_complete() -> None:
+    report = NetworkReport(
+        membership_running=True, grid_id="g", caught_up=True, seeds=SeedReport(peers_known=2)
+    )
+    status, found = _caught_up(report)
+    assert (found.status.value, found.reason) == ("True", "CaughtUp")
+    assert "view of the mesh is complete" in found.message
+    assert status.items_waiting == 0
+    assert dump_status(status)["itemsWaiting"] == 0
+    assert status.phase.value == "Active"
+
+
+def test_caught_up_says_a_site_still_walking_its_peers_stores_is_partial() -> None:
+    walking = NetworkReport(membership_running=True, grid_id="g", seeds=SeedReport(peers_known=1))
+    status, found = _caught_up(walking)
+    assert (found.status.value, found.reason) == ("False", "CatchingUp")
+    assert found.message.startswith("walking peers' stores: this site's view of the mesh is")
+    assert status.items_waiting == 0
+    # Catching up is no degradation: the site routes on what it holds.
+    assert status.phase.value == "Active"
+    alone = NetworkReport(membership_running=True, grid_id="g")
+    _, found = _caught_up(alone)
+    assert (found.status.value, found.reason) == ("False", "CatchingUp")
+    assert found.message.startswith("no peer known yet")
+
+
+@pytest.mark.parametrize(
+    ("waiting", "message"),
+    [
+        (1, "1 item waits for its origin's certificate: this site's view of the mesh is partial"),
+        (
+            12,
+            "12 items wait for their origin's certificate: this site's view of the mesh is partial",
+        ),
+    ],
+)
+def test_caught_up_counts_the_items_waiting_for_their_origin_s_certificate(
+    waiting: int, message: str
+) -> None:
+    report = NetworkReport(
+        membership_running=True,
+        grid_id="g",
+        items_waiting=waiting,
+        seeds=SeedReport(peers_known=1),
+    )
+    status, found = _caught_up(report)
+    assert (found.status.value, found.reason, found.message) == ("False", "ItemsWaiting", message)
+    assert status.items_waiting == waiting
+    assert dump_status(status)["itemsWaiting"] == waiting
+
+
+def test_caught_up_is_false_while_the_node_does_not_run() -> None:
+    stopped = NetworkReport(membership_running=False, grid_id="g", items_waiting=3)
+    status, found = _caught_up(stopped)
+    assert (found.status.value, found.reason) == ("False", "NotRunning")
+    assert found.message == "the SWIM node does not run (see MembershipReady)"
+    # No count from a node that does not run: the field is left out.
+    assert status.items_waiting is None
+    assert "itemsWaiting" not in dump_status(status)
+    rejected, _ = network_status(
+        load_network(), None, NetworkReport(config_error="the spec was refused: x"), NOW
+    )
+    (found,) = [c for c in rejected.conditions if c.type == "CaughtUp"]
+    assert (found.status.value, found.reason) == ("False", "NotRunning")
+
+
+def test_caught_up_turns_true_and_keeps_its_transition_time_while_it_holds() -> None:
+    catching = NetworkReport(membership_running=True, grid_id="g", seeds=SeedReport(peers_known=1))
+    before, was = _caught_up(catching)
+    waiting = NetworkReport(
+        membership_running=True, grid_id="g", items_waiting=4, seeds=SeedReport(peers_known=1)
+    )
+    middle, still = _caught_up(waiting, before, NOW + timedelta(seconds=5))
+    assert still.reason == "ItemsWaiting"
+    assert still.last_transition_time == was.last_transition_time  # still False
+    done = NetworkReport(
+        membership_running=True, grid_id="g", caught_up=True, seeds=SeedReport(peers_known=1)
+    )
+    after, now_true = _caught_up(done, middle, NOW + timedelta(seconds=10))
+    assert now_true.status.value == "True"
+    assert now_true.last_transition_time == NOW + timedelta(seconds=10)
+    _, held = _caught_up(done, after, NOW + timedelta(seconds=20))
+    assert held.last_transition_time == now_true.last_transition_time
+
+
+def test_a_changing_count_of_items_waiting_is_written_at_most_once_per_interval() -> None:
+    """The count (``itemsWaiting`` and ``CaughtUp``'s message) may change at every pass
+    while a site catches up: written at most once per status interval; the condition's
+    status or reason at once."""
+    network = load_network()
+    memory = StatusMemory(interval_s=10.0)
+
+    def document(report: NetworkReport, previous: Any = None) -> tuple[Any, dict[str, Any]]:
+        status, _ = network_status(network, previous, report, NOW)
+        return status, dump_status(status)
+
+    def report(waiting: int = 0, *, caught_up: bool = False) -> NetworkReport:
+        return NetworkReport(
+            membership_running=True,
+            grid_id="g",
+            caught_up=caught_up,
+            items_waiting=waiting,
+            seeds=SeedReport(peers_known=1),
+        )
+
+    status, first = document(report(12))
+    assert memory.due("GridNetwork", "mesh", first, {}, now=0.0) == first
+    memory.wrote("GridNetwork", "mesh", first, now=0.0)
+    status, fewer = document(report(7), status)
+    assert fewer != first
+    assert memory.due("GridNetwork", "mesh", fewer, first, now=1.0) is None
+    patch = memory.due("GridNetwork", "mesh", fewer, first, now=10.0)
+    assert patch is not None and patch["itemsWaiting"] == 7
+    # Another reason, or the condition turning True, is written at once.
+    status, walking = document(report(0), status)
+    assert memory.due("GridNetwork", "mesh", walking, first, now=1.0) is not None
+    status, done = document(report(caught_up=True), status)
+    patch = memory.due("GridNetwork", "mesh", done, first, now=1.0)
+    assert patch is not None
+    (written,) = [c for c in patch["conditions"] if c["type"] == "CaughtUp"]
+    assert (written["status"], written["reason"]) == ("True", "CaughtUp")
 
 
 def test_a_node_that_gave_way_to_an_older_one_of_its_site_says_so_in_membership_ready() -> None:

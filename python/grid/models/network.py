@@ -395,6 +395,12 @@ class GridNetworkStatus(GridModel):
         default_factory=list,
         description="Sites not heard from: while any is, budgets' used is a lower bound.",
     )
+    items_waiting: int | None = Field(
+        None,
+        ge=0,
+        description="Items this site's SWIM node holds back until their origin's certificate "
+        "is verified (absent while the node does not run); see the CaughtUp condition.",
+    )
 
 
 class GridNetwork(GridModel):

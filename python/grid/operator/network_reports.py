@@ -37,6 +37,7 @@ from grid.operator.status import (
 from grid.operator.writes import ConfigMapWriter, StatusWriter
 from grid.runtime.notices import Notices
 from grid.runtime.swim import SwimDriver
+from grid.view import catch_up
 
 _log = logging.getLogger("grid.operator")
 
@@ -184,7 +185,7 @@ def network_report(  # noqa: PLR0917 - the engine's view and what only the shell
     join_grace_s: float,
 ) -> NetworkReport:
     """What the network's status is made of: the engine's view, and what only the shell
-    knows (ConfigMap writes, seeds)."""
+    knows (ConfigMap writes, seeds, the node's catch-up)."""
     statuses = engine.statuses()
     view = statuses[(NETWORK, name)]
     assert isinstance(view, GridNetworkStatus)  # the engine keys it by kind
@@ -206,6 +207,7 @@ def network_report(  # noqa: PLR0917 - the engine's view and what only the shell
         for overlay in engine.overlays.values()
     )
     joining = time.monotonic() - mesh.started_at < join_grace_s
+    caught_up, waiting = catch_up(mesh.node)
     return NetworkReport(
         config_error=_condition_message(view.conditions, "ConfigValid"),
         membership_running=mesh.running,
@@ -237,6 +239,8 @@ def network_report(  # noqa: PLR0917 - the engine's view and what only the shell
             if c.type in (ESCROW_CONDITION, AGREEMENT_CONDITION)
         ),
         swim_port=swim_port.describe() if swim_port is not None else "",
+        caught_up=caught_up,
+        items_waiting=waiting,
     )
 
 

@@ -42,11 +42,18 @@ SPEC_VALID = "SpecValid"
 SEEDS_REACHABLE = "SeedsReachable"
 MEMBERSHIP_READY = "MembershipReady"
 PEERS_COMPATIBLE = "PeersCompatible"
+CAUGHT_UP = "CaughtUp"
 MAX_MESSAGE = 4096
 
-VOLATILE_FIELDS = frozenset({"lastProbe", "lastHealthCheck", "lastMetricsScrape", "lastSeenAlive"})
+VOLATILE_FIELDS = frozenset(
+    {"lastProbe", "lastHealthCheck", "lastMetricsScrape", "lastSeenAlive", "itemsWaiting"}
+)
 """Status fields that change with every observation: written at most once per status
 interval unless something else changed too."""
+VOLATILE_MESSAGES = frozenset({CAUGHT_UP})
+"""Conditions whose message alone changes with every observation (it counts items): a
+change of their message only is written at most once per status interval, a change of
+their status or reason at once."""
 
 
 def _clip(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -197,6 +204,11 @@ class NetworkReport:
     """The engine's ``EscrowHeld`` and ``BudgetsAgreed``, as it computed them."""
     swim_port: str = ""
     """The SWIM node's port and how it was chosen (``MembershipReady``'s message)."""
+    caught_up: bool = False
+    """The node walked a peer's whole store since it joined (or found members again) and
+    no item waits for its origin's certificate (grid.view.node.catch_up)."""
+    items_waiting: int = 0
+    """Items the node holds back until their origin's certificate is verified."""
 
 
 def network_status(
@@ -229,6 +241,7 @@ def network_status(
         conditions = set_condition(conditions, running, now)
     if report.membership_running:
         conditions = set_condition(conditions, _peers_condition(report, generation), now)
+    conditions = set_condition(conditions, _caught_up_condition(report, generation), now)
     ours = (BUDGETS_CONDITION, ESCROW_CONDITION, AGREEMENT_CONDITION)
     conditions = [c for c in conditions if c.type not in ours]
     if network.spec.budgets:
@@ -265,6 +278,7 @@ def network_status(
         budgets=list(report.budgets),
         spend_sources=list(report.spend_sources),
         unheard_sites=list(report.unheard_sites),
+        items_waiting=report.items_waiting if report.membership_running else None,
     )
     return status, events
 
@@ -283,6 +297,33 @@ def _peers_condition(report: NetworkReport, generation: int | None) -> Condition
         return _update(PEERS_COMPATIBLE, False, "ProtocolVersionRefused", message, generation)
     message = "every peer met speaks a protocol version this node speaks"
     return _update(PEERS_COMPATIBLE, True, "NoPeerRefused", message, generation)
+
+
+def _caught_up_condition(report: NetworkReport, generation: int | None) -> ConditionUpdate:
+    """Whether this site's view of the mesh's items is complete, and what it still lacks."""
+    if not report.membership_running:
+        message = "the SWIM node does not run (see MembershipReady)"
+        return _update(CAUGHT_UP, False, "NotRunning", message, generation)
+    if report.caught_up:
+        message = (
+            "walked a peer's whole store since the node joined (or found members again) and "
+            "no item waits for its origin's certificate: this site's view of the mesh is complete"
+        )
+        return _update(CAUGHT_UP, True, "CaughtUp", message, generation)
+    partial = "this site's view of the mesh is partial"
+    if report.items_waiting:
+        count = report.items_waiting
+        waiting = (
+            "1 item waits for its origin's certificate"
+            if count == 1
+            else f"{count} items wait for their origin's certificate"
+        )
+        return _update(CAUGHT_UP, False, "ItemsWaiting", f"{waiting}: {partial}", generation)
+    if report.seeds.peers_known:
+        message = f"walking peers' stores: {partial} until it has walked a peer's whole store"
+    else:
+        message = f"no peer known yet: {partial} until it finds one and walks its whole store"
+    return _update(CAUGHT_UP, False, "CatchingUp", message, generation)
 
 
 def _seeds_condition(report: NetworkReport, generation: int | None) -> ConditionUpdate:
@@ -328,11 +369,19 @@ def dump_status(status: Any) -> JsonObject:
 
 
 def significant(status: Mapping[str, Any]) -> str:
-    """The part of a status whose change is written at once."""
-    return json.dumps(
-        {key: value for key, value in status.items() if key not in VOLATILE_FIELDS},
-        sort_keys=True,
-    )
+    """The part of a status whose change is written at once: all but the volatile fields
+    and the messages of the volatile conditions."""
+    kept = {key: value for key, value in status.items() if key not in VOLATILE_FIELDS}
+    conditions = kept.get("conditions")
+    if isinstance(conditions, list):
+        kept["conditions"] = [_significant_condition(item) for item in conditions]
+    return json.dumps(kept, sort_keys=True)
+
+
+def _significant_condition(condition: Any) -> Any:
+    if isinstance(condition, Mapping) and condition.get("type") in VOLATILE_MESSAGES:
+        return {key: value for key, value in condition.items() if key != "message"}
+    return condition
 
 
 @dataclass(slots=True)
