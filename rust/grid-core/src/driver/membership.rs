@@ -6,12 +6,11 @@
 //! Held apart because these rules decide which identities the driver listens to and what
 //! the host hears about membership, independently of how messages are exchanged.
 
-use std::borrow::Borrow;
-use std::collections::HashSet;
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
 use foca::{Member, OwnedNotification, State};
+use hashbrown::hash_table::{Entry, HashTable};
 use rand::Rng;
 
 use crate::driver::config::max_transmissions;
@@ -28,54 +27,83 @@ use super::{Driver, Event, MemberState};
 use super::walk::CatchUp;
 
 /// The live identity holding each site name, as foca reported it up: two words per member
-/// (a table keyed by name beside the identity would hold the name twice).
-#[derive(Default)]
-pub(super) struct Holders(HashSet<Holder>);
-
-/// An identity, hashed and compared by its site name alone.
-struct Holder(PackedId);
-
-impl Hash for Holder {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        // As `str` hashes, so that lookups by name ([`Borrow`]) find it.
-        (**self.0.site()).hash(state);
-    }
+/// (a table keyed by name beside the identity would hold the name twice), found by the
+/// hash of its site that every identity carries inline, so that checking whether an
+/// identity holds its site (for every entry of every sync) hashes no name.
+pub(super) struct Holders {
+    table: HashTable<PackedId>,
+    /// Keys the table's hash, so that names chosen to collide in it cannot be made up
+    /// without knowing it (the site hash itself is a fixed function of the name).
+    seed: [u64; 2],
 }
 
-impl PartialEq for Holder {
-    fn eq(&self, other: &Holder) -> bool {
-        self.0.site() == other.0.site()
-    }
-}
-
-impl Eq for Holder {}
-
-impl Borrow<str> for Holder {
-    fn borrow(&self) -> &str {
-        self.0.site()
+impl Default for Holders {
+    fn default() -> Holders {
+        let random = RandomState::new();
+        Holders {
+            table: HashTable::new(),
+            seed: [random.hash_one(1u8), random.hash_one(2u8)],
+        }
     }
 }
 
 impl Holders {
-    pub(super) fn get(&self, site: &str) -> Option<NodeId> {
-        self.0.get(site).map(|holder| holder.0.unpack())
+    /// Where a site with this site hash sits in the table: the hash folded through a
+    /// multiplication keyed by the seed.
+    fn hash(&self, site_key: u64) -> u64 {
+        folded_hash(self.seed, site_key)
+    }
+
+    fn find(&self, id: &NodeId) -> Option<&PackedId> {
+        self.table
+            .find(self.hash(id.site_addr().site_key), |holder| {
+                holder.same_site(id)
+            })
+    }
+
+    /// The live identity holding `id`'s site (perhaps `id` itself).
+    pub(super) fn holder_of(&self, id: &NodeId) -> Option<NodeId> {
+        self.find(id).map(PackedId::unpack)
     }
 
     /// Whether `id` holds its site.
     pub(super) fn holds(&self, id: &NodeId) -> bool {
-        self.0
-            .get(&**id.site())
-            .is_some_and(|holder| holder.0.is(id))
+        self.find(id).is_some_and(|holder| holder.is(id))
     }
 
     /// `id` holds its site from now on, in place of whoever held it.
     pub(super) fn insert(&mut self, id: NodeId) {
-        self.0.replace(Holder(id.into()));
+        let seed = self.seed;
+        let entry = self.table.entry(
+            self.hash(id.site_addr().site_key),
+            |holder| holder.same_site(&id),
+            |holder| folded_hash(seed, holder.site_key()),
+        );
+        match entry {
+            Entry::Occupied(mut held) => *held.get_mut() = id.into(),
+            Entry::Vacant(free) => {
+                free.insert(id.into());
+            }
+        }
     }
 
-    pub(super) fn remove(&mut self, site: &str) {
-        self.0.remove(site);
+    /// Nobody holds `id`'s site any longer.
+    pub(super) fn remove(&mut self, id: &NodeId) {
+        if let Ok(held) = self
+            .table
+            .find_entry(self.hash(id.site_addr().site_key), |holder| {
+                holder.same_site(id)
+            })
+        {
+            held.remove();
+        }
     }
+}
+
+/// A multiplication's two halves folded together, of the site hash and the seed.
+fn folded_hash(seed: [u64; 2], site_key: u64) -> u64 {
+    let product = u128::from(site_key ^ seed[0]) * u128::from(seed[1] | 1);
+    (product as u64) ^ ((product >> 64) as u64)
 }
 
 /// Leave notices remembered (one per address); the oldest are forgotten first.
@@ -135,7 +163,7 @@ impl Driver {
     /// The live identity holding `id`'s site, if it is another one than `id` and `id` is
     /// not its next life at the same address.
     pub(super) fn contested_by(&self, id: &NodeId) -> Option<NodeId> {
-        let holder = self.holders.get(id.site())?;
+        let holder = self.holders.holder_of(id)?;
         let successor =
             holder.node_addr() == id.node_addr() && holder.generation() <= id.generation();
         (!successor).then_some(holder)
@@ -233,7 +261,7 @@ impl Driver {
                     self.membership_changed = true;
                     self.suspected.remove(&id);
                     if self.holders.holds(&id) {
-                        self.holders.remove(id.site());
+                        self.holders.remove(&id);
                         lock(&self.store).set_live(&id, false);
                     }
                     if self.is_left(&id) {
@@ -376,5 +404,47 @@ impl Driver {
             foca.apply_many(std::iter::once(down), true, rt)
         });
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+
+    fn id(site: &str, port: u16, generation: u64) -> NodeId {
+        let addr: SocketAddr = format!("10.0.0.1:{port}").parse().unwrap();
+        NodeId::new(Arc::from(site), addr, generation)
+    }
+
+    #[test]
+    fn one_holder_per_site_found_by_any_copy_of_its_identity() {
+        let mut holders = Holders::default();
+        let sites: Vec<NodeId> = (0..2_000)
+            .map(|i| id(&format!("site-{i}"), 7000, 1))
+            .collect();
+        for site in &sites {
+            holders.insert(site.clone());
+        }
+        for site in &sites {
+            // A copy with a place of its own (as another interner would decode it).
+            let copy = id(site.site(), 7000, 1);
+            assert!(holders.holds(&copy), "{copy:?}");
+            assert_eq!(holders.holder_of(&copy), Some(site.clone()));
+        }
+        let next_life = id("site-7", 7000, 2);
+        assert!(!holders.holds(&next_life));
+        holders.insert(next_life.clone());
+        assert!(holders.holds(&next_life));
+        assert!(!holders.holds(&sites[7]));
+        assert_eq!(holders.holder_of(&sites[7]), Some(next_life.clone()));
+        let elsewhere = id("site-8", 7100, 1);
+        assert!(!holders.holds(&elsewhere));
+        assert_eq!(holders.holder_of(&elsewhere), Some(sites[8].clone()));
+        holders.remove(&next_life);
+        assert_eq!(holders.holder_of(&sites[7]), None);
+        assert!(holders.holds(&sites[6]) && holders.holds(&sites[9]));
+        assert_eq!(holders.holder_of(&id("site-unknown", 7000, 1)), None);
     }
 }

@@ -189,6 +189,17 @@ impl PackedId {
         &self.place.site
     }
 
+    /// The hash of the site's name (as [`SiteAddr::site_key`]).
+    pub fn site_key(&self) -> u64 {
+        self.place.site_key
+    }
+
+    /// Whether this and `id` are of one site (compared by pointer first: identities decoded
+    /// through one [`Interner`] share their place).
+    pub fn same_site(&self, id: &NodeId) -> bool {
+        Arc::ptr_eq(&self.place, &id.place) || self.place.site == id.place.site
+    }
+
     /// Whether this is `id`.
     pub fn is(&self, id: &NodeId) -> bool {
         self.generation == id.generation
