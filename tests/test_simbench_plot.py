@@ -1,6 +1,7 @@
 """The convergence plot (issue 15): a panel per scenario, nothing clipped at any size, axes
 fitted to the data, bounds and targets as labelled reference lines, a caption; SVG always,
-PNG with the plot extra. Built from small synthetic reports, never from a bench run."""
+PNG with the plot extra. Built from small synthetic reports, never from a bench run, but for
+the state plane's panels from one 10-site run (a twentieth of a second)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ from grid.membership import SwimConfig
 from grid.simbench import plot as plot_module
 from grid.simbench.figure import figure, fit_axis
 from grid.simbench.plot import PlotError, check_plot_path, render_svg, write_plot
-from grid.simbench.profiles import epidemic_rounds
+from grid.simbench.profiles import NetworkModel, epidemic_rounds
 from grid.simbench.runner import targets
+from grid.simbench.state import (
+    MEMORY_LIMIT,
+    StatePlan,
+    estimated_memory,
+    items_per_site,
+    state_row,
+)
+from grid.simbench.stats import spread
 
 SVG = "{http://www.w3.org/2000/svg}"
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -36,12 +45,60 @@ def _profiles(size: int) -> list[tuple[str, float, float]]:
     return [("grid", 5.0, 10.0), ("memberlist-lan", 1.0, 4 * max(1.0, math.log10(size)))]
 
 
+def state_row_at(size: int, providers: int = 100) -> dict[str, Any]:
+    """A state-plane row shaped like grid.simbench.state.summarise's, with the figures of
+    100 x 100 in docs/convergence.md (197 KB/s a site, 183 KB/s of it broadcast; changes
+    everywhere within 0.5 to 1.45 s; a joiner at 99 % after 3.5 s, all after 3.75 s); or,
+    for a size whose stores do not fit, the skipped row state_row gives (nothing runs)."""
+    if estimated_memory(size, providers) > MEMORY_LIMIT:
+        return state_row(size, 7, StatePlan(providers=providers), NetworkModel(), threads=1)
+    out = {
+        "swim": 120.0,
+        "broadcast": 183_000.0,
+        "sync-request": 4_800.0,
+        "sync-response": 4_900.0,
+        "digest": 4_000.0,
+        "repair": 600.0,
+        "other": 0.0,
+    }
+    per_site = {
+        kind: {"bytes_out": value, "bytes_in": value, "messages_out": value / 1000}
+        for kind, value in out.items()
+    }
+    delays = [0.5 + 0.05 * i for i in range(20)]
+    items = size * items_per_site(providers)
+    return {
+        "size": size,
+        "providers": providers,
+        "items": items,
+        "filled_after": 453.0,
+        "missing_after_fill": 0,
+        "window": 60.0,
+        "per_site": per_site,
+        "bytes_out_per_site": sum(out.values()),
+        "bytes_in_per_site": sum(out.values()),
+        "messages_out_per_site": sum(out.values()) / 1000,
+        "busiest_site_bytes": 427_000.0,
+        "changes": len(delays),
+        "changes_converged": 1.0,
+        "change_seconds": spread(delays),
+        "change_delays": delays,
+        "catch_up_99": 3.5,
+        "catch_up": 3.75,
+        "joiner_items": items,
+        "virtual_seconds": 541.0,
+        "wall_seconds": 286.0,
+        "events": 10**7,
+    }
+
+
 def synthetic_report(
     sizes: tuple[int, ...] = (100, 1000, 10_000),
-    scenarios: tuple[str, ...] = ("join", "failure", "accuracy", "partition", "speed"),
+    scenarios: tuple[str, ...] = ("join", "failure", "accuracy", "partition", "speed", "state"),
 ) -> dict[str, Any]:
     """A report shaped like run_plan's, with made-up figures: failures detected in 9 to
-    25 s, joins complete in about 4 to 6 rounds, speed 94x at 1,000 and 1.4x at 10,000."""
+    25 s, joins complete in about 4 to 6 rounds, speed 94x at 1,000 and 1.4x at 10,000;
+    the state plane at 100 sites x 100 providers, larger sizes skipped for memory."""
     report: dict[str, Any] = {
         "plan": {
             "scenarios": list(scenarios),
@@ -54,6 +111,7 @@ def synthetic_report(
             "losses": [0.1, 0.2],
             "slow_node": True,
             "accuracy_minutes": 30.0,
+            "state": {"providers": 100, "window": 60.0, "changes": 20, "patience": 600.0},
         }
     }
     if "join" in scenarios:
@@ -129,6 +187,8 @@ def synthetic_report(
             for size in sizes
             if size >= 1000
         ] or [{"size": max(sizes), "speed": 150.0, "peak_rss_bytes": 10**8}]
+    if "state" in scenarios:
+        report["state"] = [state_row_at(size) for size in sizes]
     report["targets"] = targets(report)
     return report
 
@@ -138,9 +198,16 @@ def _svg(report: dict[str, Any]) -> ET.Element:
 
 
 def _panels(root: ET.Element) -> dict[str, ET.Element]:
-    return {
-        g.get("data-scenario", ""): g for g in root.iter(f"{SVG}g") if g.get("class") == "panel"
-    }
+    """The panels by scenario (the state plane's second panel, when it has two)."""
+    return {g.get("data-scenario", ""): g for g in _all_panels(root)}
+
+
+def _all_panels(root: ET.Element, scenario: str | None = None) -> list[ET.Element]:
+    return [
+        g
+        for g in root.iter(f"{SVG}g")
+        if g.get("class") == "panel" and scenario in (None, g.get("data-scenario"))
+    ]
 
 
 def _text_box(text: ET.Element, default_size: float) -> tuple[float, float, float, float]:
@@ -160,15 +227,17 @@ def _texts(element: ET.Element) -> list[str]:
 @pytest.mark.parametrize(
     "scenarios",
     [
-        ("join", "failure", "accuracy", "partition", "speed"),
+        ("join", "failure", "accuracy", "partition", "speed", "state"),
         ("join",),
         ("accuracy", "speed"),
         ("failure", "partition"),
+        ("state",),
     ],
 )
 def test_every_scenario_that_ran_gets_its_panel(scenarios: tuple[str, ...]) -> None:
     root = _svg(synthetic_report(scenarios=scenarios))
     assert list(_panels(root)) == list(scenarios)
+    assert len(_all_panels(root, "state")) == (2 if "state" in scenarios else 0)
     assert "no results to plot" in render_svg({"plan": {}})
 
 
@@ -183,8 +252,13 @@ def test_nothing_leaves_the_view_box_or_covers_the_plot(sizes: tuple[int, ...]) 
         left, top, right, bottom = _text_box(text, default)
         assert left >= 0 and right <= width, (text.text, left, right)
         assert top >= 0 and bottom <= height, (text.text, top, bottom)
-    for name, panel in _panels(root).items():
-        frame = next(r for r in panel.iter(f"{SVG}rect") if r.get("class") == "plot")
+    for panel in _all_panels(root):
+        name = panel.get("data-scenario")
+        frames = [r for r in panel.iter(f"{SVG}rect") if r.get("class") == "plot"]
+        if not frames:  # an empty panel: the state plane's changes when every size skipped
+            assert name == "state" and "every one was skipped" in " ".join(_texts(panel))
+            continue
+        frame = frames[0]
         fx, fy = float(frame.get("x", 0)), float(frame.get("y", 0))
         fw, fh = float(frame.get("width", 0)), float(frame.get("height", 0))
         for legend in (g for g in panel.iter(f"{SVG}g") if g.get("class") in ("legend", "notes")):
@@ -295,6 +369,87 @@ def test_a_missed_target_is_drawn_in_red() -> None:
     red = [t.text for t in root.iter(f"{SVG}text") if t.get("fill") == "#c0392b"]
     assert "2 false downs (1 members) in 30 min" in red
     assert any("MISSED" in (line or "") for line in red)
+
+
+def _state_report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "plan": {"scenarios": ["state"], "seed": 1, "state": {"window": 60.0, "changes": 20}},
+        "state": rows,
+    }
+    report["targets"] = targets(report)
+    return report
+
+
+def test_the_state_plane_from_a_real_run_gets_its_two_panels() -> None:
+    row = state_row(10, 1, StatePlan(providers=10), NetworkModel(), threads=1)
+    skipped = state_row(1000, 1, StatePlan(providers=100), NetworkModel(), threads=1)
+    assert set(row) == set(state_row_at(100))  # the synthetic rows are shaped like this one
+    assert len(row["change_delays"]) == row["changes"] == 20
+    assert max(d for d in row["change_delays"] if d is not None) == row["change_seconds"]["max"]
+    report = _state_report([row, skipped])
+    root = _svg(report)
+    traffic, changes = _all_panels(root, "state")
+    text = " ".join(_texts(traffic))
+    assert "State plane: what a site sends" in text
+    assert "N=10 x 10" in text and "N=1,000 x 100" in text
+    total = row["bytes_out_per_site"] / 1000
+    assert f"{total:.2f} KB/s: broadcast" in text and "sync " in text
+    assert f"skipped: {skipped['skipped']}" in text  # "its stores need about 109 GiB (...)"
+    assert "109 GiB" in text
+    # One dot, for the size that ran; no targets are set, so no target lines.
+    assert len(traffic.findall(f".//{SVG}circle")) == 1
+    assert not [g for g in root.iter(f"{SVG}g") if g.get("class") == "reference"]
+    text = " ".join(_texts(changes))
+    assert "State plane: a change reaching every site" in text
+    assert "N=10 x 10 (20 changes)" in text  # the legend
+    assert f"{row['items']} names" in text and "held 99 % after" in text
+    assert "not run (skipped, see above): N=1,000 x 100" in text
+    (curve,) = changes.findall(f".//{SVG}polyline")
+    converged = sum(d is not None for d in row["change_delays"])
+    assert len(curve.get("points", "").split()) == 2 * converged  # a step per change
+    caption = next(g for g in root.iter(f"{SVG}g") if g.get("class") == "caption")
+    caption_text = " ".join(_texts(caption))
+    assert "state plane 1 under grid (10/100 providers a site, 60 s of steady state" in caption_text
+    assert "memberlist-lan" not in caption_text and "both profiles" not in caption_text
+    if plot_module.png_available():
+        from grid.simbench.plot_png import render_png
+
+        assert render_png(report, version="9.9.9").startswith(PNG_SIGNATURE)
+
+
+def test_the_state_panels_split_bytes_by_kind_and_fit_their_axes() -> None:
+    fig = figure(synthetic_report((100, 1000), scenarios=("state",)), version="9.9.9")
+    traffic, changes = fig.panels
+    ran, skipped = traffic.marks
+    assert (ran.label, ran.value) == ("N=100 x 100", pytest.approx(197.42))
+    assert ran.note == "197 KB/s: broadcast 183, sync 9.7, digest + repair 4.6, SWIM 0.12"
+    assert skipped.value is None and skipped.note.startswith("skipped: its stores need about")
+    assert (traffic.x.low, traffic.x.log) == (0.0, False) and traffic.x.high >= 197.42
+    assert not traffic.references and not changes.references
+    (curve,) = changes.curves
+    assert curve.points[0] == (0.5, 0.0) and curve.points[-1] == (pytest.approx(1.45), 1.0)
+    assert changes.x.low <= 0.5 and 1.45 < changes.x.high <= 2 and not changes.x.log
+    notes = [note.text for note in changes.notes]
+    assert (
+        "joiner at N=100 x 100 (an empty node, 11,300 names): held 99 % after 3.5 s, "
+        "all after 3.75 s" in notes
+    )
+    # Only skipped sizes: their rows with the reason, and no curves to draw.
+    traffic, changes = figure(synthetic_report((1000,), scenarios=("state",))).panels
+    assert [m.value for m in traffic.marks] == [None] and traffic.empty is None
+    assert changes.empty == "no state-plane size ran: every one was skipped"
+
+
+def test_a_change_that_never_reached_every_site_is_in_red() -> None:
+    report = synthetic_report((100,), scenarios=("state",))
+    row = report["state"][0]
+    row["change_delays"][-2:] = [None, None]
+    row["catch_up"] = None
+    _, changes = figure(report).panels
+    assert changes.curves[0].points[-1][1] == pytest.approx(18 / 20)  # tops out at 90 %
+    red = [t.text for t in _svg(report).iter(f"{SVG}text") if t.get("fill") == "#c0392b"]
+    assert "N=100 x 100: 2 of 20 changes never reached every site" in red
+    assert any("all never within the run" in (line or "") for line in red)
 
 
 def test_the_extension_picks_the_format(tmp_path: Path) -> None:

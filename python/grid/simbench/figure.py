@@ -17,12 +17,16 @@ JSON) into a :class:`Figure`; ``grid.simbench.plot`` draws it as SVG and
 - **partition**: probe intervals from the heal until one view (p50, whisker to the max),
   with foca's announcements to down members, every 13 P, which pace the heal.
 - **speed**: virtual seconds per wall second per size, each with its target.
+- **state** (two panels): the bytes a site sends a second per size (sites x providers),
+  split by kind beside each row, skipped sizes with their reason; and the share of
+  catalogue changes that had reached every site, against seconds, with the joiner's
+  catch-up under it. No target is set for the state plane, so neither has a target line.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -176,18 +180,19 @@ def figure(report: dict[str, Any], version: str | None = None) -> Figure:
     """The figure for ``report``: a panel for every scenario in it, in the runner's order.
     ``version`` is Grid's (default: the report's ``version``, else the running one)."""
     colours = _size_colours(report)
-    builders = {
-        "join": _join,
-        "failure": _failure,
-        "accuracy": _accuracy,
-        "partition": _partition,
-        "speed": _speed,
+    builders: dict[str, tuple[Builder, ...]] = {
+        "join": (_join,),
+        "failure": (_failure,),
+        "accuracy": (_accuracy,),
+        "partition": (_partition,),
+        "speed": (_speed,),
+        "state": (_state_traffic, _state_changes),
     }
-    # The state plane's figures are a table (bytes by kind, delays): no panel.
     panels = tuple(
-        builders[name](report[name] or [], colours, report.get("targets") or [])
+        build(report[name] or [], colours, report.get("targets") or [])
         for name in SCENARIOS
         if name in report and name in builders
+        for build in builders[name]
     )
     quick = " --quick" if (report.get("plan") or {}).get("quick") else ""
     return Figure(
@@ -198,6 +203,9 @@ def figure(report: dict[str, Any], version: str | None = None) -> Figure:
 
 
 # --- panels ---------------------------------------------------------------------------
+
+#: A scenario's panel from its rows, the size colours and the report's targets.
+Builder = Callable[[Sequence[Row], dict[int, str], Sequence[Row]], Panel]
 
 
 def _join(rows: Sequence[Row], colours: dict[int, str], targets: Sequence[Row]) -> Panel:
@@ -481,7 +489,163 @@ def _speed(rows: Sequence[Row], colours: dict[int, str], targets: Sequence[Row])
     )
 
 
+#: The state plane's message kinds as the plot groups them (as the report's table does):
+#: (name, the kinds in the row's ``per_site``).
+STATE_KINDS = (
+    ("broadcast", ("broadcast",)),
+    ("sync", ("sync-request", "sync-response")),
+    ("digest + repair", ("digest", "repair")),
+    ("SWIM", ("swim",)),
+    ("other", ("other",)),
+)
+
+
+def _state_traffic(rows: Sequence[Row], colours: dict[int, str], targets: Sequence[Row]) -> Panel:
+    del targets  # no state-plane target is set
+    title = "State plane: what a site sends"
+    marks = []
+    for row in rows:
+        if "skipped" in row:
+            note = f"skipped: {row['skipped']}"
+            marks.append(
+                Mark(label=_sites(row), value=None, colour=_colour(colours, row), note=note)
+            )
+            continue
+        total = float(row["bytes_out_per_site"])
+        parts = [f"{name} {_kb(value)}" for name, value in _state_split(row) if value > 0]
+        marks.append(
+            Mark(
+                label=_sites(row),
+                value=total / 1000,
+                colour=_colour(colours, row),
+                note=f"{_kb(total)} KB/s: {', '.join(parts)}",
+            )
+        )
+    x = fit_axis(
+        [m.value for m in marks if m.value is not None],
+        "KB a site sends a second in steady state (mean over sites; 1 KB = 1,000 bytes)",
+        (),
+        zero_floor=True,
+    )
+    windows = sorted({float(row["window"]) for row in rows if "window" in row})
+    window = (
+        f"the {' / '.join(_number(w) for w in windows)} s window" if windows else "steady state"
+    )
+    notes = (
+        Note(
+            f"rows: N sites x providers a site; dot: bytes out per site and second over "
+            f"{window}; right: the total and its split by kind in KB/s (sync = requests and "
+            "answers)"
+        ),
+    )
+    return Panel(
+        scenario="state",
+        title=title,
+        x=x,
+        marks=tuple(marks),
+        notes=notes,
+        empty=None if marks else "no state-plane results to plot",
+    )
+
+
+def _state_split(row: Row) -> list[tuple[str, float]]:
+    """A state row's bytes out per site and second by kind, grouped as :data:`STATE_KINDS`
+    (a kind the row does not carry counts 0)."""
+    per_site = row.get("per_site") or {}
+    return [
+        (name, sum(float((per_site.get(kind) or {}).get("bytes_out", 0.0)) for kind in kinds))
+        for name, kinds in STATE_KINDS
+    ]
+
+
+def _state_changes(rows: Sequence[Row], colours: dict[int, str], targets: Sequence[Row]) -> Panel:
+    del targets  # no state-plane target is set
+    title = "State plane: a change reaching every site"
+    ran = [row for row in rows if "skipped" not in row]
+    curves = []
+    notes = [
+        Note(
+            "each curve: the share of the run's catalogue changes (one at a time, from a random "
+            "site) that every other site had taken, against the seconds since it was published"
+        )
+    ]
+    for row in ran:
+        delays = row.get("change_delays")
+        if not delays:
+            continue
+        took = sorted(float(d) for d in delays if d is not None)
+        count = len(delays)
+        points: list[tuple[float, float]] = []
+        for i, delay in enumerate(took):  # a step per change
+            points += [(delay, i / count), (delay, (i + 1) / count)]
+        curves.append(
+            Curve(
+                label=f"{_sites(row)} ({count} change{'' if count == 1 else 's'})",
+                points=tuple(points),
+                colour=_colour(colours, row),
+                dash="",
+            )
+        )
+        if len(took) < count:
+            notes.append(
+                Note(
+                    f"{_sites(row)}: {count - len(took)} of {count} changes never reached every "
+                    "site",
+                    alert=True,
+                )
+            )
+    xs = [x for curve in curves for x, _ in curve.points]
+    x = fit_axis(
+        xs,
+        "seconds after the change until every other site held it",
+        (),
+        unit=" s",
+        log_basis=_cdf_basis(curves),
+    )
+    notes += [_catch_up_note(row) for row in ran]
+    skipped = [_sites(row) for row in rows if "skipped" in row]
+    if skipped:
+        notes.append(Note(f"not run (skipped, see above): {', '.join(skipped)}"))
+    if not rows:
+        empty: str | None = "no state-plane results to plot"
+    elif not ran:
+        empty = "no state-plane size ran: every one was skipped"
+    else:
+        empty = None if curves else "no change delays in the report"
+    return Panel(
+        scenario="state",
+        title=title,
+        x=x,
+        y=_CHANGES,
+        curves=tuple(curves),
+        notes=tuple(notes),
+        empty=empty,
+    )
+
+
+def _catch_up_note(row: Row) -> Note:
+    """How long an empty node took to hold 99 % and all of the row's names."""
+
+    def after(seconds: float | None) -> str:
+        return "never within the run" if seconds is None else f"after {_number(seconds)} s"
+
+    most, every = row.get("catch_up_99"), row.get("catch_up")
+    items = f", {row['items']:,} names" if "items" in row else ""
+    text = f"joiner at {_sites(row)} (an empty node{items}): held 99 % {after(most)}, "
+    text += f"all {after(every)}"
+    return Note(text, alert=every is None)
+
+
+def _kb(value: float) -> str:
+    return _number(value / 1000)
+
+
+def _sites(row: Row) -> str:
+    return f"N={row['size']:,} x {row['providers']}" if "providers" in row else _who(row)
+
+
 _SHARE = Axis("share of members", 0.0, 1.0, percent=True, step=0.2)
+_CHANGES = Axis("share of changes at every site", 0.0, 1.0, percent=True, step=0.2)
 
 
 def detection_bound(row: Row) -> float | None:
@@ -522,9 +686,13 @@ def caption(report: dict[str, Any], version: str | None = None) -> tuple[str, ..
     if version is None:
         version = report.get("version") or _running_version()
     seed = plan.get("seed")
+    # Speed and the state plane run once per size under grid alone.
+    profiled = any(name in report for name in _PROFILED)
     first = f"Grid {version}"
     if seed is not None:
-        first += f"; seed {seed} (run i uses seed {seed} + i, the same under both profiles)"
+        first += f"; seed {seed}"
+        if profiled:
+            first += f" (run i uses seed {seed} + i, the same under both profiles)"
     lines = [first + "."]
     runs = _runs(report)
     if runs:
@@ -540,12 +708,14 @@ def caption(report: dict[str, Any], version: str | None = None) -> tuple[str, ..
         accuracy = _accuracy_settings(plan) if "accuracy" in report else ""
         lines.append(text + (f"; {accuracy}" if accuracy else "") + ".")
     profiles = plan.get("profiles")
-    if profiles:
+    if profiles and profiled:
         described = [_PROFILE_TEXT.get(name, name) for name in profiles]
         lines.append(f"Profiles: {'; '.join(described)}.")
     return tuple(lines)
 
 
+#: The scenarios that run under every profile of the plan.
+_PROFILED = ("join", "failure", "accuracy", "partition")
 _PROFILE_TEXT = {
     "grid": "grid (solid, filled): probe P 5 s, suspicion S 10 s, gossip every 1 s to 3",
     "memberlist-lan": "memberlist-lan (dashed, hollow): P 1 s, S 4·max(1, log10 N) s, gossip "
@@ -588,6 +758,18 @@ def _runs(report: dict[str, Any]) -> list[str]:
         )
     if report.get("speed"):
         out.append("speed 1 timed push/pull period per size")
+    if report.get("state"):
+        state = (report.get("plan") or {}).get("state") or {}
+        providers = sorted({row["providers"] for row in report["state"] if "providers" in row})
+        text = "state plane 1 under grid"
+        parts = []
+        if providers:
+            parts.append(f"{'/'.join(map(str, providers))} providers a site")
+        if "window" in state:
+            parts.append(f"{_number(float(state['window']))} s of steady state")
+        if "changes" in state:
+            parts.append(f"{state['changes']} changes")
+        out.append(text + (f" ({', '.join(parts)})" if parts else ""))
     return out
 
 

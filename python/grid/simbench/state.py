@@ -134,6 +134,9 @@ def summarise(raw: dict[str, Any], wall: float) -> Row:
         "changes": changes,
         "changes_converged": len(delays) / changes if changes else None,
         "change_seconds": spread(delays),
+        # Each change's seconds until every other node took it, in order (None: it never
+        # did within the patience): the plot's CDF.
+        "change_delays": list(raw["change_delays"]),
         "catch_up_99": raw["catch_up_99"],
         "catch_up": raw["catch_up"],
         "joiner_items": raw["joiner_items"],
