@@ -99,4 +99,9 @@ impl<'a> Reader<'a> {
     pub fn rest(&mut self) -> &'a [u8] {
         std::mem::take(&mut self.buf)
     }
+
+    /// What is left to read, left in place.
+    pub fn unread(&self) -> &'a [u8] {
+        self.buf
+    }
 }

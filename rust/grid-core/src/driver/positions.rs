@@ -88,23 +88,38 @@ impl Positions {
         }
     }
 
-    /// The member foca holds for `site_addr`, found at its known position in foca's list
-    /// (`Foca::iter_membership_state`, whose `nth` is O(1)); None if it has no position or
-    /// is not at it (counted towards the next [`Positions::refresh`]).
-    pub(super) fn held<'a>(
+    /// Where `site_addr` was last found in foca's list: a hint, for [`Positions::at_hint`].
+    pub(super) fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {
+        self.at.get(&key(site_addr)).map(|&at| at as usize)
+    }
+
+    /// The member foca holds for `site_addr` if it is at `hint` in foca's list (as
+    /// [`Positions::held`], the hint looked up beforehand).
+    pub(super) fn at_hint<'a>(
         &mut self,
         mut members: impl ExactSizeIterator<Item = &'a Member<NodeId>>,
         site_addr: &SiteAddr,
+        hint: Option<usize>,
     ) -> Option<&'a Member<NodeId>> {
-        let found = self
-            .at
-            .get(&key(site_addr))
-            .and_then(|&at| members.nth(at as usize))
+        let found = hint
+            .and_then(|at| members.nth(at))
             .filter(|m| m.id().site_addr() == *site_addr);
         if found.is_none() {
             self.missed += 1;
         }
         found
+    }
+
+    /// The member foca holds for `site_addr`, found at its known position in foca's list
+    /// (`Foca::iter_membership_state`, whose `nth` is O(1)); None if it has no position or
+    /// is not at it (counted towards the next [`Positions::refresh`]).
+    pub(super) fn held<'a>(
+        &mut self,
+        members: impl ExactSizeIterator<Item = &'a Member<NodeId>>,
+        site_addr: &SiteAddr,
+    ) -> Option<&'a Member<NodeId>> {
+        let hint = self.hint(site_addr);
+        self.at_hint(members, site_addr, hint)
     }
 }
 

@@ -36,6 +36,15 @@ use super::positions::Positions;
 use super::swim::Screened;
 use super::walk::CatchUp;
 
+/// A member entry's identity and incarnation if it says the member is alive (and is
+/// nothing more than that).
+fn alive_entry(entry: &[u8]) -> Option<(RawId<'_>, u16)> {
+    let mut r = Reader::new(entry);
+    let id = RawId::decode(&mut r).ok()?;
+    let incarnation = r.u16().ok()?;
+    (r.u8().ok()? == STATE_ALIVE && r.is_empty()).then_some((id, incarnation))
+}
+
 /// Member entries fill at most this many chunks of a sync (the rest of the view is covered
 /// over several syncs), so items always have room.
 const MAX_MEMBER_CHUNKS: usize = MAX_SYNC_CHUNKS / 2;
@@ -55,19 +64,22 @@ fn holds_exactly(foca: &GridFoca, positions: &mut Positions, member: &Member<Nod
 }
 
 impl Driver {
-    /// Whether a sync's member entry says what foca holds exactly of an alive identity that
-    /// may be heard (the sender, or the live holder of its site): nothing the entry could
-    /// change or set off, so it is passed over before its identity is interned or
-    /// screened, which is most of what a sync between converged members costs. Any other
-    /// entry (and one that does not decode) takes the full path.
-    fn holds_alive(&mut self, entry: &[u8], sender: &NodeId) -> bool {
-        let mut r = Reader::new(entry);
-        let (Ok(raw), Ok(incarnation), Ok(STATE_ALIVE)) = (RawId::decode(&mut r), r.u16(), r.u8())
-        else {
-            return false;
-        };
-        if !r.is_empty() {
-            return false;
+    /// For each member entry of a sync chunk, in order: whether it says what foca holds
+    /// exactly of an alive identity that may be heard (the sender, or the live holder of
+    /// its site). Such an entry could change or set off nothing, so it is passed over
+    /// before its identity is interned or screened, which is most of what a sync between
+    /// converged members costs; any other entry (and one that does not decode) takes the
+    /// full path. Checked in passes over the whole chunk (read the entries, find their
+    /// positions, read foca's list, find their sites' holders) rather than entry by entry,
+    /// so that the reads of one entry, which mostly miss every cache in a large cluster,
+    /// need not wait for the previous entry's.
+    fn members_held_alive(&mut self, entries: &[u8], sender: &NodeId) -> Vec<bool> {
+        let mut raws = Vec::new();
+        let mut r = Reader::new(entries);
+        while let Ok((tag, body)) = read_entry(&mut r) {
+            if tag == ENTRY_MEMBER {
+                raws.push(alive_entry(body));
+            }
         }
         let Driver {
             foca,
@@ -75,14 +87,33 @@ impl Driver {
             holders,
             ..
         } = self;
-        positions
-            .held(foca.iter_membership_state(), &raw.site_addr())
-            .is_some_and(|known| {
-                known.state() == State::Alive
-                    && known.incarnation() == incarnation
-                    && known.id().is_raw(&raw)
-                    && (known.id() == sender || holders.holds(known.id()))
+        let keys: Vec<_> = raws
+            .iter()
+            .map(|raw| raw.as_ref().map(|(id, _)| id.site_addr()))
+            .collect();
+        let hints: Vec<_> = keys
+            .iter()
+            .map(|key| key.as_ref().and_then(|key| positions.hint(key)))
+            .collect();
+        let known: Vec<_> = raws
+            .iter()
+            .zip(&keys)
+            .zip(hints)
+            .map(|((raw, key), hint)| {
+                let ((raw, incarnation), key) = (raw.as_ref()?, key.as_ref()?);
+                let known = positions.at_hint(foca.iter_membership_state(), key, hint)?;
+                (known.state() == State::Alive
+                    && known.incarnation() == *incarnation
+                    && known.id().is_raw(raw))
+                .then_some(known)
             })
+            .collect();
+        known
+            .into_iter()
+            .map(|known| {
+                known.is_some_and(|known| known.id() == sender || holders.holds(known.id()))
+            })
+            .collect()
     }
 
     pub(super) fn push_pull<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
@@ -285,10 +316,12 @@ impl Driver {
         let mut walk_end = None;
         let mut known = 0;
         self.positions.refresh(self.foca.iter_membership_state());
+        let held_alive = self.members_held_alive(r.unread(), &sender);
+        let mut members = held_alive.into_iter();
         while !r.is_empty() {
             let (tag, body) = read_entry(&mut r)?;
             match tag {
-                ENTRY_MEMBER if self.holds_alive(body, &sender) => known += 1,
+                ENTRY_MEMBER if members.next().unwrap_or(false) => known += 1,
                 ENTRY_MEMBER => {
                     let mut er = Reader::new(body);
                     let (member, mut is_left) = decode_member(&mut er, &self.interner, true)?;
