@@ -24,12 +24,16 @@ settings.register_profile("grid", deadline=None)
 settings.load_profile("grid")
 
 
+ON_REQUEST = ("praxis", "scale")
+"""Markers of tests that run only when asked for by marker (``-m praxis``, ``-m scale``) and
+are deselected, not skipped, otherwise: ``praxis`` tests need a gateway binary built from
+another project, ``scale`` tests run meshes of 100 sites for many minutes."""
+
+
 def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
-    """Tests marked ``praxis`` need a gateway binary built from another project: they run
-    when asked for by marker (``-m praxis``) and are deselected, not skipped, otherwise."""
-    if "praxis" in (config.getoption("-m") or ""):
-        return
-    chosen = [item for item in items if item.get_closest_marker("praxis") is None]
+    asked = config.getoption("-m") or ""
+    left_out = [marker for marker in ON_REQUEST if marker not in asked]
+    chosen = [item for item in items if not any(item.get_closest_marker(m) for m in left_out)]
     if len(chosen) != len(items):
         config.hook.pytest_deselected(items=[i for i in items if i not in chosen])
         items[:] = chosen

@@ -133,6 +133,12 @@ def figures(
             for name, count in last.get("message_bytes", {}).items()
             if count > first["message_bytes"].get(name, 0)
         },
+        # Messages (one a datagram) per second by direction and kind, likewise.
+        "messages_per_s": {
+            name.removeprefix("messages_"): (count - first["messages"].get(name, 0)) / window
+            for name, count in last.get("messages", {}).items()
+            if count > first["messages"].get(name, 0)
+        },
         "relay_backlog": last.get("backlog"),
         "items_received_per_s": received / window,
         "items_applied_per_s": applied / window,

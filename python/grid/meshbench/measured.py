@@ -168,6 +168,7 @@ class Counters:
             "packets_out": stats.get("packets_out", 0),
             "backlog": stats.get("broadcast_backlog", 0),
             "message_bytes": {k: v for k, v in stats.items() if k.startswith("message_bytes_")},
+            "messages": {k: v for k, v in stats.items() if k.startswith("messages_")},
             "applied": self.applied,
             "received": self.received,
             "receive_s": self.receive_s,
