@@ -177,6 +177,9 @@ pub struct Driver {
     catch_up: CatchUp,
     /// The catch-up round under way (1 first) and the item names held when it began.
     catch_up_round: (u8, usize),
+    /// Answers to the walk's syncs in a row that came in part without moving it on (see
+    /// [`Driver::answer_due`]).
+    fruitless_answers: u8,
     /// The item names held when the last sync this node started began.
     pull_held_at_start: usize,
     /// The walk of every site's certificates, gateway and metadata beside the catch-up.
@@ -279,6 +282,7 @@ impl Driver {
             push_resume: None,
             catch_up: CatchUp::Due,
             catch_up_round: (0, 0),
+            fruitless_answers: 0,
             pull_held_at_start: 0,
             heads: None,
             heads_ended: false,

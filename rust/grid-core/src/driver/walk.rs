@@ -21,6 +21,13 @@ use super::{Driver, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, SYNC_ANSWER_WAIT};
 
 /// A sync answer that brings this many names a node did not hold makes it catch up again.
 const BEHIND_AFTER_NAMES: usize = 64;
+/// Answers in a row that may come in part without moving the walk on before a catching-up
+/// node stops asking again at once and leaves the walk to the push/pull pace. Under heavy
+/// loss an answer of many chunks nearly never arrives whole, and a large cluster's members
+/// come first in every answer, so the chunks received without a gap hold no item: asking
+/// again at once would resend the whole view every [`SYNC_ANSWER_WAIT`], both ways, for as
+/// long as the loss lasts, and move nothing.
+const FRUITLESS_ANSWERS_RETRIED: u8 = 2;
 /// Whether a node walks peers' stores part after part, one part every [`CATCH_UP_PAUSE`],
 /// until a walk goes round once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,7 +146,8 @@ impl Driver {
     /// The answer to sync `sync_id` should be whole by now. If it is not, the walk moves
     /// on only past the chunks received from the first without a gap, and the rest is
     /// asked for (from any member: they all walk in the same order) at once while catching
-    /// up, or by the next push/pull otherwise.
+    /// up (unless more than [`FRUITLESS_ANSWERS_RETRIED`] answers in a row came in part
+    /// without moving it on), or by the next push/pull otherwise.
     pub(super) fn answer_due<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -154,13 +162,27 @@ impl Driver {
         }
         self.stats.syncs_incomplete += 1;
         self.pull_sync = None;
-        if let Some(WalkStep::Partial { resume, wrapped }) =
-            self.pull_answer.take().map(|mut answer| answer.step())
+        let mut fruitless = false;
+        if let Some((start, WalkStep::Partial { resume, wrapped })) = self
+            .pull_answer
+            .take()
+            .map(|mut answer| (answer.start.clone(), answer.step()))
         {
+            // Chunks came (the peer answers) but none of them moved the walk on.
+            fruitless = resume == start && !wrapped;
             self.pull_resume = resume;
             if wrapped {
                 self.walk_went_round();
             }
+        }
+        // No chunk at all (the peer may be gone): another member is asked at once.
+        self.fruitless_answers = if fruitless {
+            self.fruitless_answers.saturating_add(1)
+        } else {
+            0
+        };
+        if self.fruitless_answers > FRUITLESS_ANSWERS_RETRIED {
+            return;
         }
         if self.catch_up == CatchUp::Walking && !self.stopped() {
             if let Some(peer) = self.random_member() {
@@ -219,6 +241,7 @@ impl Driver {
     ) {
         self.pull_sync = None;
         self.pull_answer = None;
+        self.fruitless_answers = 0;
         let brought = lock(&self.store)
             .len()
             .saturating_sub(self.pull_held_at_start);

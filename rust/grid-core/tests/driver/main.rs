@@ -20,7 +20,7 @@ use grid_core::wire::session::MESSAGE_KINDS;
 use grid_core::wire::versions::ProtocolRange;
 use grid_core::wire::{
     WireCodec, KIND_DIGEST, KIND_FOCA, KIND_HELLO, KIND_LEAVE, KIND_REPAIR, KIND_SYNC_REQUEST,
-    MAX_MESSAGE_LEN, MAX_UNSEALED_LEN, SESSION_FORM,
+    KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, MAX_UNSEALED_LEN, SESSION_FORM,
 };
 use proptest::prelude::*;
 
@@ -88,6 +88,9 @@ struct Cluster {
     lose_kind: Option<(u8, usize)>,
     /// Messages of this kind are held back here until a test delivers them.
     held: Option<(u8, Vec<Datagram>)>,
+    /// The first datagram of this kind to this node in each batch is lost (the first chunk
+    /// of every answer it is sent).
+    first_lost: Option<(SocketAddr, u8)>,
 }
 
 impl Cluster {
@@ -109,6 +112,7 @@ impl Cluster {
             blocked: None,
             lose_kind: None,
             held: None,
+            first_lost: None,
         }
     }
 
@@ -222,8 +226,15 @@ impl Cluster {
     fn deliver(&mut self, mut out: Outbox) {
         while !out.messages.is_empty() {
             let batch = std::mem::take(&mut out.messages);
+            let mut first_lost = self.first_lost;
             for (to, message) in batch {
                 if self.crashed.contains(&to) {
+                    continue;
+                }
+                if first_lost
+                    .is_some_and(|(at, kind)| to == at && message[0] & !SESSION_FORM == kind)
+                {
+                    first_lost = None;
                     continue;
                 }
                 if let Some((lossy, every)) = self.lossy {

@@ -198,6 +198,43 @@ fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
 }
 
 #[test]
+fn a_joiner_whose_answers_never_move_its_walk_stops_asking_at_once() {
+    let mut c = Cluster::new();
+    c.swim.push_pull_interval = Duration::from_secs(120);
+    let origin = c.add(0, 100);
+    let count = 400;
+    c.publish_providers(origin, count, &[7u8; 900]);
+    let first = c.add(1, 100);
+    c.join(first, origin);
+    c.run_until(Duration::from_secs(600), |c| {
+        c.items_at(first).len() == count
+            && [origin, first]
+                .iter()
+                .all(|at| c.nodes[at].stats().broadcast_backlog == 0)
+    });
+    // The first chunk of every answer to the joiner is lost: chunks come, but none
+    // without a gap from the first, so no answer moves its walk on.
+    let joiner = c.add(2, 100);
+    c.first_lost = Some((joiner, KIND_SYNC_RESPONSE));
+    c.join(joiner, origin);
+    let window = SYNC_ANSWER_WAIT * 20;
+    assert!(window < c.swim.push_pull_interval / 2);
+    c.run_for(window);
+    let stats = c.nodes[&joiner].stats();
+    // Asked again at once after each of the first fruitless answers (three in all), then
+    // left to the push/pull pace: not one sync every answer wait for as long as it lasts.
+    assert!(stats.syncs_incomplete >= 3, "{stats:?}");
+    assert!(stats.syncs_started <= 6, "{stats:?}");
+    assert!(!stats.caught_up);
+    // Once answers arrive whole again, the push/pull syncs walk the rest.
+    c.first_lost = None;
+    c.run_until(c.swim.push_pull_interval * 8, |c| {
+        c.items_at(joiner).len() == count && c.nodes[&joiner].stats().caught_up
+    });
+    c.assert_driver_healthy();
+}
+
+#[test]
 fn the_item_store_is_bounded_and_refuses_past_it_keeping_what_it_holds() {
     let mut c = Cluster::new();
     let origin = c.add(0, 100);
