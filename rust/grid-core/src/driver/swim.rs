@@ -17,12 +17,12 @@ use foca::{
 use rand::Rng;
 
 use crate::driver::timers::{TimerEvent, TimerHeap};
-use crate::identity::{validate_site, NodeId};
+use crate::identity::{validate_site, NodeId, RawId};
 use crate::lanes::keys::Role;
 use crate::lanes::lock;
 use crate::lanes::relay::{WINDOW_BYTES, WINDOW_ITEMS};
 use crate::wire::session::{hello_wants_reply, Session, Transmit, MAX_SITES};
-use crate::wire::{Reader, WireError, KIND_FOCA};
+use crate::wire::{state_of, Reader, WireError, KIND_FOCA};
 
 use super::report::foca_error_index;
 use super::{Driver, GridFoca, MAX_LOCAL_HEALTH};
@@ -174,18 +174,28 @@ impl Driver {
             header.dst = self.foca.identity().clone();
             rewrite = true;
         }
-        if !rewrite && self.session.authority().is_unsigned() {
-            // Every identity counts as verified in a simulation: nothing to screen.
-            return Ok(None);
-        }
+        // Every identity counts as verified in a simulation: nothing to screen there.
+        let unsigned = self.session.authority().is_unsigned();
         let mut kept: Vec<Cow<'_, [u8]>> = Vec::new();
         let mut count = None;
         if rest.len() >= 2 && header.message != Message::Broadcast {
             let mut r = Reader::new(rest);
             let total = r.u16()?;
             let mut entries = r.rest();
+            self.positions.refresh(self.foca.iter_membership_state());
             for _ in 0..total {
                 let before = entries;
+                if let Some(len) = self.update_held(entries, unsigned) {
+                    // foca would scan its list to find it changes nothing.
+                    entries = &entries[len..];
+                    rewrite = true;
+                    continue;
+                }
+                if unsigned {
+                    let _ = self.codec.decode_member(&mut entries)?;
+                    kept.push(Cow::Borrowed(&before[..before.len() - entries.len()]));
+                    continue;
+                }
                 let member = self.codec.decode_member(&mut entries)?;
                 let bytes = &before[..before.len() - entries.len()];
                 match self.screen_member(now, member, out) {
@@ -219,6 +229,35 @@ impl Driver {
         }
         packet.extend_from_slice(rest);
         Ok(Some(packet))
+    }
+
+    /// The length of the member entry `entries` starts with if it says what foca holds
+    /// exactly: applying it would change nothing in foca, which finds that out by a scan of
+    /// its whole list (under loss every message carries dozens of suspicions and
+    /// refutations most members have heard already). Unless every identity counts as
+    /// verified (`unsigned`), only an alive entry of its site's holder, which screening
+    /// would pass untouched. None: the entry takes the full path.
+    fn update_held(&mut self, entries: &[u8], unsigned: bool) -> Option<usize> {
+        let mut r = Reader::new(entries);
+        let raw = RawId::decode(&mut r).ok()?;
+        let incarnation = r.u16().ok()?;
+        let state = state_of(r.u8().ok()?).ok()?;
+        let site_addr = raw.site_addr();
+        if site_addr == self.foca.identity().site_addr() || !(unsigned || state == State::Alive) {
+            return None; // about this node's own address: foca's own rules apply
+        }
+        let Driver {
+            foca,
+            positions,
+            holders,
+            ..
+        } = self;
+        let known = positions.held(foca.iter_membership_state(), &site_addr)?;
+        let held = known.state() == state
+            && known.incarnation() == incarnation
+            && known.id().is_raw(&raw)
+            && (unsigned || holders.holds(known.id()));
+        held.then(|| entries.len() - r.unread().len())
     }
 
     /// What becomes of a member entry gossiped by someone else: applied as it is, applied

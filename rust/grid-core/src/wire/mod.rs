@@ -246,7 +246,7 @@ pub fn state_byte(state: State) -> u8 {
     }
 }
 
-fn state_of(byte: u8) -> Result<State, WireError> {
+pub fn state_of(byte: u8) -> Result<State, WireError> {
     match byte {
         STATE_ALIVE => Ok(State::Alive),
         STATE_SUSPECT => Ok(State::Suspect),
