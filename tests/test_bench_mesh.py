@@ -13,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from grid.meshbench.figures import delivery_latencies, probe_latencies, versions_skipped
+from grid.meshbench.figures import (
+    delivery_latencies,
+    others_joins,
+    probe_latencies,
+    versions_skipped,
+)
+from grid.meshbench.report import render as render_mesh
 from grid.meshbench.run import MeshPlan, verdicts
 
 GRID = [sys.executable, "-m", "grid.cli"]
@@ -138,6 +144,70 @@ def test_the_text_report_names_the_targets_met_or_missed(tmp_path: Path) -> None
     assert all(line.endswith((" met", " MISSED")) for line in lines), lines
 
 
+OTHERS_JOIN = [
+    "bench",
+    "mesh",
+    "--sites",
+    "3",
+    "--providers-per-site",
+    "3",
+    "--scrape-interval",
+    "2s",
+    "--duration",
+    "10s",
+    "--warmup",
+    "1s",
+    "--no-baseline",
+    "--others-join",
+    "2",
+]
+
+
+def test_another_site_joining_during_the_measurement_is_measured_apart() -> None:
+    done = grid(*OTHERS_JOIN, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["plan"]["others_join"] == 2
+    run = report["runs"]["current"]
+    # The joiner joined twice and caught up each time, with the whole mesh's items (the
+    # probe's and the three sites' at least) and what carried them.
+    assert len(run["others_joins"]) == 2 and run["others_join_caught_up"] == 2
+    for life in run["others_joins"]:
+        assert 0 < life["caught_up_s"] < 30
+        assert life["items"] >= 4 and life["bytes_in"] > life["items"] * 100
+        # Each join starts just before a probe change: one at least is inside its catch-up.
+        assert life["probes"] >= 1
+        assert life["site_bytes_out"] is not None
+    assert run["others_join_caught_up_s_p50"] <= run["others_join_caught_up_s_p99"] < 30
+    # The measured site took the joiner's items in: a site of the mesh to it.
+    assert run["others_join_items_taken"] > 0
+    # The site's change -> overlay latency over the changes inside the catch-ups, measured
+    # from each of them, and over the rest of the window.
+    assert run["others_join_probes"] >= 2 and run["others_join_probes_missed"] == 0
+    assert len(run["others_join_latencies_ms"]) == run["others_join_probes_seen"] >= 1
+    assert 0 < run["others_join_latency_ms_p50"] <= run["others_join_latency_ms_p99"] < 10_000
+    assert run["others_join_steady_probes"] >= 1
+    assert run["others_join_probes"] + run["others_join_steady_probes"] == run["probes"]
+    assert 0 < run["others_join_steady_latency_ms_p50"] < 10_000
+    # The site's CPU in and out of the catch-ups, from its samples (and the peers' CPU, in
+    # clock ticks of 10 ms: catch-ups of a fraction of a second may not reach one).
+    assert 0 < run["others_join_cpu_share"] < 2 and 0 < run["others_join_steady_cpu_share"] < 2
+    assert 0 <= run["others_join_peers_cpu_share"] < 4
+    assert run["others_join_steady_bytes_out_per_s"] > 0
+    assert run["others_join_steady_bytes_in_per_s"] > 0
+    # The joiner comes and goes: the candidates and sites counted are the mesh's without it.
+    assert run["candidates"] == report["plan"]["candidates"] == 10
+    targets = [t["target"] for t in report["targets"]]
+    assert targets[-2:] == ["cpu_while_joining", "latency_p99_while_joining"]
+    # The text report shows them as it shows the restarts.
+    text = render_mesh(report)
+    assert "joins, catches up and leaves 2 times during the measurement" in text
+    assert re.search(r"another site joins -> caught up, p99 +[0-9.]+ s", text)
+    assert re.search(r"change -> overlay while it catches up, p99 +[0-9]+ ms", text)
+    assert re.search(r"CPU while it catches up +[0-9.]+ %", text)
+    assert re.search(r"joins of another site caught up +2 of 2", text)
+
+
 def test_without_matplotlib_a_png_plot_exits_2_before_the_run(tmp_path: Path) -> None:
     plot = tmp_path / "mesh.png"
     # The CLI in a Python where matplotlib cannot be imported (as without the plot extra).
@@ -170,6 +240,13 @@ def test_without_matplotlib_a_png_plot_exits_2_before_the_run(tmp_path: Path) ->
         (["--duration", "0s"], "--duration must be at least 1 s"),
         (["--sites", "5", "--peers", "9"], "--peers must be from 1 to 4"),
         (["--plot", "mesh.svg"], "the mesh plot is a PNG"),
+        (["--others-join", "-1"], "--others-join must be from 0 to 100, got -1"),
+        (["--others-join", "101"], "--others-join must be from 0 to 100, got 101"),
+        (["--others-join", "two"], "--others-join: invalid int value"),
+        (
+            ["--others-join", "5", "--duration", "10s"],
+            "--others-join 5 needs a --duration of at least 20 s (4 s per join), got 10 s",
+        ),
     ],
 )
 def test_bad_options_exit_2_saying_why(options: list[str], reason: str) -> None:
@@ -216,6 +293,52 @@ def test_a_version_the_site_never_got_while_a_later_one_came_is_counted() -> Non
     ]
     received = [(10.2, page, 7), (14.1, page, 9), (14.2, "provider/p", 11)]
     assert versions_skipped(probes, received) == 1
+
+
+def test_changes_and_samples_inside_a_catch_up_are_told_apart() -> None:
+    lives = [
+        {"event": "joiner", "serial": 1, "t": 2.9, "caught_up_t": 3.5, "caught_up_s": 0.6},
+        # Still catching up when the window ended: counted to the end.
+        {"event": "joiner", "serial": 2, "t": 6.9, "caught_up_t": None, "caught_up_s": None},
+    ]
+    for life in lives:
+        life |= {"items": 40, "bytes_in": 9000}
+    probes = [
+        {"event": "probe", "t": t, "queue": queue}
+        for t, queue in ((1.0, 0.0), (3.0, 500.0), (5.0, 0.0), (7.0, 500.0))
+    ]
+    # Samples a second apart: 1 KB/s out, 2 KB/s in and 5 % CPU, but in the seconds that
+    # overlap a catch-up 50 % CPU, and 5 KB more out in the one after the first join began.
+    samples, cpu, sent = [[0.0, 0.0, 0.0, 0.0]], 0.0, 0.0
+    for second in range(10):
+        joined = second in (2, 3, 6, 7, 8, 9)
+        cpu += 0.5 if joined else 0.05
+        sent += 1000 + (5000 if second == 3 else 0)
+        samples.append([second + 1.0, cpu, sent, 2000.0 * (second + 1)])
+    result = {
+        "first": {"t": 0.0},
+        "last": {"t": 10.0},
+        "probe_seen": [(1.1, 3.0), (3.3, 1.0), (5.1, 3.0), (7.05, 1.0)],
+        "samples": samples,
+        "joiner_items_taken": 5,
+    }
+    figures = others_joins(result, [*lives, *probes], 0.4)
+    assert figures["others_join_latencies_ms"] == [300.0, 50.0]
+    assert figures["others_join_latency_ms_p99"] == pytest.approx(300.0)
+    assert figures["others_join_steady_latency_ms_p50"] == pytest.approx(100.0)
+    assert figures["others_join_probes"] == figures["others_join_steady_probes"] == 2
+    assert figures["others_join_cpu_share"] == pytest.approx(0.5)
+    assert figures["others_join_steady_cpu_share"] == pytest.approx(0.05)
+    assert figures["others_join_steady_bytes_out_per_s"] == pytest.approx(1000.0)
+    assert figures["others_join_steady_bytes_in_per_s"] == pytest.approx(2000.0)
+    assert [life["site_bytes_out"] for life in figures["others_joins"]] == pytest.approx(
+        [5000.0, 0.0]
+    )
+    assert [life["probes"] for life in figures["others_joins"]] == [1, 1]
+    assert figures["others_join_caught_up"] == 1
+    assert figures["others_join_caught_up_s_p99"] == pytest.approx(0.6)
+    # Without joins there is nothing to tell apart.
+    assert others_joins(result, probes, None)["others_join_steady_latency_ms_p50"] is None
 
 
 def test_a_missed_change_fails_the_latency_target() -> None:

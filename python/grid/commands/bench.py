@@ -225,6 +225,16 @@ def _register_mesh(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         "candidate, p50 and p99 (default: 0)",
     )
     mesh.add_argument(
+        "--others-join",
+        type=int,
+        default=0,
+        metavar="N",
+        help="during the measurement, another site with an empty store joins the mesh, catches "
+        "up and leaves, N times spread over --duration (at least 4 s each); report the site's "
+        "change -> overlay latency and CPU while it catches up against the rest of the time, "
+        "its catch-up time and the bytes the site sent per join (default: 0)",
+    )
+    mesh.add_argument(
         "--no-baseline",
         dest="baseline",
         action="store_false",
@@ -382,6 +392,7 @@ def mesh_plan_from_args(args: argparse.Namespace) -> MeshPlan:
         seed=args.seed,
         baseline=args.baseline,
         joins=args.joins,
+        others_join=args.others_join,
     )
 
 

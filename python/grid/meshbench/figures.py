@@ -3,8 +3,10 @@ reports and the probe's changes say, as rates, shares and percentiles."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 MISSED_AFTER_S = 5.0
@@ -188,4 +190,122 @@ def joins(
         values = [restart[what] for restart in restarts if what in restart]
         figures[f"restart_{what}_p50"] = statistics.median(values) if values else None
         figures[f"restart_{what}_p99"] = _percentile(values, 0.99) if values else None
+    return figures
+
+
+_Span = tuple[float, float, float, float, float]
+"""An interval between two of the site's samples: start, end, CPU seconds, bytes out, bytes
+in."""
+
+
+def _p50_p99(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    return statistics.median(values), _percentile(values, 0.99)
+
+
+def others_joins(
+    result: dict[str, Any], probe_lines: list[dict[str, Any]], peers_cpu_share: float | None
+) -> dict[str, Any]:
+    """Another site joining again and again during the measurement (``--others-join``):
+    the joiner's catch-up (from its node's start until its node said ``caught_up``), p50
+    and p99; the measured site's change -> overlay latency over the probe changes handed
+    while a joiner was catching up and over the rest of the window; the site's CPU over
+    its samples that overlap a catch-up and over the rest; the bytes it sent over each
+    catch-up beyond its rate in the rest of the window, and its gossip rates in the rest of
+    the window (those of the whole window include serving the joiners); and the peers' CPU
+    (the load's process) while the joiner caught up. A join still catching up at the end of
+    the window counts to the end. Without joins, every figure is None (or an empty list)."""
+    first, last = result["first"], result["last"]
+    end = last["t"]
+    lives = sorted(
+        (line for line in probe_lines if line["event"] == "joiner"), key=lambda j: j["serial"]
+    )
+    windows = [
+        (life["t"], life["caught_up_t"] if life["caught_up_t"] is not None else end)
+        for life in lives
+    ]
+
+    def catching_up(moment: float) -> bool:
+        return any(start <= moment <= caught for start, caught in windows)
+
+    probes = [
+        line for line in probe_lines if line["event"] == "probe" and first["t"] <= line["t"] <= end
+    ]
+    during = [probe for probe in probes if catching_up(probe["t"])]
+    rest = [probe for probe in probes if not catching_up(probe["t"])]
+    seen = [(t, score) for t, score in result.get("probe_seen", [])]
+    latencies, missed = probe_latencies(during, seen, end)
+    steady, steady_missed = probe_latencies(rest, seen, end)
+    # The site's samples: each interval between two is in a catch-up if it overlaps one.
+    samples = result.get("samples", [])
+    spans: list[_Span] = [
+        (a[0], b[0], b[1] - a[1], b[2] - a[2], b[3] - a[3]) for a, b in itertools.pairwise(samples)
+    ]
+
+    def overlapping(start: float, caught: float) -> list[_Span]:
+        return [span for span in spans if span[0] < caught and span[1] > start]
+
+    def seconds(chosen: Iterable[_Span]) -> float:
+        return sum(span[1] - span[0] for span in chosen)
+
+    joined = {span for window in windows for span in overlapping(*window)}
+    outside = [span for span in spans if span not in joined]
+    joined_s, outside_s = seconds(joined), seconds(outside)
+    steady_out = sum(span[3] for span in outside) / outside_s if outside_s else None
+    steady_in = sum(span[4] for span in outside) / outside_s if outside_s else None
+    sent: list[float] = []
+    for window in windows:
+        mine = overlapping(*window)
+        if mine and steady_out is not None:
+            sent.append(sum(span[3] for span in mine) - steady_out * seconds(mine))
+    caught_up = [life["caught_up_s"] for life in lives if life["caught_up_s"] is not None]
+    figures: dict[str, Any] = {
+        "others_joins": [
+            {
+                "caught_up_s": life["caught_up_s"],
+                "items": life["items"],
+                "bytes_in": life["bytes_in"],
+                "probes": sum(start <= probe["t"] <= caught for probe in probes),
+                "site_bytes_out": sent[index] if index < len(sent) else None,
+            }
+            for index, (life, (start, caught)) in enumerate(zip(lives, windows, strict=True))
+        ],
+        "others_join_caught_up": len(caught_up),
+        "others_join_items": statistics.median([life["items"] for life in lives])
+        if lives
+        else None,
+        "others_join_probes": len(during),
+        "others_join_probes_seen": len(latencies),
+        "others_join_probes_missed": missed,
+        "others_join_latencies_ms": [round(latency * 1000, 1) for latency in latencies],
+        "others_join_steady_probes": len(rest),
+        "others_join_steady_probes_seen": len(steady),
+        "others_join_steady_probes_missed": steady_missed,
+        "others_join_cpu_share": sum(span[2] for span in joined) / joined_s if joined_s else None,
+        "others_join_steady_cpu_share": sum(span[2] for span in outside) / outside_s
+        if outside_s
+        else None,
+        "others_join_steady_bytes_out_per_s": steady_out,
+        "others_join_steady_bytes_in_per_s": steady_in,
+        "others_join_peers_cpu_share": peers_cpu_share,
+        # Items of the joiner's site the measured site took in, over every join: it was a
+        # site of the mesh to it, not only a member.
+        "others_join_items_taken": result.get("joiner_items_taken"),
+    }
+    for name, values in (
+        ("others_join_caught_up_s", caught_up),
+        ("others_join_bytes_in", [life["bytes_in"] for life in lives]),
+        ("others_join_site_bytes_out", sent),
+    ):
+        figures[f"{name}_p50"], figures[f"{name}_p99"] = _p50_p99(values)
+    for name, values, misses in (
+        ("others_join_latency_ms", latencies, missed),
+        ("others_join_steady_latency_ms", steady, steady_missed),
+    ):
+        p50, p99 = _p50_p99([latency * 1000 for latency in values])
+        figures[f"{name}_p50"] = p50
+        figures[f"{name}_p99"] = None if misses else p99
+    if not lives:  # no --others-join: nothing to tell apart
+        return {key: [] if isinstance(value, list) else None for key, value in figures.items()}
     return figures

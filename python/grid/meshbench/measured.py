@@ -155,6 +155,13 @@ class Counters:
         ranking = self.engine.ranking
         return 0 if ranking is None else len(ranking.candidates)
 
+    def candidates_but(self, site: str | None) -> int:
+        """The candidates ranked, but those of ``site`` (the joiner's, which come and go)."""
+        ranking = self.engine.ranking
+        if ranking is None:
+            return 0
+        return sum(1 for entry in ranking.candidates if entry.candidate.site != site)
+
     def snapshot(self, agent: Agent, network: str) -> dict[str, Any]:
         node = agent.networks[network].node
         stats = node.stats() if node is not None else {}
@@ -211,12 +218,30 @@ def _options(config: dict[str, Any], bind: str) -> AgentOptions:
     )
 
 
-def _active_sites(engine: SiteEngine) -> int:
+def _active_sites(engine: SiteEngine, but: str | None = None) -> int:
+    """The GridSites Active, but ``but`` (the joiner, which comes and goes)."""
     return sum(
         1
-        for (kind, _name), status in engine.statuses().items()
-        if kind == "GridSite" and getattr(getattr(status, "phase", None), "value", "") == "Active"
+        for (kind, name), status in engine.statuses().items()
+        if kind == "GridSite"
+        and name != but
+        and getattr(getattr(status, "phase", None), "value", "") == "Active"
     )
+
+
+async def sample(
+    agent: Agent, network: str, every_s: float, end: float, samples: list[list[float]]
+) -> None:
+    """(time, CPU time, bytes out, bytes in) of the site every ``every_s`` until ``end``: to
+    tell its CPU and gossip while another site caught up from the rest of the window."""
+    while True:
+        node = agent.networks[network].node
+        stats = node.stats() if node is not None else {}
+        sent, received = stats.get("bytes_out", 0), stats.get("bytes_in", 0)
+        samples.append([time.monotonic(), cpu_seconds(), sent, received])
+        if time.monotonic() >= end:
+            return
+        await asyncio.sleep(min(every_s, max(end - time.monotonic(), 0.0)))
 
 
 async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dict[str, float]]:
@@ -236,7 +261,7 @@ async def restarts(config: dict[str, Any], address: str, sites: int) -> list[dic
         received: dict[str, int] = {}
         deadline = started + config["converge_timeout_s"]
         while (trusted_s is None or ranked_s is None) and time.monotonic() < deadline:
-            if trusted_s is None and _active_sites(engine) >= sites:
+            if trusted_s is None and _active_sites(engine, config.get("joiner_site")) >= sites:
                 trusted_s = time.monotonic() - started
             ranking = engine.ranking
             if ranked_s is None and ranking is not None and len(ranking.candidates) >= expected:
@@ -323,16 +348,25 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
     first_render = len(counters.render_s)
     rss: list[int] = []
     end = first["t"] + config["duration_s"]
+    samples: list[list[float]] = []
+    sampling = None
+    if config.get("sample_every_s"):
+        sampling = asyncio.create_task(
+            sample(agent, network, config["sample_every_s"], end, samples)
+        )
     while time.monotonic() < end:
         rss.append(rss_bytes())
         emit("measuring", done=time.monotonic() - first["t"], total=config["duration_s"])
         await asyncio.sleep(min(_SAMPLE_S, max(end - time.monotonic(), 0.0)))
     last = counters.snapshot(agent, network)
     rss.append(rss_bytes())
-    ranked = counters.candidates()
+    if sampling is not None:
+        await sampling
+    joiner = config.get("joiner_site")
+    ranked = counters.candidates() if joiner is None else counters.candidates_but(joiner)
     node = agent.networks[network].node
     address = node.address if node is not None else "127.0.0.1:0"
-    sites = _active_sites(engine)
+    sites = _active_sites(engine, joiner)
     await agent.stop()
     joins = await restarts(config, address, sites)
     return {
@@ -345,6 +379,10 @@ async def measure(config: dict[str, Any]) -> dict[str, Any]:
         "probe_seen": [seen for seen in counters.probe_seen if seen[0] >= first["t"]],
         "probe_received": [r for r in counters.probe_received if r[0] >= first["t"]],
         "candidates": ranked,
+        "samples": samples,
+        "joiner_items_taken": sum(
+            count for (origin, _lane), count in counters.lanes_received.items() if origin == joiner
+        ),
     }
 
 

@@ -150,6 +150,15 @@ def _provider(config: dict[str, Any], site: str, name: str, model: str) -> dict[
 
 
 def start_peer(config: dict[str, Any], peer: dict[str, Any], rng: random.Random) -> Peer:
+    built = build_peer(config, peer, rng)
+    built.node.start()
+    return built
+
+
+def build_peer(
+    config: dict[str, Any], peer: dict[str, Any], rng: random.Random, bind: str = "127.0.0.1:0"
+) -> Peer:
+    """A peer whose node is bound to ``bind`` but not started."""
     network, site, providers = resources(config, peer)
     now = datetime.now(UTC)
     engine = SiteEngine(
@@ -164,7 +173,7 @@ def start_peer(config: dict[str, Any], peer: dict[str, Any], rng: random.Random)
     )
     swim = config["swim"]
     node = _native.SwimNode(
-        "127.0.0.1:0",
+        bind,
         peer["site"],
         [Path(config["key_file"]).read_bytes()],
         certificate_chain=list(credentials.certificate_chain),
@@ -178,7 +187,6 @@ def start_peer(config: dict[str, Any], peer: dict[str, Any], rng: random.Random)
         # Nobody reads a peer's events: keep few.
         event_capacity=16,
     )
-    node.start()
     interval = config["scrape_interval_s"]
     moment = time.monotonic()
     loads = {
@@ -274,10 +282,14 @@ def main(argv: list[str]) -> int:
         peers = [start_peer(config, spec, random.Random(rng.random()))]
         seeds = [peers[0].node.address]
         peers[0].node.join([argv[3]])
+    probe_seed = rng.random()
+    stop = threading.Event()
+    joiner = None
+    if role == "probe" and config.get("joiner"):
+        joiner = Joiner(config, config["joiner"], argv[3], random.Random(rng.random()), stop)
     now = datetime.now(UTC)
     for peer in peers:
         peer.publish(now)
-    stop = threading.Event()
     if role == "load":
         # The load runs from here on; the measured site joins once the mesh has formed
         # (every peer holds the same item names, for a while), as a site joins a running
@@ -289,7 +301,12 @@ def main(argv: list[str]) -> int:
         emit("ready", seeds=seeds)
 
     def stop_when_stdin_closes() -> None:
-        sys.stdin.read()
+        # One line, ``joins T0 WINDOW``, tells the probe's joiner when the measurement
+        # began (monotonic seconds) and how long it lasts; the end of input stops the peers.
+        for line in sys.stdin:
+            words = line.split()
+            if joiner is not None and words[:1] == ["joins"]:
+                joiner.begin(float(words[1]), float(words[2]))
         stop.set()
 
     threading.Thread(target=stop_when_stdin_closes, daemon=True).start()
@@ -298,7 +315,9 @@ def main(argv: list[str]) -> int:
         sink.shutdown()
     else:
         (probe_provider,) = peers[0].loads
-        run_probe(peers[0], probe_provider, config, stop, rng.random())
+        run_probe(peers[0], probe_provider, config, stop, probe_seed, joiner)
+    if joiner is not None:
+        joiner.close()
     for peer in peers:
         peer.node.close()
     return 0
@@ -378,14 +397,23 @@ def run_load(
             )
 
 
-def run_probe(
-    probe: Peer, provider: str, config: dict[str, Any], stop: threading.Event, seed: float
+def run_probe(  # noqa: PLR0917 - the probe, what it changes, and the joiner it paces
+    probe: Peer,
+    provider: str,
+    config: dict[str, Any],
+    stop: threading.Event,
+    seed: float,
+    joiner: Joiner | None = None,
 ) -> None:
     """Every two seconds or so, the probe provider's queue jumps between 0 and 500; the
-    moment each change is handed to SWIM is reported, with the items that carry it."""
+    moment each change is handed to SWIM is reported, with the items that carry it. A join
+    of the joiner that is due starts just before a change."""
     rng = random.Random(seed)
     probes = 0
     while not stop.wait(config["probe_every_s"] * rng.uniform(0.8, 1.2)):
+        joining = joiner is not None and joiner.due(time.monotonic())
+        if joiner is not None and joining:
+            joiner.start()
         probes += 1
         now = datetime.now(UTC)
         load = probe.loads[provider]
@@ -395,6 +423,119 @@ def run_probe(
         handed = time.monotonic()
         items = probe.publish(now)
         emit("probe", t=handed, queue=load.queue, serial=probes, items=items)
+        if joiner is not None and joining:
+            joiner.settle()
+
+
+_CAUGHT_UP_POLL_S = 0.01
+_CATCH_UP_TIMEOUT_S = 600.0
+_DUE_IN_SLOT = 0.25
+
+
+class Joiner:
+    """Another site that joins the mesh again and again while the measured site is measured
+    (``grid bench mesh --others-join N``): a real site of its own (its certificate, a
+    GridSite the measured site holds, an engine publishing its providers as a site does)
+    whose node starts with an empty store, joins through the load's first peer, catches up
+    (its node's ``caught_up``: the store walked round and nothing waiting) and leaves, N
+    times, each life a new node (a new generation) at the same address.
+
+    The joins are spread over the measurement: the k-th is due a quarter into the k-th of
+    N equal slots (so that a catch-up of several seconds ends, and the overlay shows its
+    changes, before the window does), and starts in the probe's loop just before the
+    probe's next change, so that every catch-up holds at least one probe change however
+    short it is. No join starts after the window. The joiner runs in the probe's process,
+    at normal priority (a joining site has the CPU of its own host); like the peers', its
+    node's events are not read: its catch-up is its node's, not an engine's decoding."""
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        spec: dict[str, Any],
+        seed: str,
+        rng: random.Random,
+        stop: threading.Event,
+    ) -> None:
+        self.config, self.spec, self.seed, self.rng, self.stop = config, spec, seed, rng, stop
+        self.joins: int = spec["joins"]
+        self.started = 0
+        self._lock = threading.Lock()
+        self._schedule: tuple[float, float] | None = None
+        self._next: Peer | None = build_peer(config, spec, random.Random(rng.random()))
+        self._bind = self._next.node.address
+        self._life: tuple[Peer, float, int] | None = None
+        self._watching: threading.Thread | None = None
+
+    def begin(self, t0: float, window_s: float) -> None:
+        with self._lock:
+            self._schedule = (t0, window_s)
+
+    def due(self, now: float) -> bool:
+        with self._lock:
+            if self._schedule is None or self._next is None or self.started >= self.joins:
+                return False
+            t0, window_s = self._schedule
+            # None starts after the window (a catch-up longer than a slot delays the next).
+            due = t0 + (self.started + _DUE_IN_SLOT) * window_s / self.joins
+            return due <= now < t0 + window_s
+
+    def start(self) -> None:
+        """The next life's node starts and joins (in the probe's thread, just before a
+        change)."""
+        with self._lock:
+            peer, self._next = self._next, None
+            self.started += 1
+            serial = self.started
+        assert peer is not None
+        started = time.monotonic()
+        peer.node.start()
+        peer.node.join([self.seed])
+        self._life = (peer, started, serial)
+        emit("joiner_started", t=started, serial=serial, generation=peer.node.generation)
+
+    def settle(self) -> None:
+        """After the probe's change: the life publishes its site's items, and a thread
+        watches it catch up."""
+        assert self._life is not None
+        life, self._life = self._life, None
+        life[0].publish(datetime.now(UTC))
+        self._watching = threading.Thread(target=self._watch, args=life, daemon=True)
+        self._watching.start()
+
+    def _watch(self, peer: Peer, started: float, serial: int) -> None:
+        caught: float | None = None
+        deadline = started + _CATCH_UP_TIMEOUT_S
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            if peer.node.stats()["caught_up"]:
+                caught = time.monotonic()
+                break
+            time.sleep(_CAUGHT_UP_POLL_S)
+        stats = peer.node.stats()
+        emit(
+            "joiner",
+            serial=serial,
+            t=started,
+            caught_up_t=caught,
+            caught_up_s=None if caught is None else caught - started,
+            items=stats["items_stored"],
+            bytes_in=stats["bytes_in"],
+            bytes_out=stats["bytes_out"],
+        )
+        peer.node.leave()
+        if self.started < self.joins and not self.stop.is_set():
+            # The next life: an empty store, a new generation, the same address.
+            following = build_peer(
+                self.config, self.spec, random.Random(self.rng.random()), self._bind
+            )
+            with self._lock:
+                self._next = following
+
+    def close(self) -> None:
+        """Waits for the life being watched to leave (``stop`` is set)."""
+        if self._watching is not None:
+            self._watching.join(timeout=30)
+        if self._next is not None:
+            self._next.node.close()
 
 
 if __name__ == "__main__":

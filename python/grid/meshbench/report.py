@@ -44,8 +44,60 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ),
     ("restart -> items held by then", "restart_items", lambda v: f"{v:,.0f}"),
     ("peers' CPU during the restarts", "restart_peers_cpu_share", lambda v: f"{v * 100:.0f} %"),
+    ("another site joins -> caught up, p50", "others_join_caught_up_s_p50", lambda v: f"{v:.2f} s"),
+    ("another site joins -> caught up, p99", "others_join_caught_up_s_p99", lambda v: f"{v:.2f} s"),
+    (
+        "  change -> overlay while it catches up, p50",
+        "others_join_latency_ms_p50",
+        lambda v: f"{v:.0f} ms",
+    ),
+    (
+        "  change -> overlay while it catches up, p99",
+        "others_join_latency_ms_p99",
+        lambda v: f"{v:.0f} ms",
+    ),
+    (
+        "  change -> overlay the rest of the time, p50",
+        "others_join_steady_latency_ms_p50",
+        lambda v: f"{v:.0f} ms",
+    ),
+    (
+        "  change -> overlay the rest of the time, p99",
+        "others_join_steady_latency_ms_p99",
+        lambda v: f"{v:.0f} ms",
+    ),
+    ("  CPU while it catches up", "others_join_cpu_share", lambda v: f"{v * 100:.1f} %"),
+    ("  CPU the rest of the time", "others_join_steady_cpu_share", lambda v: f"{v * 100:.1f} %"),
+    (
+        "  gossip in the rest of the time",
+        "others_join_steady_bytes_in_per_s",
+        lambda v: f"{v / 1000:.1f} KB/s",
+    ),
+    (
+        "  gossip out the rest of the time",
+        "others_join_steady_bytes_out_per_s",
+        lambda v: f"{v / 1000:.1f} KB/s",
+    ),
+    (
+        "  sent per join beyond the steady rate, p50",
+        "others_join_site_bytes_out_p50",
+        lambda v: f"{v / 1e6:.2f} MB",
+    ),
+    (
+        "  peers' CPU while it catches up",
+        "others_join_peers_cpu_share",
+        lambda v: f"{v * 100:.0f} %",
+    ),
     ("items the peers published", "peers_items_per_s", lambda v: f"{v:.1f} /s"),
 )
+
+
+MISSED = {
+    "latency_ms_p99": "probes_missed",
+    "others_join_latency_ms_p99": "others_join_probes_missed",
+    "others_join_steady_latency_ms_p99": "others_join_steady_probes_missed",
+}
+"""A p99 with a missed change is None: its cell says how many were missed."""
 
 
 def _cell(run: dict[str, Any] | None, key: str, fmt: Format) -> str:
@@ -53,8 +105,9 @@ def _cell(run: dict[str, Any] | None, key: str, fmt: Format) -> str:
         return "-"
     value = run.get(key)
     if value is None:
-        if key == "latency_ms_p99" and run.get("probes_missed"):
-            return f"{run['probes_missed']} missed"
+        missed = run.get(MISSED.get(key, ""))
+        if missed:
+            return f"{missed} missed"
         return "n/a"
     return fmt(value)
 
@@ -70,8 +123,13 @@ def render(report: dict[str, Any]) -> str:
         f"one real site; the other {plan['sites'] - 1} sites carried by "
         f"{plan['peer_count']} real SWIM peers, plus a probe peer; "
         f"{plan['candidates']} candidates ranked",
-        "",
     ]
+    if plan.get("others_join"):
+        lines.append(
+            f"another site (an empty store) joins, catches up and leaves {plan['others_join']} "
+            "times during the measurement"
+        )
+    lines.append("")
     base = report["baseline"]
     title = f"today's design ({base['commit']})"
     width = max(len(row[0]) for row in ROWS)
@@ -93,6 +151,15 @@ def render(report: dict[str, Any]) -> str:
     skipped += f"{current.get('probe_versions_skipped', 0):>14}  "
     skipped += f"{baseline.get('probe_versions_skipped', 0):>24}" if baseline else f"{'-':>24}"
     lines.append(skipped)
+    if current.get("others_join_probes") is not None:
+        lines.append(
+            f"{'probe changes while another site caught up':<{width}}  "
+            f"{current['others_join_probes_seen']:>6} of {current['others_join_probes']:<5}"
+        )
+        lines.append(
+            f"{'joins of another site caught up':<{width}}  "
+            f"{current['others_join_caught_up']:>6} of {plan['others_join']:<5}"
+        )
     if baseline is None:
         lines.append(f"today's design did not run: {base['reason']}")
     lines += ["", "scale targets (100 sites x 100 providers, 15 s scrape, per site):"]

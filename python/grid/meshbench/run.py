@@ -26,9 +26,11 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from io import BytesIO
 from pathlib import Path
 from typing import IO, Any
@@ -44,7 +46,7 @@ from grid.demo.builder import (
 )
 from grid.demo.mesh import free_port
 from grid.errors import ConfigError
-from grid.meshbench.figures import figures, joins
+from grid.meshbench.figures import figures, joins, others_joins
 from grid.meshbench.restart_load import RestartLoad
 
 BASELINE_COMMIT = "a8f59f0"
@@ -54,6 +56,8 @@ NETWORK = "bench"
 SITE = "site-000"
 GRID_ID = "bench-grid"
 PROBE_SITE = "probe"
+JOINER_SITE = "joiner"
+"""The site that joins again and again during the measurement (``--others-join``)."""
 PROBE_MODEL = "probe-model"
 MODELS = 16
 """Models served in the mesh; provider j of each site serves model j mod 16."""
@@ -62,6 +66,12 @@ MAX_PEERS_ONE_EACH = 10
 DEFAULT_PEERS = 4
 CONVERGE_TIMEOUT_S = 600.0
 MAX_JOINS = 100
+OTHERS_JOIN_SAMPLE_S = 0.1
+"""With ``--others-join``, the measured site samples its CPU time and bytes this often, so
+that a catch-up of a fraction of a second can be told from the rest of the window."""
+MIN_SECONDS_PER_OTHER_JOIN = 4.0
+"""Each of ``--others-join``'s joins has a slot of the window this long at least: time to
+catch up, leave, and leave probe changes outside its catch-up."""
 
 Progress = Callable[[str, float, float], None]
 
@@ -82,6 +92,9 @@ class MeshPlan:
     joins: int = 0
     """Restarts of the measured site after the measurement, each timed until it trusts every
     site and ranks every candidate again."""
+    others_join: int = 0
+    """Joins of another site during the measurement: a site with an empty store joins,
+    catches up and leaves, this many times, spread over the window."""
 
     def __post_init__(self) -> None:
         if self.sites < 2:
@@ -100,6 +113,16 @@ class MeshPlan:
             raise ConfigError(f"the warm-up must not be negative, got {self.warmup_s:g}")
         if not 0 <= self.joins <= MAX_JOINS:
             raise ConfigError(f"--joins must be from 0 to {MAX_JOINS}, got {self.joins}")
+        if not 0 <= self.others_join <= MAX_JOINS:
+            raise ConfigError(
+                f"--others-join must be from 0 to {MAX_JOINS}, got {self.others_join}"
+            )
+        if self.others_join and self.duration_s < MIN_SECONDS_PER_OTHER_JOIN * self.others_join:
+            raise ConfigError(
+                f"--others-join {self.others_join} needs a --duration of at least "
+                f"{MIN_SECONDS_PER_OTHER_JOIN * self.others_join:g} s "
+                f"({MIN_SECONDS_PER_OTHER_JOIN:g} s per join), got {self.duration_s:g} s"
+            )
         if self.peers is not None and not 1 <= self.peers <= self.sites - 1:
             raise ConfigError(f"--peers must be from 1 to {self.sites - 1}, got {self.peers}")
 
@@ -254,6 +277,20 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
         }
     )
     metrics = _metrics_config(plan, sink_port)
+    joiner = None
+    if plan.others_join:
+        # A site of its own, as a single-site peer is: its GridSite is in the measured
+        # site's resources (a site joining a mesh is described to every site).
+        directory, pin = tls(JOINER_SITE)
+        sites[JOINER_SITE] = _site(JOINER_SITE, sink, pin)
+        joiner = {
+            "site": JOINER_SITE,
+            "tls": str(directory),
+            "providers": [
+                (f"joiner-p{j:03d}", f"model-{j % MODELS}") for j in range(plan.providers_per_site)
+            ],
+            "joins": plan.others_join,
+        }
     peers_config = work / "peers.json"
     peers_config.write_text(
         json.dumps(
@@ -263,6 +300,7 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
                 "network": _network([]),
                 "sites": sites,
                 "peers": peers,
+                "joiner": joiner,
                 "sink": sink,
                 "key_file": str(key_file),
                 "metrics_config": metrics,
@@ -305,6 +343,8 @@ def prepare(work: Path, plan: MeshPlan) -> Layout:
                 "candidates": plan.candidates,
                 "converge_timeout_s": CONVERGE_TIMEOUT_S,
                 "joins": plan.joins,
+                "joiner_site": JOINER_SITE if plan.others_join else None,
+                "sample_every_s": OTHERS_JOIN_SAMPLE_S if plan.others_join else None,
                 "warmup_s": plan.warmup_s,
                 "duration_s": plan.duration_s,
             }
@@ -349,9 +389,21 @@ class Child:
                 self.lines.append(event)
                 yield event
 
-    def collect(self) -> None:
-        """Read every line in the background."""
-        threading.Thread(target=lambda: list(self.events()), daemon=True).start()
+    def collect(self, on_event: Callable[[dict[str, Any]], None] | None = None) -> None:
+        """Read every line in the background (each handed to ``on_event`` too)."""
+
+        def read() -> None:
+            for event in self.events():
+                if on_event is not None:
+                    on_event(event)
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def tell(self, line: str) -> None:
+        """One line to the process's standard input."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
 
     def failure(self, what: str) -> str:
         tail = "".join(self._errors[-12:]).strip()
@@ -387,13 +439,16 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
             probe = Child("peers.py", layout.peers_config, tree, "probe", ready["seeds"][0])
             if not any(e["event"] == "ready" for e in probe.events()):
                 raise BenchFailed(probe.failure(f"the probe of {tree.label} did not start"))
-            probe.collect()
+            # The peers' CPU while another site catches up (``--others-join``).
+            other_joins = RestartLoad(peers.process.pid)
+            probe.collect(partial(_pace_joins, other_joins))
             write_resources(layout, ready["seeds"])
             measured = Child("measured.py", layout.measured_config, tree)
             restarts = RestartLoad(peers.process.pid)
             try:
                 result = None
                 converge_s = None
+                measuring = False
                 for event in measured.events():
                     kind = event["event"]
                     if kind == "converging":
@@ -401,6 +456,9 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
                     elif kind == "converged":
                         converge_s = event["seconds"]
                     elif kind == "measuring":
+                        if not measuring and plan.others_join:
+                            probe.tell(f"joins {time.monotonic()!r} {plan.duration_s!r}")
+                        measuring = True
                         progress(f"{tree.label}: measuring", event["done"], event["total"])
                     elif kind == "restarting":
                         restarts.began()
@@ -420,9 +478,18 @@ def run_design(tree: Tree, plan: MeshPlan, progress: Progress) -> dict[str, Any]
             if probe is not None:
                 probe.stop()
             peers.stop()
-        return figures(result, peers.lines + probe.lines, converge_s) | joins(
-            ready.get("formed_s"), result.get("joins", []), restarts.cpu_share()
+        return (
+            figures(result, peers.lines + probe.lines, converge_s)
+            | joins(ready.get("formed_s"), result.get("joins", []), restarts.cpu_share())
+            | others_joins(result, probe.lines, other_joins.cpu_share())
         )
+
+
+def _pace_joins(load: RestartLoad, event: dict[str, Any]) -> None:
+    if event["event"] == "joiner_started":
+        load.began()
+    elif event["event"] == "joiner":
+        load.ended()
 
 
 # -- targets ------------------------------------------------------------------------------
@@ -435,6 +502,21 @@ TARGETS: tuple[tuple[str, str, str, float], ...] = (
     ("gossip_out", "gossip out (bytes/s)", "bytes_out_per_s", 200_000.0),
     ("latency_p99", "metric change -> overlay p99 (ms)", "latency_ms_p99", 2000.0),
 )
+OTHERS_JOIN_TARGETS: tuple[tuple[str, str, str, float], ...] = (
+    (
+        "cpu_while_joining",
+        "CPU of one site while another catches up",
+        "others_join_cpu_share",
+        0.10,
+    ),
+    (
+        "latency_p99_while_joining",
+        "metric change -> overlay p99 while another site catches up (ms)",
+        "others_join_latency_ms_p99",
+        2000.0,
+    ),
+)
+"""The same targets while another site joins (issue 37), with ``--others-join``."""
 
 
 def verdicts(plan: MeshPlan, current: dict[str, Any]) -> list[dict[str, Any]]:
@@ -442,7 +524,7 @@ def verdicts(plan: MeshPlan, current: dict[str, Any]) -> list[dict[str, Any]]:
     change, or none measured, is MISSED."""
     at_size = (plan.sites, plan.providers_per_site, plan.scrape_interval_s) == TARGET_SIZE
     result = []
-    for key, label, figure, bound in TARGETS:
+    for key, label, figure, bound in TARGETS + (OTHERS_JOIN_TARGETS if plan.others_join else ()):
         value = current.get(figure)
         result.append(
             {
@@ -472,7 +554,8 @@ def run_mesh(plan: MeshPlan, progress: Progress) -> dict[str, Any]:
                     baseline["reason"] = tree
                 else:
                     try:
-                        runs["baseline"] = run_design(tree, replace(plan, joins=0), progress)
+                        plan_of_baseline = replace(plan, joins=0, others_join=0)
+                        runs["baseline"] = run_design(tree, plan_of_baseline, progress)
                         baseline["ran"] = True
                     except BenchFailed as error:
                         baseline["reason"] = str(error)
