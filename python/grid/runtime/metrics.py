@@ -238,6 +238,10 @@ FAMILIES: dict[str, Family] = {
             "grid_swim_sync_entries_known_total",
             "Sync entries not applied because the node already held them.",
         ),
+        _counter(
+            "grid_swim_gossip_entries_known_total",
+            "Member entries of gossip not handed to foca because the node already held them.",
+        ),
         _counter("grid_swim_leave_notices_total", "Leave notices received."),
         _counter(
             "grid_swim_certificate_renewals_total",
@@ -578,6 +582,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "repair_items_sent": ("grid_swim_repair_items_sent_total", ()),
     "items_repaired": ("grid_swim_items_repaired_total", ()),
     "sync_entries_known": ("grid_swim_sync_entries_known_total", ()),
+    "gossip_entries_known": ("grid_swim_gossip_entries_known_total", ()),
     "leave_notices": ("grid_swim_leave_notices_total", ()),
     "renewals": ("grid_swim_certificate_renewals_total", ()),
     "items_earlier_key": ("grid_swim_renewal_items_total", ("earlier_key",)),

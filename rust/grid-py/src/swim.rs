@@ -444,6 +444,7 @@ impl SwimNode {
             ("items_stored", d.items_stored as u64),
             ("max_transmissions", u64::from(d.max_transmissions)),
             ("sync_entries_known", d.sync_entries_known),
+            ("gossip_entries_known", d.gossip_entries_known),
             ("probes_failed", d.probes_failed),
             ("late_answers", d.late_answers),
             ("suspicion_notices", d.suspicion_notices),

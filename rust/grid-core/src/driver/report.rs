@@ -164,6 +164,8 @@ pub struct DriverStats {
     pub max_transmissions: u8,
     /// Sync entries not applied because foca already held them.
     pub sync_entries_known: u64,
+    /// Member entries of gossip taken out before foca because it already held them.
+    pub gossip_entries_known: u64,
     /// Direct notices sent to members this node suspects, so they can refute at once.
     pub suspicion_notices: u64,
     /// Times this node was suspected and refuted it (raised its incarnation).

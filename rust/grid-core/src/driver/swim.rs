@@ -188,6 +188,7 @@ impl Driver {
                 if let Some(len) = self.update_held(entries, unsigned) {
                     // foca would scan its list to find it changes nothing.
                     entries = &entries[len..];
+                    self.stats.gossip_entries_known += 1;
                     rewrite = true;
                     continue;
                 }

@@ -279,6 +279,27 @@ fn oversized_items_are_refused_with_a_clear_error() {
 }
 
 #[test]
+fn gossip_foca_holds_already_is_not_handed_to_it() {
+    let (mut c, addrs) = five_node_cluster();
+    let before = total(&c, |s| s.gossip_entries_known);
+    // A restarted node's next life spreads to every member several times over: later
+    // copies are ones foca holds already, and what is new still reaches foca.
+    c.crashed.insert(addrs[4]);
+    c.add(4, 101);
+    c.join(addrs[4], addrs[0]);
+    c.run_until(Duration::from_secs(10), |c| {
+        addrs[..4]
+            .iter()
+            .all(|at| c.state_of(*at, addrs[4]) == Some((MemberState::Alive, 101)))
+            && c.all_see_all()
+    });
+    c.run_for(config().probe_interval * 10);
+    let after = total(&c, |s| s.gossip_entries_known);
+    assert!(after > before, "{before} -> {after}");
+    c.assert_driver_healthy();
+}
+
+#[test]
 fn syncs_between_converged_nodes_apply_nothing_new() {
     let (mut c, addrs) = five_node_cluster();
     c.run_for(config().push_pull_interval * 3);
