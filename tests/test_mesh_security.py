@@ -415,12 +415,14 @@ def test_a_million_replayed_frames_are_all_refused_and_reflect_nothing(sides: Si
             stats, start_stats = node.stats(), before[node.site].stats
             assert stats["items_delivered"] == start_stats["items_delivered"]
             assert stats["syncs_served"] - start_stats["syncs_served"] <= 2 * took + 5
-        # No reflection: the survivors sent at most twice what they send without a replay
-        # over as long, a trifle next to what was thrown at them.
+        # No reflection: the survivors sent at most three times what they send without a
+        # replay over as long (the crash they handle meanwhile, and whether a push/pull
+        # fell in the 3 s baseline, put quiet runs at 1.2 to 1.8 times and one loaded CI
+        # run at 2.2), a trifle next to what was thrown at them.
         spent = sum(n.stats()["bytes_out"] - before[n.site].stats["bytes_out"] for n in survivors)
         usual = usual_rate * took
         print(f"survivors sent {spent} bytes during the replay, {usual:.0f} usually")
-        assert spent <= 2 * usual
+        assert spent <= 3 * usual
         assert spent <= sent_bytes / 1000
 
 
