@@ -158,26 +158,33 @@ fn a_joiner_that_walked_a_peer_still_catching_up_goes_round_again_from_another()
     c.assert_driver_healthy();
 }
 
-#[test]
-fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
+const STORE_ITEMS: usize = 400;
+const STORE_PAYLOAD: [u8; 900] = [7u8; 900];
+
+/// An origin's store of [`STORE_ITEMS`] items, which a first member has taken in, until no
+/// gossip of them is left: only syncs can bring them to a joiner. Returns the origin.
+fn store_held_by_two(push_pull_interval: Duration) -> (Cluster, SocketAddr) {
     let mut c = Cluster::new();
-    // Push/pull far beyond the bound: only catching up can bring the store in time.
-    c.swim.push_pull_interval = Duration::from_secs(600);
+    c.swim.push_pull_interval = push_pull_interval;
     let origin = c.add(0, 100);
-    let payload = [7u8; 900];
-    let count = 400;
-    c.publish_providers(origin, count, &payload);
-    let parts = (count * (payload.len() + 100)).div_ceil(part_bytes());
-    // A first member takes everything in, until no gossip of these items is left: only
-    // syncs can bring them to the joiner.
+    c.publish_providers(origin, STORE_ITEMS, &STORE_PAYLOAD);
     let first = c.add(1, 100);
     c.join(first, origin);
     c.run_until(Duration::from_secs(600), |c| {
-        c.items_at(first).len() == count
+        c.items_at(first).len() == STORE_ITEMS
             && [origin, first]
                 .iter()
                 .all(|at| c.nodes[at].stats().broadcast_backlog == 0)
     });
+    (c, origin)
+}
+
+#[test]
+fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
+    // Push/pull far beyond the bound: only catching up can bring the store in time.
+    let (mut c, origin) = store_held_by_two(Duration::from_secs(600));
+    let (count, payload) = (STORE_ITEMS, STORE_PAYLOAD);
+    let parts = (count * (payload.len() + 100)).div_ceil(part_bytes());
     // One datagram in 50 to the joiner is lost: most answers miss a chunk.
     let joiner = c.add(2, 100);
     c.lossy = Some((joiner, 50));
@@ -199,19 +206,8 @@ fn a_joiner_that_loses_chunks_of_an_answer_asks_for_that_part_again() {
 
 #[test]
 fn a_joiner_whose_answers_never_move_its_walk_stops_asking_at_once() {
-    let mut c = Cluster::new();
-    c.swim.push_pull_interval = Duration::from_secs(120);
-    let origin = c.add(0, 100);
-    let count = 400;
-    c.publish_providers(origin, count, &[7u8; 900]);
-    let first = c.add(1, 100);
-    c.join(first, origin);
-    c.run_until(Duration::from_secs(600), |c| {
-        c.items_at(first).len() == count
-            && [origin, first]
-                .iter()
-                .all(|at| c.nodes[at].stats().broadcast_backlog == 0)
-    });
+    let (mut c, origin) = store_held_by_two(Duration::from_secs(120));
+    let count = STORE_ITEMS;
     // The first chunk of every answer to the joiner is lost: chunks come, but none
     // without a gap from the first, so no answer moves its walk on.
     let joiner = c.add(2, 100);
