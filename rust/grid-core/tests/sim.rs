@@ -419,7 +419,7 @@ fn the_traces_of_fixed_scenarios_are_pinned() {
     );
     assert_eq!(
         sim.trace_hash(),
-        2041106467614991038,
+        1543825476238646568,
         "100 members, 2 % loss, seed 3"
     );
 }

@@ -34,14 +34,14 @@ pub(super) struct HeadsWalk {
 
 impl Driver {
     /// Starts a heads walk of a member other than `beside` (the peer of the whole walk),
-    /// if none is under way and such a member speaks it.
+    /// if none has run in this catch-up and such a member speaks it.
     pub(super) fn start_heads_walk<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
         beside: &NodeId,
         out: &mut O,
     ) {
-        if self.heads.is_some() || self.stopped() {
+        if self.heads.is_some() || self.heads_ended || self.stopped() {
             return;
         }
         // A few draws find another member in any mesh of three or more; with one other

@@ -115,6 +115,10 @@ pub const MAX_CATCH_UP_ROUNDS: u8 = 3;
 /// The walk never moves past a chunk still missing then: the next sync resumes after the
 /// chunks received from the first without a gap.
 pub const SYNC_ANSWER_WAIT: Duration = Duration::from_secs(2);
+/// How long an answer whose last chunk arrived may still take to come whole: the chunks
+/// still missing then were lost (or overtaken by far), and the walk moves on past the
+/// chunks received without a gap at once rather than after [`SYNC_ANSWER_WAIT`].
+pub const ANSWER_TAIL_WAIT: Duration = Duration::from_millis(200);
 /// Ceiling of the local health score: probing slows down to at most this many + 1 times
 /// the configured pace (Lifeguard's awareness multiplier, as memberlist bounds it).
 pub const MAX_LOCAL_HEALTH: u8 = 8;

@@ -118,11 +118,13 @@ pub struct DriverStats {
     /// Parts of stretch walks asked for (later stretches of a store walked from other
     /// peers beside the whole walk while this node catches up).
     pub stretch_syncs: u64,
-    /// Stretch walks ended by an answer that did not come whole (the whole walk covers
-    /// the rest of that stretch).
+    /// Stretch walks ended by answers that moved them nothing twice in a row (the whole
+    /// walk covers the rest of that stretch).
     pub stretches_lost: u64,
-    /// Answers to this node's syncs that did not arrive whole in [`SYNC_ANSWER_WAIT`](super::SYNC_ANSWER_WAIT): the
-    /// walk resumed after the chunks received without a gap.
+    /// Answers to this node's syncs (whole walk or stretch walk) that did not arrive whole
+    /// in [`SYNC_ANSWER_WAIT`](super::SYNC_ANSWER_WAIT), or in
+    /// [`ANSWER_TAIL_WAIT`](super::ANSWER_TAIL_WAIT) after their last chunk: the walk
+    /// resumed after the chunks received without a gap.
     pub syncs_incomplete: u64,
     pub sync_chunks_sent: u64,
     pub sync_chunks_received: u64,

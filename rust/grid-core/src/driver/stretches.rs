@@ -7,9 +7,12 @@
 //! The order is cut at member sites' names (a site's items are contiguous in it), into
 //! [`STRETCH_WALKS`] + 1 stretches of about as many sites. The whole walk covers the first
 //! and skips every stretch another walk covers (still walking, or walked to its end), and
-//! its round is over once those walks are done too. A lost answer ends a stretch walk:
-//! the whole walk covers that stretch itself if it has not passed it yet, and otherwise
-//! another round does, so nothing depends on a stretch walk.
+//! its round is over once those walks are done too. An answer that did not come whole
+//! moves its stretch on past the chunks received without a gap, and the rest is asked of
+//! another peer at once (a peer slow to answer, or a burst lost, costs one answer wait,
+//! not the stretch). A stretch whose answers keep moving nothing ends: the whole walk
+//! covers what it had not walked yet if it has not passed it, and otherwise another round
+//! does, so nothing depends on a stretch walk.
 //! Requests are plain `SYNC_REQUEST`s resuming after a name, which every protocol version
 //! answers.
 
@@ -26,10 +29,13 @@ use crate::wire::session::Transmit;
 use crate::wire::KIND_SYNC_REQUEST;
 
 use super::walk::{ChunkItems, PullAnswer, WalkStep};
-use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
+use super::{Driver, ANSWER_TAIL_WAIT, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
 
 /// Stretches walked beside the whole walk, each from a peer of its own.
 pub const STRETCH_WALKS: usize = 2;
+/// Answers in a row that may come in part without moving a stretch on (each asked of
+/// another peer) before its walk ends.
+const FRUITLESS_STRETCH_ANSWERS: u8 = 1;
 
 /// One stretch of the name order and its walk.
 pub(super) struct Stretch {
@@ -44,15 +50,18 @@ pub(super) struct Stretch {
     sync: Option<u32>,
     /// That answer's chunks so far.
     answer: Option<PullAnswer>,
+    /// Answers in a row that moved the stretch nothing.
+    fruitless: u8,
     walk: StretchWalk,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum StretchWalk {
     Walking,
-    /// Every part to the stretch's end came whole.
+    /// Every part to the stretch's end came.
     Walked,
-    /// An answer was lost: the whole walk, or another round, covers the rest.
+    /// Answers moved it nothing: the whole walk, or another round, covers the rest (after
+    /// `resume`).
     Lost,
 }
 
@@ -74,7 +83,7 @@ fn reached(resume: &ItemName, name: Option<&ItemName>) -> bool {
 
 impl Driver {
     /// Starts the stretch walks after the whole walk's first part, if none ran in this
-    /// catch-up: the stretches after `resume` (where the whole walk goes on), each from a
+    /// round: the stretches after `resume` (where the whole walk goes on), each from a
     /// member other than `beside` (the whole walk's peer) and one another. Fewer members
     /// make fewer stretches; a member asked twice would answer twice as often.
     pub(super) fn start_stretches<O: Transmit + ?Sized>(
@@ -116,6 +125,7 @@ impl Driver {
                 resume: start.clone(),
                 sync: None,
                 answer: None,
+                fruitless: 0,
                 walk: StretchWalk::Walking,
             });
         }
@@ -206,6 +216,10 @@ impl Driver {
             .answer
             .get_or_insert_with(|| PullAnswer::new(sync_id, start, count));
         if !answer.note(index, items, end) {
+            if index + 1 == count {
+                self.timers
+                    .push(now + ANSWER_TAIL_WAIT, TimerEvent::SyncAnswerDue(sync_id));
+            }
             return;
         }
         let step = answer.step();
@@ -228,18 +242,50 @@ impl Driver {
     }
 
     /// The answer to `sync_id` did not come whole; false if it is not a stretch walk's.
-    /// That stretch walk ends: the whole walk covers its rest.
-    pub(super) fn stretch_answer_due(&mut self, now: Duration, sync_id: u32) -> bool {
+    /// The stretch moves on past the chunks received without a gap, and its next part is
+    /// asked of another peer at once; after more than [`FRUITLESS_STRETCH_ANSWERS`] answers
+    /// in a row that moved it nothing, its walk ends and the whole walk covers the rest.
+    pub(super) fn stretch_answer_due<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        sync_id: u32,
+        out: &mut O,
+    ) -> bool {
         let Some(at) = self.stretch_of(sync_id) else {
             return false;
         };
+        self.stats.syncs_incomplete += 1;
         let stretch = &mut self.stretches[at];
         stretch.sync = None;
-        stretch.answer = None;
-        stretch.walk = StretchWalk::Lost;
-        self.stats.stretches_lost += 1;
-        self.stretch_gap = true;
-        self.stretch_done(now);
+        let step = stretch.answer.take().map(|mut answer| answer.step());
+        let moved = match step {
+            Some(WalkStep::Partial {
+                resume: Some(resume),
+                wrapped,
+            }) if resume != stretch.resume => {
+                if wrapped || reached(&resume, stretch.end.as_ref()) {
+                    stretch.walk = StretchWalk::Walked;
+                    self.stretch_done(now);
+                    return true;
+                }
+                stretch.resume = resume;
+                true
+            }
+            _ => false,
+        };
+        stretch.fruitless = if moved { 0 } else { stretch.fruitless + 1 };
+        if stretch.fruitless > FRUITLESS_STRETCH_ANSWERS {
+            stretch.walk = StretchWalk::Lost;
+            self.stats.stretches_lost += 1;
+            self.stretch_gap = true;
+            self.stretch_done(now);
+            return true;
+        }
+        let taken: Vec<NodeId> = self.stretches.iter().map(|s| s.peer.clone()).collect();
+        if let Some(peer) = self.other_member(&taken) {
+            self.stretches[at].peer = peer;
+        }
+        self.ask_for_stretch(now, at, out);
         true
     }
 
@@ -267,20 +313,22 @@ impl Driver {
     }
 
     /// Where the whole walk goes on from `resume`: past every stretch it has entered that
-    /// another walk covers (None: past the end of the order, the walk went round).
+    /// another walk covers, and past the part an ended stretch walk had walked (None: past
+    /// the end of the order, the walk went round).
     pub(super) fn skip_stretches(&self, resume: ItemName) -> Option<ItemName> {
         let mut resume = resume;
         loop {
-            let walked = self.stretches.iter().find(|stretch| {
-                stretch.walk != StretchWalk::Lost
-                    && reached(&resume, Some(&stretch.start))
-                    && !reached(&resume, stretch.end.as_ref())
+            let skip = self.stretches.iter().find_map(|stretch| {
+                let covered = match stretch.walk {
+                    StretchWalk::Lost => Some(&stretch.resume),
+                    StretchWalk::Walking | StretchWalk::Walked => stretch.end.as_ref(),
+                };
+                (reached(&resume, Some(&stretch.start)) && !reached(&resume, covered))
+                    .then_some(covered)
             });
-            match walked {
-                Some(stretch) => match &stretch.end {
-                    Some(end) => resume = end.clone(),
-                    None => return None,
-                },
+            match skip {
+                Some(Some(covered)) => resume = covered.clone(),
+                Some(None) => return None,
                 None => return Some(resume),
             }
         }

@@ -17,7 +17,7 @@ use crate::reader::Reader;
 use crate::wire::session::Transmit;
 use crate::wire::KIND_SYNC_REQUEST;
 
-use super::{Driver, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, SYNC_ANSWER_WAIT};
+use super::{Driver, ANSWER_TAIL_WAIT, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, SYNC_ANSWER_WAIT};
 
 /// A sync answer that brings this many names a node did not hold makes it catch up again.
 const BEHIND_AFTER_NAMES: usize = 64;
@@ -143,11 +143,13 @@ impl ChunkItems {
 }
 
 impl Driver {
-    /// The answer to sync `sync_id` should be whole by now. If it is not, the walk moves
-    /// on only past the chunks received from the first without a gap, and the rest is
-    /// asked for (from any member: they all walk in the same order) at once while catching
-    /// up (unless more than [`FRUITLESS_ANSWERS_RETRIED`] answers in a row came in part
-    /// without moving it on), or by the next push/pull otherwise.
+    /// The answer to sync `sync_id` should be whole by now (or its last chunk came, and
+    /// what is missing was lost). If it is not, the walk moves on only past the chunks
+    /// received from the first without a gap, as it would after a whole answer that ended
+    /// there, from another member. An answer that moved it nothing is asked for again (from
+    /// any member: they all walk in the same order) at once while catching up (unless more
+    /// than [`FRUITLESS_ANSWERS_RETRIED`] answers in a row came in part without moving it
+    /// on), or by the next push/pull otherwise.
     pub(super) fn answer_due<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -155,7 +157,7 @@ impl Driver {
         out: &mut O,
     ) {
         if self.heads_answer_due(sync_id)
-            || self.stretch_answer_due(now, sync_id)
+            || self.stretch_answer_due(now, sync_id, out)
             || self.pull_sync != Some(sync_id)
         {
             return;
@@ -168,6 +170,12 @@ impl Driver {
             .take()
             .map(|mut answer| (answer.start.clone(), answer.step()))
         {
+            if resume != start || wrapped {
+                if let Some(peer) = self.random_member_id() {
+                    self.follow_walk(now, ExportEnd::Stopped { resume, wrapped }, &peer, out);
+                    return;
+                }
+            }
             // Chunks came (the peer answers) but none of them moved the walk on.
             fruitless = resume == start && !wrapped;
             self.pull_resume = resume;
@@ -229,7 +237,7 @@ impl Driver {
     /// that brought at least [`BEHIND_AFTER_NAMES`] names this node did not hold shows it
     /// is behind (a mesh started together, or a partition healed): it catches up. A store
     /// larger than one answer is walked for every site's heads beside, from another peer
-    /// (see [`super::heads`]), and in its first round, later stretches of it from others
+    /// (see [`super::heads`]), and in each round, later stretches of it from others
     /// (see [`super::stretches`]): the walk skips each stretch another walk covers, and its
     /// round is over once they are done too.
     fn follow_walk<O: Transmit + ?Sized>(
@@ -319,10 +327,9 @@ impl Driver {
     /// The walk went round. While catching up, a round that brought names this node did
     /// not hold is followed by another (the peer walked may have lacked some: it was
     /// catching up itself, or its store grew behind the walk), up to
-    /// [`MAX_CATCH_UP_ROUNDS`]; so is a round in which a stretch walk lost an answer (the
-    /// whole walk may have skipped what it missed). Returns whether one begins; otherwise
-    /// catching up is done. Stretches are walked in the first round only: the later ones
-    /// check what it brought.
+    /// [`MAX_CATCH_UP_ROUNDS`]; so is a round in which a stretch walk ended early (the
+    /// whole walk may have skipped what it missed). Returns whether one begins, with
+    /// stretch walks of its own; otherwise catching up is done.
     fn walk_went_round(&mut self) -> bool {
         let held = lock(&self.store).len();
         let (round, held_at_start) = self.catch_up_round;
@@ -330,7 +337,7 @@ impl Driver {
         let again = held > held_at_start || gap;
         if self.catch_up == CatchUp::Walking && again && round < MAX_CATCH_UP_ROUNDS {
             self.catch_up_round = (round + 1, held);
-            self.stretches.clear();
+            self.end_stretches();
             return true;
         }
         self.catch_up = CatchUp::Done;
@@ -367,6 +374,9 @@ impl Driver {
             if let WalkStep::Ended(end) = answer.step() {
                 self.follow_walk(now, end, sender, out);
             }
+        } else if index + 1 == count {
+            self.timers
+                .push(now + ANSWER_TAIL_WAIT, TimerEvent::SyncAnswerDue(sync_id));
         }
     }
 }
