@@ -138,6 +138,7 @@ def test_a_plan_reports_every_scenario_under_both_profiles(report: dict[str, Any
     assert all(target["reason"].startswith("not run: no N=") for target in targets)
     assert "(--quick)" in targets[0]["reason"]
     text = render(report)
+    assert text.startswith("SWIM convergence (grid bench convergence)\n")
     for heading in ("Join dissemination", "Failure detection", "Accuracy", "Partition"):
         assert heading in text
     assert "MISSED" not in text
@@ -370,7 +371,9 @@ def test_the_state_scenario_reports_traffic_changes_and_catch_up(
     # No loss: what sites send in the window they receive, but for what is in flight at its ends.
     assert row["bytes_in_per_site"] == pytest.approx(row["bytes_out_per_site"], rel=0.05)
     assert main(argv) == 0
-    assert "State plane" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert text.startswith("The state plane (grid bench convergence)\n")
+    assert "State plane" in text
 
 
 def test_a_state_size_whose_stores_do_not_fit_is_skipped_with_what_it_needs() -> None:

@@ -19,7 +19,7 @@ from grid.simbench import plot as plot_module
 from grid.simbench.figure import figure, fit_axis
 from grid.simbench.plot import PlotError, check_plot_path, render_svg, write_plot
 from grid.simbench.profiles import NetworkModel, epidemic_rounds
-from grid.simbench.runner import targets
+from grid.simbench.runner import SCENARIOS, targets
 from grid.simbench.state import (
     MEMORY_LIMIT,
     StatePlan,
@@ -235,10 +235,17 @@ def _texts(element: ET.Element) -> list[str]:
     ],
 )
 def test_every_scenario_that_ran_gets_its_panel(scenarios: tuple[str, ...]) -> None:
-    root = _svg(synthetic_report(scenarios=scenarios))
+    report = synthetic_report(scenarios=scenarios)
+    root = _svg(report)
     assert list(_panels(root)) == list(scenarios)
     assert len(_all_panels(root, "state")) == (2 if "state" in scenarios else 0)
     assert "no results to plot" in render_svg({"plan": {}})
+    # The title names what ran: membership, the state plane, or both.
+    title = {
+        ("state",): "The state plane",
+        tuple(SCENARIOS): "SWIM convergence and the state plane",
+    }.get(scenarios, "SWIM convergence")
+    assert f"{title} (grid bench convergence)" in _texts(root)
 
 
 @pytest.mark.parametrize("sizes", [(100,), (1000,), (100, 1000), (100, 1000, 10_000)])

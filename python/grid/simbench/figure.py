@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from grid.membership import SwimConfig
 from grid.simbench.runner import JOIN_ROUND_TARGET, SCENARIOS
+from grid.simbench.runner import title as report_title
 
 Row = dict[str, Any]
 
@@ -196,7 +197,7 @@ def figure(report: dict[str, Any], version: str | None = None) -> Figure:
     )
     quick = " --quick" if (report.get("plan") or {}).get("quick") else ""
     return Figure(
-        title=f"SWIM convergence (grid bench convergence{quick})",
+        title=f"{report_title(report)} (grid bench convergence{quick})",
         panels=panels,
         caption=caption(report, version),
     )

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from grid.simbench.runner import title
+
 Row = dict[str, Any]
 
 
@@ -44,7 +46,7 @@ def render(report: dict[str, Any]) -> str:
     plan = report["plan"]
     network = plan["network"]
     out = [
-        "SWIM convergence (grid bench convergence)",
+        f"{title(report)} (grid bench convergence)",
         f"sizes {', '.join(map(str, plan['sizes']))}; seed {plan['seed']}; network "
         f"{network['delay'] * 1000:g} ms + {network['jitter_kind']} jitter "
         f"{network['jitter'] * 1000:g} ms; figures are p50/p99/max over runs; clusters of "

@@ -36,6 +36,18 @@ from grid.simbench.state import StatePlan, state_row
 from grid.simbench.stats import pooled_cdf, spread, tail_miss_bound, uninformed_by_round
 
 SCENARIOS = ("join", "failure", "accuracy", "partition", "speed", "state")
+#: The scenarios of membership alone (the state plane's is ``state``).
+MEMBERSHIP_SCENARIOS = SCENARIOS[:-1]
+
+
+def title(report: dict[str, Any]) -> str:
+    """What a report (or its figure) shows: SWIM convergence, the state plane, or both."""
+    membership = any(name in report for name in MEMBERSHIP_SCENARIOS)
+    if "state" not in report:
+        return "SWIM convergence"
+    return "SWIM convergence and the state plane" if membership else "The state plane"
+
+
 #: Fractions of the cluster a join is timed to.
 COVERAGE = (("50%", 0.5), ("99%", 0.99), ("100%", 1.0))
 #: Cluster sizes when none are given: the full run, and --quick's (no 10,000-member
