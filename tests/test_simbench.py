@@ -381,4 +381,6 @@ def test_a_state_size_whose_stores_do_not_fit_is_skipped_with_what_it_needs() ->
 
     row = state_row(5000, 1, StatePlan(), NetworkModel(), threads=1)
     assert "skipped" in row and "GiB" in row["skipped"]
+    # Thousands are separated in the size as in the counts after it.
+    assert row["skipped"].startswith("its stores need about 2,7")
     assert estimated_memory(1000, 5) < MEMORY_LIMIT < estimated_memory(1000, 10)

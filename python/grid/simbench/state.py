@@ -73,7 +73,7 @@ def state_row(
         return {
             "size": size,
             "providers": plan.providers,
-            "skipped": f"its stores need about {needed / 2**30:.0f} GiB "
+            "skipped": f"its stores need about {needed / 2**30:,.0f} GiB "
             f"({size:,} nodes x {size * items_per_site(plan.providers):,} items)",
         }
     prof = profile(GRID, size)
