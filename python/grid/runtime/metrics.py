@@ -210,12 +210,13 @@ FAMILIES: dict[str, Family] = {
         ),
         _counter(
             "grid_swim_stretches_lost_total",
-            "Stretch walks ended by an answer that did not arrive whole (the whole walk covers "
-            "the rest of the stretch).",
+            "Stretch walks ended by two answers in a row that moved them nothing (the whole "
+            "walk covers the rest of the stretch).",
         ),
         _counter(
             "grid_swim_syncs_incomplete_total",
-            "Answers to this node's syncs that did not arrive whole in time (asked again).",
+            "Answers to this node's syncs that did not arrive whole in time (the walk moves "
+            "on past what came without a gap).",
         ),
         _counter("grid_swim_sync_chunks_sent_total", "Sync chunks sent."),
         _counter("grid_swim_repair_digests_sent_total", "Repair digests sent to a member."),
