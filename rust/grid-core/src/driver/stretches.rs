@@ -29,7 +29,7 @@ use crate::wire::session::Transmit;
 use crate::wire::KIND_SYNC_REQUEST;
 
 use super::walk::{ChunkItems, PullAnswer, WalkStep};
-use super::{Driver, ANSWER_TAIL_WAIT, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
+use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
 
 /// Stretches walked beside the whole walk, each from a peer of its own.
 pub const STRETCH_WALKS: usize = 2;
@@ -216,10 +216,7 @@ impl Driver {
             .answer
             .get_or_insert_with(|| PullAnswer::new(sync_id, start, count));
         if !answer.note(index, items, end) {
-            if index + 1 == count {
-                self.timers
-                    .push(now + ANSWER_TAIL_WAIT, TimerEvent::SyncAnswerDue(sync_id));
-            }
+            self.await_answer_tail(now, sync_id, index, count);
             return;
         }
         let step = answer.step();

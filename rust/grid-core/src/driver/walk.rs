@@ -374,7 +374,22 @@ impl Driver {
             if let WalkStep::Ended(end) = answer.step() {
                 self.follow_walk(now, end, sender, out);
             }
-        } else if index + 1 == count {
+        } else {
+            self.await_answer_tail(now, sync_id, index, count);
+        }
+    }
+
+    /// Chunk `index` of `count` of the answer to `sync_id` came and the answer is not
+    /// whole: once its last chunk is in, what is still missing was lost, and the answer is
+    /// due after [`ANSWER_TAIL_WAIT`] rather than [`SYNC_ANSWER_WAIT`].
+    pub(super) fn await_answer_tail(
+        &mut self,
+        now: Duration,
+        sync_id: u32,
+        index: u16,
+        count: u16,
+    ) {
+        if index + 1 == count {
             self.timers
                 .push(now + ANSWER_TAIL_WAIT, TimerEvent::SyncAnswerDue(sync_id));
         }

@@ -33,20 +33,25 @@ fn six_sites(c: &mut Cluster, per_site: usize) -> (Vec<SocketAddr>, usize) {
     (sites, parts)
 }
 
+/// The fewest parts a walk of `whole` items of [`six_sites`] takes (a part holds at most
+/// a whole sync's worth of items), and how long one walk then needs at best (a part per
+/// pause).
+fn one_walk(whole: usize) -> (usize, Duration) {
+    let fewest_parts = whole * 900 / (MAX_SYNC_CHUNKS * MAX_UNSEALED_LEN);
+    (fewest_parts, CATCH_UP_PAUSE * fewest_parts as u32)
+}
+
 #[test]
 fn a_joiner_walks_stretches_of_a_large_store_from_several_peers_at_once() {
     let mut c = Cluster::new();
     let per_site = 700;
     let (sites, _) = six_sites(&mut c, per_site);
     let whole = sites.len() * per_site;
-    // One walk takes a part per pause at best, and a part holds at most a whole sync's
-    // worth of items: the whole store needs at least this long from one peer.
-    let fewest_parts = whole * 900 / (MAX_SYNC_CHUNKS * MAX_UNSEALED_LEN);
+    let (fewest_parts, one_walk) = one_walk(whole);
     assert!(
         fewest_parts >= 10,
         "the store spans many answers ({fewest_parts})"
     );
-    let one_walk = CATCH_UP_PAUSE * fewest_parts as u32;
 
     let late = c.add(9, 100);
     c.join(late, sites[0]);
@@ -101,8 +106,7 @@ fn answers_that_come_in_part_move_the_walks_on_at_once() {
     let per_site = 700;
     let (sites, _) = six_sites(&mut c, per_site);
     let whole = sites.len() * per_site;
-    let fewest_parts = whole * 900 / (MAX_SYNC_CHUNKS * MAX_UNSEALED_LEN);
-    let one_walk = CATCH_UP_PAUSE * fewest_parts as u32;
+    let (fewest_parts, one_walk) = one_walk(whole);
 
     let late = c.add(9, 100);
     // A datagram in 150 to the joiner is lost: no answer of a store walk comes whole (each
