@@ -37,7 +37,7 @@ from grid.simbench.stats import pooled_cdf, spread, tail_miss_bound, uninformed_
 
 SCENARIOS = ("join", "failure", "accuracy", "partition", "speed", "state")
 #: The scenarios of membership alone (the state plane's is ``state``).
-MEMBERSHIP_SCENARIOS = SCENARIOS[:-1]
+MEMBERSHIP_SCENARIOS = tuple(name for name in SCENARIOS if name != "state")
 
 
 def title(report: dict[str, Any]) -> str:
