@@ -1,21 +1,34 @@
 //! The state-plane scenario of the simulator at one size, printed: fill time, traffic per
 //! site by kind, change convergence and a joiner's catch-up, with the wall time it took.
 //!
-//! Run: `cargo run --release -p grid-core --example sim_state -- SITES PROVIDERS
-//! [THREADS [START_RATE [SCRAPE_SECONDS]]]` (defaults: 1 thread, 25 names a second, 15 s).
+//! Run: `cargo run --release -p grid-core --example sim_state -- [--converged] [--joins=N]
+//! SITES PROVIDERS [THREADS [START_RATE [SCRAPE_SECONDS]]]` (defaults: 1 thread, 25 names
+//! a second, 15 s). `--converged`: every store holds every site's items from the start (no
+//! fill phase); `--joins=N`: the joiner joins N times (default 1).
 
 use std::time::Instant;
 
-use grid_core::sim::{run_state_scenario, StateScenario, TrafficKind};
+use grid_core::sim::{run_state_scenario, StateScenario, StateStart, TrafficKind};
 
 fn main() {
-    let args: Vec<usize> = std::env::args()
-        .skip(1)
+    let (flags, args): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|a| a.starts_with("--"));
+    let args: Vec<usize> = args
+        .iter()
         .map(|a| a.parse().expect("SITES PROVIDERS [THREADS]"))
         .collect();
     let (sites, providers) = (args[0], args[1]);
     let mut scenario = StateScenario::new(sites, providers, 1);
     scenario.settings.threads = args.get(2).copied().unwrap_or(1);
+    for flag in &flags {
+        if flag == "--converged" {
+            scenario.start = StateStart::Converged;
+        } else if let Some(joins) = flag.strip_prefix("--joins=") {
+            scenario.joins = joins.parse().expect("--joins=N");
+        } else {
+            panic!("unknown flag {flag}");
+        }
+    }
     if let Some(rate) = args.get(3) {
         scenario.start_rate = *rate as f64;
     }
@@ -52,10 +65,12 @@ fn main() {
         report.change_delays.len(),
         delays
     );
-    println!(
-        "catch-up 99% {:?}, all {:?} ({} names)",
-        report.catch_up_most, report.catch_up, report.joiner_items
-    );
+    for catch_up in &report.catch_ups {
+        println!(
+            "catch-up 99% {:?}, all {:?} ({} names, {} bytes in)",
+            catch_up.most, catch_up.all, catch_up.items, catch_up.bytes_in
+        );
+    }
     println!(
         "virtual {:?}, events {}, wall {:?}",
         report.ended_at,

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from grid._native import run_state_scenario
 from grid.cli import main
+from grid.errors import SimulationError
 from grid.simbench.plot import render_svg
 from grid.simbench.profiles import GRID, MEMBERLIST_LAN, epidemic_rounds, profile
 from grid.simbench.progress import Progress
@@ -196,6 +198,9 @@ def test_the_command_prints_json(capsys: pytest.CaptureFixture[str], tmp_path: P
         (["--losses", "0.1,x"], "--losses"),
         (["--losses", "1.5"], "losses"),
         (["--accuracy-minutes", "0"], "accuracy minutes"),
+        (["--state-joins", "0"], "--state-joins must be at least 1"),
+        (["--state-changes", "0"], "--state-changes"),
+        (["--state-start", "grown"], "--state-start must be one of growing, converged"),
     ],
 )
 def test_bad_options_exit_2(
@@ -374,6 +379,40 @@ def test_the_state_scenario_reports_traffic_changes_and_catch_up(
     text = capsys.readouterr().out
     assert text.startswith("The state plane (grid bench convergence)\n")
     assert "State plane" in text
+
+
+def test_a_converged_state_start_skips_the_fill_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "convergence", "--scenario", "state", "--sizes", "12", "--providers", "10"]
+    argv += ["--state-window", "20", "--state-changes", "2", "--state-start", "converged"]
+    assert main([*argv, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["plan"]["state"]["start"] == "converged"
+    (row,) = report["state"]
+    assert row["start"] == "converged" and row["filled_after"] is None
+    assert row["missing_after_fill"] == 0 and row["joiner_items"] == row["items"] == 12 * 15
+    assert row["per_site"]["broadcast"]["bytes_out"] > 0 and row["changes_converged"] == 1.0
+    assert main(argv) == 0
+    assert " converged " in capsys.readouterr().out
+    with pytest.raises(SimulationError, match='start must be "growing" or "converged"'):
+        run_state_scenario(4, 2, start="grown")
+    with pytest.raises(SimulationError, match="joins must be at least 1"):
+        run_state_scenario(4, 2, joins=0)
+
+
+def test_an_empty_site_joins_again_in_each_life_and_each_catch_up_is_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "convergence", "--scenario", "state", "--sizes", "12", "--providers", "10"]
+    argv += ["--state-window", "10", "--state-changes", "1", "--state-start", "converged"]
+    assert main([*argv, "--state-joins", "3", "--json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)["state"]
+    assert row["joins"] == 3 and len(row["catch_ups"]) == 3
+    assert all(life["items"] == row["items"] and life["bytes_in"] > 0 for life in row["catch_ups"])
+    seconds = sorted(life["catch_up"] for life in row["catch_ups"])
+    assert row["catch_up"] == seconds[1] and row["catch_up_seconds"]["max"] == seconds[2]
+    assert row["join_bytes_in"]["p50"] > 0 and row["joiner_items"] == row["items"]
 
 
 def test_a_state_size_whose_stores_do_not_fit_is_skipped_with_what_it_needs() -> None:

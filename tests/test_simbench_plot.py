@@ -71,6 +71,7 @@ def state_row_at(size: int, providers: int = 100) -> dict[str, Any]:
         "size": size,
         "providers": providers,
         "items": items,
+        "start": "growing",
         "filled_after": 453.0,
         "missing_after_fill": 0,
         "window": 60.0,
@@ -83,9 +84,15 @@ def state_row_at(size: int, providers: int = 100) -> dict[str, Any]:
         "changes_converged": 1.0,
         "change_seconds": spread(delays),
         "change_delays": delays,
+        "joins": 1,
         "catch_up_99": 3.5,
         "catch_up": 3.75,
+        "catch_up_seconds": spread([3.75]),
         "joiner_items": items,
+        "join_bytes_in": spread([items * 600.0]),
+        "catch_ups": [
+            {"catch_up_99": 3.5, "catch_up": 3.75, "items": items, "bytes_in": items * 600}
+        ],
         "virtual_seconds": 541.0,
         "wall_seconds": 286.0,
         "events": 10**7,

@@ -285,7 +285,9 @@ def run_state_scenario(
     scrape_interval: float = 15.0,
     window: float = 60.0,
     start_rate: float = 25.0,
+    start: str = "growing",
     changes: int = 20,
+    joins: int = 1,
     patience: float = 600.0,
     threads: int = 1,
 ) -> dict[str, Any]:

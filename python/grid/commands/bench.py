@@ -24,7 +24,7 @@ from grid.simbench.profiles import PROFILES, NetworkModel
 from grid.simbench.progress import Progress
 from grid.simbench.report import render
 from grid.simbench.runner import SCENARIOS, Plan, SpeedProbeError, run_plan
-from grid.simbench.state import DEFAULT_PROVIDERS, StatePlan
+from grid.simbench.state import DEFAULT_PROVIDERS, STATE_STARTS, StatePlan
 from grid.suggest import unknown_name
 
 EXIT_OK = 0
@@ -164,6 +164,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="K",
         help="state scenario: catalogue changes timed (default: 20)",
     )
+    convergence.add_argument(
+        "--state-joins",
+        type=int,
+        default=1,
+        metavar="J",
+        help="state scenario: times an empty site joins, catches up and leaves (default: 1)",
+    )
+    convergence.add_argument(
+        "--state-start",
+        default="growing",
+        help="state scenario: sites start one after another and the run times the fill "
+        "(growing, the default), or every store holds every site's items from the start "
+        "(converged: no fill phase, for sizes too large to grow in a run's time)",
+    )
     convergence.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     convergence.set_defaults(handler=convergence_command)
     _register_mesh(commands)
@@ -278,9 +292,19 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     profiles = tuple(part.strip() for part in args.profiles.split(",") if part.strip())
     _check_names(scenarios, SCENARIOS, "scenario")
     _check_names(profiles, PROFILES, "profile")
-    if args.providers < 1 or args.state_changes < 1 or not args.state_window > 0:
+    if (
+        args.providers < 1
+        or args.state_changes < 1
+        or args.state_joins < 1
+        or not args.state_window > 0
+    ):
         raise ConfigError(
-            "--providers and --state-changes must be at least 1, --state-window positive"
+            "--providers, --state-changes and --state-joins must be at least 1, "
+            "--state-window positive"
+        )
+    if args.state_start not in STATE_STARTS:
+        raise ConfigError(
+            f"--state-start must be one of {', '.join(STATE_STARTS)}, got {args.state_start!r}"
         )
     if args.threads is not None and args.threads < 1:
         raise ConfigError(f"--threads must be at least 1, got {args.threads}")
@@ -310,6 +334,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
                 providers=args.providers,
                 window=args.state_window,
                 changes=args.state_changes,
+                start=args.state_start,
+                joins=args.state_joins,
             ),
         )
     except ValueError as err:

@@ -146,7 +146,7 @@ def _state(rows: Sequence[Row]) -> str:
                 f"{row['size']:,}",
                 str(row["providers"]),
                 f"{row['items']:,}",
-                _num(row["filled_after"], 0),
+                "converged" if row.get("start") == "converged" else _num(row["filled_after"], 0),
                 f"{row['bytes_out_per_site']:,.0f}",
                 f"{row['bytes_in_per_site']:,.0f}",
                 _num(row["messages_out_per_site"], 1),
@@ -163,7 +163,8 @@ def _state(rows: Sequence[Row]) -> str:
         "State plane: sites publishing catalogues, pages, gateway, metadata and certificates\n"
         "(bytes and messages per site and second in steady state, out by kind; change s = "
         "p50/p99/max seconds until every other node took a catalogue change; catch-up = "
-        "an empty node joining, until it held 99% / all of the names)"
+        "an empty node joining, until it held 99% / all of the names, the median of its "
+        "lives; converged = every store held every name from the start)"
     )
     tables = [table(header, body)] if body else []
     return "\n".join([heading, *tables, *skipped])

@@ -182,6 +182,8 @@ def run_plan(plan: Plan, progress: Progress) -> dict[str, Any]:
                 "changes": plan.state.changes,
                 "patience": plan.state.patience,
                 "start_rate": plan.state.start_rate,
+                "start": plan.state.start,
+                "joins": plan.state.joins,
             },
             "scenario_sizes": {name: plan.scenario_sizes(name) for name in plan.scenarios},
         }

@@ -4,10 +4,11 @@ Every site publishes through its own driver (the real encoder, item store, relay
 digests and syncs): its certificate in two chunks, its gateway and metadata, one
 catalogue item per provider (450 bytes) and its providers' signals in pages of 12
 registers, every page written again at each scrape (15 s). The run (Rust,
-``grid._native.run_state_scenario``) has four phases: sites start one after another; a
-window of steady state whose traffic is counted by kind; catalogue changes timed until
-every other node took them; a node with an empty store joining. docs/convergence.md
-("The state plane") explains every figure.
+``grid._native.run_state_scenario``) has four phases: sites start one after another (or,
+with ``start="converged"``, every store holds every site's items from the start, and the
+run waits one scrape interval); a window of steady state whose traffic is counted by
+kind; catalogue changes timed until every other node took them; a node with an empty store
+joining. docs/convergence.md ("The state plane") explains every figure.
 
 Every node holds every site's items, so memory grows with sites squared times items per site: a
 size whose stores would not fit :data:`MEMORY_LIMIT` is reported as skipped, with what it
@@ -16,6 +17,7 @@ would need.
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,9 @@ REGISTERS_PER_PAGE = 12
 BYTES_PER_HELD_ITEM = 1040
 #: Sizes whose stores alone would need more than this are skipped.
 MEMORY_LIMIT = 12 * 2**30
+#: How a run begins: sites starting one after another (the fill phase timed), or every
+#: store holding every site's items from the start (no fill phase).
+STATE_STARTS = ("growing", "converged")
 KINDS = ("swim", "broadcast", "sync-request", "sync-response", "digest", "repair", "other")
 
 
@@ -49,6 +54,8 @@ class StatePlan:
     changes: int = 20
     patience: float = 600.0
     start_rate: float = 25.0
+    start: str = "growing"
+    joins: int = 1
 
 
 def items_per_site(providers: int) -> int:
@@ -94,6 +101,8 @@ def state_row(
         changes=plan.changes,
         patience=plan.patience,
         start_rate=plan.start_rate,
+        start=plan.start,
+        joins=plan.joins,
         threads=threads or 1,
     )
     wall = time.perf_counter() - started
@@ -123,6 +132,7 @@ def summarise(raw: dict[str, Any], wall: float) -> Row:
         "size": sites,
         "providers": raw["providers"],
         "items": raw["items"],
+        "start": raw["start"],
         "filled_after": raw["filled_after"],
         "missing_after_fill": raw["missing_after_fill"],
         "window": window,
@@ -137,10 +147,30 @@ def summarise(raw: dict[str, Any], wall: float) -> Row:
         # Each change's seconds until every other node took it, in order (None: it never
         # did within the patience): the plot's CDF.
         "change_delays": list(raw["change_delays"]),
-        "catch_up_99": raw["catch_up_99"],
-        "catch_up": raw["catch_up"],
-        "joiner_items": raw["joiner_items"],
+        **_catch_ups(raw["catch_ups"]),
         "virtual_seconds": raw["ended_at"],
         "wall_seconds": wall,
         "events": raw["events"],
+    }
+
+
+def _catch_ups(lives: list[dict[str, Any]]) -> Row:
+    """The joiner's lives summed up: the median seconds until it held 99 % and all of the
+    names (None if a life did not, within the patience), their spread, the fewest names a
+    life held, and the bytes each received."""
+    most = [life["catch_up_99"] for life in lives]
+    every = [life["catch_up"] for life in lives]
+
+    def median(values: list[float | None]) -> float | None:
+        return None if None in values else statistics.median(v for v in values if v is not None)
+
+    return {
+        "joins": len(lives),
+        "catch_up_99": median(most),
+        "catch_up": median(every),
+        "catch_up_seconds": spread([v for v in every if v is not None]),
+        "joiner_items": min(life["items"] for life in lives),
+        "join_bytes_in": spread([life["bytes_in"] for life in lives]),
+        # Each life as the run reported it, in order.
+        "catch_ups": lives,
     }

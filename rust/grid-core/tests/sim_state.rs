@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use grid_core::driver::config::SwimConfig;
 use grid_core::lanes::Lane;
-use grid_core::sim::{run_state_scenario, SimSettings, Simulation, StateScenario, TrafficKind};
+use grid_core::sim::{
+    run_state_scenario, SimSettings, Simulation, StateScenario, StateStart, TrafficKind,
+};
 
 fn secs(s: f64) -> Duration {
     Duration::from_secs_f64(s)
@@ -40,8 +42,12 @@ fn items_fill_every_store_changes_converge_and_a_joiner_catches_up() {
         let delay = delay.expect("every change reached every node");
         assert!(delay > Duration::ZERO && delay < secs(30.0), "{delay:?}");
     }
-    assert!(report.catch_up.is_some(), "{report:?}");
-    assert_eq!(report.joiner_items, report.items);
+    let [catch_up] = report.catch_ups.as_slice() else {
+        panic!("one join: {report:?}")
+    };
+    assert!(catch_up.all.is_some(), "{report:?}");
+    assert_eq!(catch_up.items, report.items);
+    assert!(catch_up.bytes_in > 0);
     // Items travel as broadcasts and in syncs; pages are written at every scrape.
     let broadcast = report.traffic.of(TrafficKind::Broadcast);
     assert!(broadcast.sent > 0 && broadcast.received_bytes > 0);
@@ -49,6 +55,66 @@ fn items_fill_every_store_changes_converge_and_a_joiner_catches_up() {
     assert!(report.traffic.of(TrafficKind::SyncResponse).sent_bytes > 0);
     assert!(report.traffic.of(TrafficKind::Swim).sent > 0);
     assert!(report.bytes_per_site_second() > 0.0);
+}
+
+#[test]
+fn a_converged_start_holds_every_name_at_once_and_measures_the_same_steady_state() {
+    let growing = run_state_scenario(&small_scenario(3)).unwrap();
+    let mut scenario = small_scenario(3);
+    scenario.start = StateStart::Converged;
+    let converged = run_state_scenario(&scenario).unwrap();
+    assert_eq!(converged.start, StateStart::Converged);
+    assert_eq!(converged.filled_after, None, "no fill phase to time");
+    assert_eq!(converged.missing_after_fill, 0);
+    // The run skipped the fill: it ended well before the growing one did.
+    assert!(
+        converged.ended_at + growing.filled_after.unwrap() <= growing.ended_at + secs(20.0),
+        "{:?} {:?}",
+        converged.ended_at,
+        growing.ended_at
+    );
+    // Steady state is the same mesh's: pages at every scrape, the same bytes per kind
+    // within a tenth, every change and the joiner's catch-up as fast.
+    for kind in [
+        TrafficKind::Broadcast,
+        TrafficKind::SyncRequest,
+        TrafficKind::Digest,
+    ] {
+        let (a, b) = (
+            growing.traffic.of(kind).sent_bytes as f64,
+            converged.traffic.of(kind).sent_bytes as f64,
+        );
+        assert!(a > 0.0 && (a - b).abs() <= a / 10.0, "{kind:?}: {a} {b}");
+    }
+    assert!(converged.change_delays.iter().all(Option::is_some));
+    assert_eq!(converged.catch_ups[0].items, converged.items);
+    let catch_up = converged.catch_ups[0].all.expect("the joiner caught up");
+    assert!(
+        catch_up <= growing.catch_ups[0].all.unwrap() + secs(1.0),
+        "{catch_up:?}"
+    );
+}
+
+#[test]
+fn a_joiner_that_leaves_joins_again_empty_in_its_next_life() {
+    let mut scenario = small_scenario(4);
+    scenario.start = StateStart::Converged;
+    scenario.changes = 1;
+    scenario.joins = 3;
+    let report = run_state_scenario(&scenario).unwrap();
+    assert_eq!(report.catch_ups.len(), 3);
+    let first = report.catch_ups[0].bytes_in;
+    for catch_up in &report.catch_ups {
+        assert!(
+            catch_up.all.is_some() && catch_up.items == report.items,
+            "{catch_up:?}"
+        );
+        // Every life starts empty: each receives the whole store again, not the rest.
+        assert!(
+            catch_up.bytes_in >= first / 2 && catch_up.bytes_in <= first * 2,
+            "{catch_up:?} against {first}"
+        );
+    }
 }
 
 #[test]

@@ -3,26 +3,29 @@
 //! catch-up), run whole in Rust with the GIL released, its report as one dict.
 
 use grid_core::sim::{
-    run_state_scenario as run_scenario, SimSettings, Start, StateScenario, TrafficKind,
+    run_state_scenario as run_scenario, SimSettings, Start, StateScenario, StateStart, TrafficKind,
     PARALLEL_WORK,
 };
 use pyo3::import_exception;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
 use crate::sim::{positive_seconds, sim_error, swim_and_net};
 
 import_exception!(grid.errors, SimulationError);
 
 /// Runs the state-plane scenario at `sites` × `providers` and returns its report: `items`
-/// (names a full store holds), `filled_after` (seconds from the first publication until
-/// every store was full, or None; sites start over `items / start_rate` seconds),
+/// (names a full store holds), `start` (as given), `filled_after` (seconds from the first
+/// publication until every store was full, or None; sites start over `items / start_rate`
+/// seconds; always None with `start="converged"`: every store holds every site's items
+/// from the start),
 /// `missing_after_fill`, `window` (seconds of steady
 /// state measured), `traffic` (kind → sent, sent_bytes, received, received_bytes summed
 /// over sites in the window), `busiest_site_bytes`, `change_delays` (seconds each change
-/// took to reach every other node, None if it did not), `catch_up_99` and `catch_up`
-/// (seconds until the joiner held 99 % and all of the names, or None),
-/// `joiner_items`, `ended_at` (virtual seconds) and `events`.
+/// took to reach every other node, None if it did not), `catch_ups` (one dict for each of
+/// the joiner's `joins` lives: `catch_up_99` and `catch_up`, seconds until it held 99 %
+/// and all of the names, or None; `items` it held then; `bytes_in` it received), `ended_at`
+/// (virtual seconds) and `events`.
 #[pyfunction]
 #[pyo3(signature = (
     sites,
@@ -40,7 +43,9 @@ import_exception!(grid.errors, SimulationError);
     scrape_interval = 15.0,
     window = 60.0,
     start_rate = 25.0,
+    start = "growing",
     changes = 20,
+    joins = 1,
     patience = 600.0,
     threads = 1,
 ))]
@@ -61,7 +66,9 @@ fn run_state_scenario<'py>(
     scrape_interval: f64,
     window: f64,
     start_rate: f64,
+    start: &str,
     changes: usize,
+    joins: usize,
     patience: f64,
     threads: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
@@ -97,7 +104,20 @@ fn run_state_scenario<'py>(
         )));
     }
     scenario.start_rate = start_rate;
+    scenario.start = match start {
+        "growing" => StateStart::Growing,
+        "converged" => StateStart::Converged,
+        _ => {
+            return Err(SimulationError::new_err(format!(
+                "start must be \"growing\" or \"converged\", got {start:?}"
+            )))
+        }
+    };
     scenario.changes = changes;
+    if joins == 0 {
+        return Err(SimulationError::new_err("joins must be at least 1"));
+    }
+    scenario.joins = joins;
     scenario.patience = positive_seconds("patience", patience)?;
     let report = py.detach(|| run_scenario(&scenario)).map_err(sim_error)?;
     let secs = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64());
@@ -105,6 +125,7 @@ fn run_state_scenario<'py>(
     dict.set_item("sites", report.sites)?;
     dict.set_item("providers", providers)?;
     dict.set_item("items", report.items)?;
+    dict.set_item("start", start)?;
     dict.set_item("filled_after", secs(report.filled_after))?;
     dict.set_item("missing_after_fill", report.missing_after_fill)?;
     dict.set_item("window", report.window.as_secs_f64())?;
@@ -122,9 +143,16 @@ fn run_state_scenario<'py>(
     dict.set_item("busiest_site_bytes", report.busiest_site_bytes)?;
     let delays: Vec<Option<f64>> = report.change_delays.iter().map(|d| secs(*d)).collect();
     dict.set_item("change_delays", delays)?;
-    dict.set_item("catch_up_99", secs(report.catch_up_most))?;
-    dict.set_item("catch_up", secs(report.catch_up))?;
-    dict.set_item("joiner_items", report.joiner_items)?;
+    let catch_ups = PyList::empty(py);
+    for catch_up in &report.catch_ups {
+        let row = PyDict::new(py);
+        row.set_item("catch_up_99", secs(catch_up.most))?;
+        row.set_item("catch_up", secs(catch_up.all))?;
+        row.set_item("items", catch_up.items)?;
+        row.set_item("bytes_in", catch_up.bytes_in)?;
+        catch_ups.append(row)?;
+    }
+    dict.set_item("catch_ups", catch_ups)?;
     dict.set_item("ended_at", report.ended_at.as_secs_f64())?;
     dict.set_item("events", report.events)?;
     Ok(dict)

@@ -54,7 +54,8 @@ use crate::identity::{Interner, NodeId, SiteAddr};
 use crate::lanes::keys::Role;
 use crate::lanes::relay::RelayQueue;
 use crate::lanes::{
-    encode_publish, lock, ItemHandler, ItemName, ItemStore, Lane, PublishError, Relays,
+    encode_publish, lock, BroadcastKey, ItemHandler, ItemName, ItemStore, Lane, PublishError,
+    Relays,
 };
 use crate::wire::session::{Session, Verdict};
 use crate::wire::versions::ProtocolRange;
@@ -572,6 +573,48 @@ impl Driver {
         version: u64,
         payload: &[u8],
     ) -> Result<bool, PublishError> {
+        let Some(key) = self.store_own(lane, key, version, payload)? else {
+            return Ok(false);
+        };
+        lock(&self.relays).queue.push(key, self.scratch.clone());
+        self.stats.items_published += 1;
+        self.broadcast_pending = true;
+        Ok(true)
+    }
+
+    /// The simulator's converged start: stores a local item as one published long ago
+    /// (stored, not relayed) and returns its encoding, for the other nodes'
+    /// [`Driver::hold_converged`]. `Ok(None)` as [`Driver::publish`]'s `Ok(false)`.
+    pub(crate) fn publish_converged(
+        &mut self,
+        lane: Lane,
+        key: &str,
+        version: u64,
+        payload: &[u8],
+    ) -> Result<Option<Vec<u8>>, PublishError> {
+        Ok(self
+            .store_own(lane, key, version, payload)?
+            .map(|_| self.scratch.clone()))
+    }
+
+    /// The simulator's converged start: another site's item, as
+    /// [`Driver::publish_converged`] encoded it, stored as if a sync had brought it long
+    /// ago: not relayed and not handed to the host as news.
+    pub(crate) fn hold_converged(&mut self, encoded: &[u8]) {
+        let mut store = lock(&self.store);
+        store.accept(encoded, true);
+        store.take_fresh().for_each(drop);
+    }
+
+    /// Encodes (into `scratch`), signs and stores a local item; its relay key if it is
+    /// news.
+    fn store_own(
+        &mut self,
+        lane: Lane,
+        key: &str,
+        version: u64,
+        payload: &[u8],
+    ) -> Result<Option<BroadcastKey>, PublishError> {
         let origin = self.foca.identity().site().clone();
         self.scratch.clear();
         let authority = self.session.authority();
@@ -584,23 +627,14 @@ impl Driver {
             &mut self.scratch,
             |signed| authority.sign(ITEM_DOMAIN, signed),
         )?;
-        let news = {
-            let mut store = lock(&self.store);
-            if !store.is_newer(&origin, lane, key, version) {
-                return Ok(false);
-            }
-            if store.is_full_for(&origin, lane, key) {
-                return Err(PublishError::StoreFull);
-            }
-            store.accept(&self.scratch, false)
-        };
-        let Some(key) = news else {
-            return Ok(false);
-        };
-        lock(&self.relays).queue.push(key, self.scratch.clone());
-        self.stats.items_published += 1;
-        self.broadcast_pending = true;
-        Ok(true)
+        let mut store = lock(&self.store);
+        if !store.is_newer(&origin, lane, key, version) {
+            return Ok(None);
+        }
+        if store.is_full_for(&origin, lane, key) {
+            return Err(PublishError::StoreFull);
+        }
+        Ok(store.accept(&self.scratch, false))
     }
 
     /// Sends what the last inputs made pending: news goes out at once in `Broadcast`

@@ -81,7 +81,7 @@ pub use net::{
 pub use node::DriverTotals;
 pub use record::{Change, Learned, Record, Suspicion, Traffic};
 pub use state::{KindCount, KindTraffic, TrafficKind};
-pub use state_run::{run_state_scenario, StateReport, StateScenario};
+pub use state_run::{run_state_scenario, CatchUp, StateReport, StateScenario, StateStart};
 pub use workload::SiteLoad;
 
 /// The simulated wall clock at virtual time 0 (messages carry it for freshness checks).

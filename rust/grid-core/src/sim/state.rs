@@ -242,6 +242,44 @@ impl Simulation {
         outcome.map_err(SimError::Publish)
     }
 
+    /// The converged start of a mesh: `items` (lane, key, version, payload) published at
+    /// running node `site` long ago, as if it published them and every running node
+    /// caught up since: every store holds them, and nothing is sent. The encoders and
+    /// stores are the drivers' own; only the gossip that would have carried them is left
+    /// out.
+    pub fn publish_converged<'a>(
+        &mut self,
+        site: u32,
+        items: impl IntoIterator<Item = (Lane, &'a str, u64, &'a [u8])>,
+    ) -> Result<(), SimError> {
+        self.check_running(site)?;
+        self.ensure_ready();
+        let mut encoded = Vec::new();
+        {
+            let mut slot = lock(&self.slots[site as usize]);
+            let driver = slot.driver.as_mut().expect("checked running above");
+            for (lane, key, version, payload) in items {
+                if let Some(item) = driver
+                    .publish_converged(lane, key, version, payload)
+                    .map_err(SimError::Publish)?
+                {
+                    encoded.push(item);
+                }
+            }
+        }
+        for (node, slot) in self.slots.iter().enumerate() {
+            if node == site as usize || !self.world.is_running(node as u32) {
+                continue;
+            }
+            if let Some(driver) = lock(slot).driver.as_mut() {
+                for item in &encoded {
+                    driver.hold_converged(item);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The version of `origin`'s item that `node` holds, if it is running and holds one.
     pub fn held_version(
         &self,

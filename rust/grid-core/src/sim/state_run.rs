@@ -4,13 +4,17 @@
 //!
 //! 1. **fill**: sites start publishing at instants spread over [`start_spread`] (as a mesh
 //!    grows), each its certificate, gateway, metadata, catalogue and signals pages; the
-//!    run waits until every store holds every name;
+//!    run waits until every store holds every name. With [`StateStart::Converged`] every
+//!    store holds them from the start instead, and the run waits one scrape interval
+//!    (every site writes its pages again);
 //! 2. **traffic**: over a window of steady state (pages written again at every scrape),
 //!    each node's messages and bytes by kind;
 //! 3. **changes**: one at a time, a site publishes a new version of one of its providers'
 //!    catalogue items; how long until every other running node took it;
 //! 4. **catch-up**: a node with an empty store joins; how long until it holds 99 % of the
-//!    names, and every name.
+//!    names, and every name, and how many bytes it received meanwhile; then it leaves and,
+//!    [`StateScenario::joins`] times in all, joins again in its next life (as
+//!    `grid bench mesh --others-join` does).
 //!
 //! Everything is virtual time and deterministic for a seed; phases give up after
 //! [`StateScenario::patience`] and say so (`None`).
@@ -36,6 +40,21 @@ const FILL_CHECK: Duration = Duration::from_secs(1);
 /// exactly, so this only bounds how long a run goes on after the last one.
 const CHANGE_CHECK: Duration = Duration::from_millis(100);
 const CATCH_UP_CHECK: Duration = Duration::from_millis(250);
+/// Between a joiner's departure and its next life's join: the mesh takes the departure in.
+const JOIN_GAP: Duration = Duration::from_secs(5);
+
+/// How a state-plane run begins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StateStart {
+    /// Sites start one after the other at [`StateScenario::start_rate`], and the run times
+    /// until every store holds every name.
+    #[default]
+    Growing,
+    /// Every store holds every site's first publications from the start, as in a mesh
+    /// that converged long ago: no fill phase, so that meshes too large to grow within a
+    /// run's time are measured in steady state, on changes and on a joiner's catch-up.
+    Converged,
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct StateScenario {
@@ -51,8 +70,11 @@ pub struct StateScenario {
     /// stored in their last window, so names published faster than digests repair wait
     /// for the sync walk (see docs/scale.md).
     pub start_rate: f64,
+    pub start: StateStart,
     /// Catalogue changes timed, one after the other.
     pub changes: usize,
+    /// Lives of the joiner: each joins with an empty store, catches up and leaves.
+    pub joins: usize,
     /// Each phase gives up after this long.
     pub patience: Duration,
 }
@@ -69,7 +91,9 @@ impl StateScenario {
             settings: SimSettings::default(),
             window: Duration::from_secs(60),
             start_rate: 25.0,
+            start: StateStart::Growing,
             changes: 20,
+            joins: 1,
             patience: Duration::from_secs(600),
         }
     }
@@ -80,7 +104,9 @@ pub struct StateReport {
     pub sites: usize,
     /// Item names every store holds once full (every site's items).
     pub items: usize,
-    /// From the first publication until every store held every name.
+    pub start: StateStart,
+    /// From the first publication until every store held every name (`None`: not within
+    /// the patience, or not measured: a converged start).
     pub filled_after: Option<Duration>,
     /// Names missing from stores (summed over nodes) when the fill phase ended.
     pub missing_after_fill: usize,
@@ -91,11 +117,8 @@ pub struct StateReport {
     pub busiest_site_bytes: u64,
     /// For each change, from its publication until every other running node took it.
     pub change_delays: Vec<Option<Duration>>,
-    /// From the joiner's join until it held 99 % of the names, and every name.
-    pub catch_up_most: Option<Duration>,
-    pub catch_up: Option<Duration>,
-    /// Names the joiner held at the end.
-    pub joiner_items: usize,
+    /// Each of the joiner's lives, in order.
+    pub catch_ups: Vec<CatchUp>,
     /// The virtual time at the end, and the events the drivers handled.
     pub ended_at: Duration,
     pub events: u64,
@@ -119,13 +142,17 @@ pub fn start_spread(scenario: &StateScenario) -> Duration {
     scenario.load.scrape_interval.max(spread)
 }
 
-/// How a joiner caught up: when it held 99 % of the names, when all, and how many at the
-/// end.
-#[derive(Default)]
-struct CatchUp {
-    most: Option<Duration>,
-    all: Option<Duration>,
-    items: usize,
+/// How one life of the joiner caught up.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CatchUp {
+    /// From its join until it held 99 % of the names, and every name (`None`: not within
+    /// the patience).
+    pub most: Option<Duration>,
+    pub all: Option<Duration>,
+    /// Names it held when it caught up or gave up.
+    pub items: usize,
+    /// Framed bytes it received meanwhile.
+    pub bytes_in: u64,
 }
 
 /// The run: the simulation and the sites' publication schedule.
@@ -147,7 +174,15 @@ pub fn run_state_scenario(scenario: &StateScenario) -> Result<StateReport, SimEr
     let mut run = StateRun::new(scenario)?;
     let items = sites * scenario.load.items_per_site();
     let start = run.sim.now();
-    let filled_after = run.fill(items, start + start_spread(scenario) + scenario.patience)?;
+    let filled_after = match scenario.start {
+        StateStart::Growing => {
+            run.fill(items, start + start_spread(scenario) + scenario.patience)?
+        }
+        StateStart::Converged => {
+            run.run_to(start + scenario.load.scrape_interval)?;
+            None
+        }
+    };
     let missing_after_fill = run.missing(items)?;
     let before = run.kind_traffic()?;
     let window_start = run.sim.now();
@@ -164,19 +199,18 @@ pub fn run_state_scenario(scenario: &StateScenario) -> Result<StateReport, SimEr
     let change_delays = (0..scenario.changes)
         .map(|_| run.change(scenario.patience))
         .collect::<Result<Vec<_>, _>>()?;
-    let catch_up = run.join_empty(items, scenario.patience)?;
+    let catch_ups = run.joins(items, scenario.joins, scenario.patience)?;
     Ok(StateReport {
         sites,
         items,
+        start: scenario.start,
         filled_after: filled_after.map(|at| at - start),
         missing_after_fill,
         window: scenario.window,
         traffic,
         busiest_site_bytes,
         change_delays,
-        catch_up_most: catch_up.most,
-        catch_up: catch_up.all,
-        joiner_items: catch_up.items,
+        catch_ups,
         ended_at: run.sim.now(),
         events: run.sim.stats().events,
     })
@@ -193,14 +227,20 @@ impl StateRun {
         sim.set_kind_counting(true);
         let start = sim.now();
         let mut rng = SmallRng::seed_from_u64(mix(scenario.seed, 0x7374_6174_6500));
-        let slots = (start_spread(scenario).as_nanos() / PUBLISH_GRID.as_nanos()).max(1);
+        // Growing, sites first publish over the start's spread; converged, they write
+        // their pages again within a scrape interval.
+        let spread = match scenario.start {
+            StateStart::Growing => start_spread(scenario),
+            StateStart::Converged => scenario.load.scrape_interval,
+        };
+        let slots = (spread.as_nanos() / PUBLISH_GRID.as_nanos()).max(1);
         let schedule = (0..scenario.sites as u32)
             .map(|site| {
                 let slot = rng.random_range(0..slots) as u32;
                 Reverse((start + PUBLISH_GRID * slot, site))
             })
             .collect();
-        Ok(StateRun {
+        let mut run = StateRun {
             sim,
             items: scenario.load.site_items(),
             pages: scenario.load.page_items(),
@@ -209,7 +249,32 @@ impl StateRun {
             rounds: vec![0; scenario.sites],
             catalogue: HashMap::new(),
             rng,
-        })
+        };
+        if scenario.start == StateStart::Converged {
+            run.converge()?;
+        }
+        Ok(run)
+    }
+
+    /// Every site's first publications, held by every store (see
+    /// [`Simulation::publish_converged`]).
+    fn converge(&mut self) -> Result<(), SimError> {
+        for site in 0..self.rounds.len() as u32 {
+            let name = site_of(site);
+            let bodies: Vec<Vec<u8>> = self
+                .items
+                .iter()
+                .map(|item| payload(&name, &item.key, 1, item.bytes))
+                .collect();
+            let items = self
+                .items
+                .iter()
+                .zip(&bodies)
+                .map(|(item, body)| (item.lane, item.key.as_str(), 1, body.as_slice()));
+            self.sim.publish_converged(site, items)?;
+            self.rounds[site as usize] = 1;
+        }
+        Ok(())
     }
 
     /// Runs to `target`, each site publishing when its turn comes.
@@ -318,13 +383,45 @@ impl StateRun {
         Ok(delay)
     }
 
-    /// A node with an empty store joins through node 0: how long until it holds 99 % of
-    /// `items` names and all of them, and how many it held at the end.
-    fn join_empty(&mut self, items: usize, patience: Duration) -> Result<CatchUp, SimError> {
+    /// A node with an empty store joins through node 0 and catches up, then leaves, and
+    /// again in its next life, `joins` times: how each life caught up.
+    fn joins(
+        &mut self,
+        items: usize,
+        joins: usize,
+        patience: Duration,
+    ) -> Result<Vec<CatchUp>, SimError> {
         let joiner = self.sim.add_node()?;
         self.rounds.push(0);
+        let mut catch_ups = Vec::with_capacity(joins);
+        for life in 0..joins {
+            if life == 0 {
+                self.sim.join(joiner, &[0])?;
+            } else {
+                self.sim.restart(joiner, &[0])?;
+            }
+            catch_ups.push(self.catch_up(joiner, items, patience)?);
+            if life + 1 < joins {
+                self.sim.leave(joiner)?;
+                let next = self.sim.now() + JOIN_GAP;
+                self.run_to(next)?;
+            }
+        }
+        Ok(catch_ups)
+    }
+
+    /// How `joiner`, joined just now with an empty store, catches up to `items` names.
+    fn catch_up(
+        &mut self,
+        joiner: u32,
+        items: usize,
+        patience: Duration,
+    ) -> Result<CatchUp, SimError> {
         let start = self.sim.now();
-        self.sim.join(joiner, &[0])?;
+        let received = |run: &Self| -> Result<u64, SimError> {
+            Ok(run.sim.kind_traffic(joiner)?.total().received_bytes)
+        };
+        let before = received(self)?;
         let most = items - items / 100;
         let mut catch_up = CatchUp::default();
         let mut at = start;
@@ -335,13 +432,15 @@ impl StateRun {
             }
             if catch_up.items >= items {
                 catch_up.all = Some(at - start);
-                return Ok(catch_up);
+                break;
             }
             if at >= start + patience {
-                return Ok(catch_up);
+                break;
             }
             at += CATCH_UP_CHECK;
             self.run_to(at)?;
         }
+        catch_up.bytes_in = received(self)? - before;
+        Ok(catch_up)
     }
 }
