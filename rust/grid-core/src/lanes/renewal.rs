@@ -193,13 +193,19 @@ impl ItemStore {
                         .is_some_and(|held| held.signer == revoked)
                     {
                         stored.held = None;
-                        dropped.push((lane, key.clone()));
+                        dropped.push((lane, key.clone(), stored.recent));
                     }
                 }
             }
         }
         self.renewals.revoked_items += dropped.len() as u64;
         dropped
+            .into_iter()
+            .map(|(lane, key, recent)| {
+                self.no_longer_latest(recent);
+                (lane, key)
+            })
+            .collect()
     }
 
     /// Stops trusting an earlier key of `origin` (its certificate expired, or no longer

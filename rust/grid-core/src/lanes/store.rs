@@ -60,6 +60,9 @@ pub(super) struct Stored {
     /// Dropped once the origin is down or gone; the version stays so a late copy of an
     /// old item is not news again.
     pub(super) held: Option<Held>,
+    /// The number of this version's entry among the recent versions (gone from them once
+    /// it is older than their window).
+    pub(super) recent: u64,
 }
 
 pub(super) struct Held {
@@ -110,9 +113,9 @@ pub struct ItemStore {
     /// more for a renewed signature), never for a version already held as it came.
     pub(super) signature_checks: u64,
     /// The versions stored in the last [`REPAIR_WINDOW`], oldest first (see
-    /// [`crate::lanes::repair`]); a version no longer the latest of its name is skipped on
-    /// use.
+    /// [`crate::lanes::repair`]), each numbered: the first is `recent_first`.
     recent: VecDeque<Recent>,
+    recent_first: u64,
     /// The driver's time as of its latest input: when items taken now are stored.
     clock: Duration,
 }
@@ -125,6 +128,9 @@ struct Recent {
     key: Arc<str>,
     version: u64,
     hash: u64,
+    /// Still the latest version of its name, and held: a newer version, or dropping its
+    /// payload (`forget`, a revoked key), clears it.
+    latest: bool,
 }
 
 /// Most versions remembered as recent, whatever their age: a flood cannot grow the store's
@@ -151,6 +157,7 @@ impl ItemStore {
             renewals: Renewals::default(),
             signature_checks: 0,
             recent: VecDeque::new(),
+            recent_first: 0,
             clock: Duration::ZERO,
         }
     }
@@ -250,13 +257,15 @@ impl ItemStore {
         };
         let payload = held.payload.clone();
         let origin = self.interner.intern(item.origin);
+        let recent = self.next_recent();
         let lane = &mut self.origins.entry(origin).or_default()[item.lane as usize];
-        let key = match lane.get_mut(item.key) {
+        let (key, before) = match lane.get_mut(item.key) {
             Some(stored) => {
                 stored.version = item.version;
                 stored.held = Some(held);
+                let before = std::mem::replace(&mut stored.recent, recent);
                 let (key, _) = lane.get_key_value(item.key).expect("found just above");
-                key.clone()
+                (key.clone(), Some(before))
             }
             None => {
                 let key: Arc<str> = Arc::from(item.key);
@@ -265,12 +274,16 @@ impl ItemStore {
                     Stored {
                         version: item.version,
                         held: Some(held),
+                        recent,
                     },
                 );
                 self.len += 1;
-                key
+                (key, None)
             }
         };
+        if let Some(before) = before {
+            self.no_longer_latest(before);
+        }
         let origin = self.interner.intern(item.origin);
         self.remember_recent(&origin, item.lane, &key, item.version);
         if from_peer {
@@ -355,13 +368,18 @@ impl ItemStore {
         let Some(lanes) = self.origins.get_mut(origin) else {
             return 0;
         };
-        let mut forgotten = 0;
+        let mut dropped = Vec::new();
         for (lane, key) in items {
             if let Some(stored) = lanes[*lane as usize].get_mut(key.as_str()) {
-                forgotten += usize::from(stored.held.take().is_some());
+                if stored.held.take().is_some() {
+                    dropped.push(stored.recent);
+                }
             }
         }
-        forgotten
+        for recent in &dropped {
+            self.no_longer_latest(*recent);
+        }
+        dropped.len()
     }
 
     pub fn refusals(&self) -> Refusals {
@@ -385,7 +403,9 @@ impl ItemStore {
         self.capacity = capacity.max(self.len);
     }
 
-    fn remember_recent(&mut self, origin: &Arc<str>, lane: Lane, key: &Arc<str>, version: u64) {
+    /// Forgets the recent versions older than the window (and the oldest past
+    /// [`RECENT_CAPACITY`]); the number the next one stored takes.
+    fn next_recent(&mut self) -> u64 {
         let oldest = self.clock.saturating_sub(REPAIR_WINDOW);
         while self
             .recent
@@ -393,7 +413,24 @@ impl ItemStore {
             .is_some_and(|r| r.at < oldest || self.recent.len() >= RECENT_CAPACITY)
         {
             self.recent.pop_front();
+            self.recent_first += 1;
         }
+        self.recent_first + self.recent.len() as u64
+    }
+
+    /// The recent version numbered `recent`, if still among them, is no longer its name's
+    /// latest held one: digests stop describing it.
+    pub(super) fn no_longer_latest(&mut self, recent: u64) {
+        if let Some(entry) = recent
+            .checked_sub(self.recent_first)
+            .and_then(|index| self.recent.get_mut(index as usize))
+        {
+            entry.latest = false;
+        }
+    }
+
+    /// Remembers a version just stored under the number [`ItemStore::next_recent`] gave.
+    fn remember_recent(&mut self, origin: &Arc<str>, lane: Lane, key: &Arc<str>, version: u64) {
         self.recent.push_back(Recent {
             at: self.clock,
             origin: origin.clone(),
@@ -401,6 +438,7 @@ impl ItemStore {
             key: key.clone(),
             version,
             hash: version_hash(origin, lane, key, version),
+            latest: true,
         });
     }
 
@@ -425,10 +463,7 @@ impl ItemStore {
             if recent.at < since {
                 return (hashes, window);
             }
-            if self
-                .held_latest(&recent.origin, recent.lane, &recent.key, recent.version)
-                .is_none()
-            {
+            if !recent.latest {
                 continue;
             }
             if hashes.len() == max {
@@ -460,7 +495,7 @@ impl ItemStore {
             if recent.at > to {
                 break;
             }
-            if digest.may_hold(recent.hash) {
+            if !recent.latest || digest.may_hold(recent.hash) {
                 continue;
             }
             let Some(held) =

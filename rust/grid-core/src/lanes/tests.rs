@@ -1,9 +1,12 @@
 //! Tests of the item encoding, the store and its export.
 
+use std::time::Duration;
+
 use foca::Invalidates;
 
 use super::encoding::{decode_item, encode_unsigned};
 use super::keys::Role;
+use super::repair::{version_hash, REPAIR_WINDOW};
 use super::*;
 use crate::identity::auth::{PublicKey, ITEM_DOMAIN, SIGNATURE_LEN};
 use crate::identity::Interner;
@@ -456,4 +459,51 @@ fn export_walks_names_in_one_order_from_where_it_stopped() {
     assert!(offer(&mut s, "gone", Lane::State, "x", 1, b"p").is_some());
     assert!(!s.has_forgotten("gone"));
     assert!(offer(&mut s, "gone", Lane::State, "x", 1, b"p").is_none());
+}
+
+#[test]
+fn recent_versions_describe_each_held_name_once_at_its_latest() {
+    let mut s = store();
+    s.set_clock(Duration::from_secs(10));
+    offer(&mut s, "a", Lane::State, "page", 1, b"p");
+    offer(&mut s, "a", Lane::State, "other", 1, b"p");
+    offer(&mut s, "a", Lane::State, "page", 2, b"p");
+    offer(&mut s, "b", Lane::State, "page", 7, b"p");
+    offer(&mut s, "gone", Lane::State, "x", 1, b"p");
+    let hash = |origin, key, version| version_hash(origin, Lane::State, key, version);
+    let window = REPAIR_WINDOW;
+    let now = Duration::from_secs(11);
+    assert_eq!(
+        s.recent_versions(now, window, 10),
+        (
+            vec![
+                hash("gone", "x", 1),
+                hash("b", "page", 7),
+                hash("a", "page", 2),
+                hash("a", "other", 1),
+            ],
+            window
+        ),
+        "newest first; page 1 of a was superseded by page 2"
+    );
+    // What is no longer held is no longer described.
+    assert_eq!(s.forget("gone", &[(Lane::State, "x".to_owned())]), 1);
+    let (described, _) = s.recent_versions(now, window, 10);
+    assert_eq!(described.len(), 3);
+    assert!(!described.contains(&hash("gone", "x", 1)));
+    // Taken again once its site is back, it is described again.
+    let gone = crate::identity::NodeId::new(Arc::from("gone"), "10.0.0.9:7946".parse().unwrap(), 1);
+    s.set_live(&gone, true);
+    assert!(offer(&mut s, "gone", Lane::State, "x", 1, b"p").is_some());
+    assert_eq!(
+        s.recent_versions(now, window, 10).0[0],
+        hash("gone", "x", 1)
+    );
+    // `max` cuts the newest ones short and says how far back they reach.
+    assert_eq!(s.recent_versions(now, window, 2).0.len(), 2);
+    // Older than the window: not recent.
+    assert!(s
+        .recent_versions(Duration::from_secs(20), window, 10)
+        .0
+        .is_empty());
 }
