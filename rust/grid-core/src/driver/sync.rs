@@ -25,7 +25,7 @@ use crate::wire::{
     KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_ALIVE, STATE_LEFT,
 };
 
-use super::{Driver, GridFoca, MAX_SYNC_CHUNKS};
+use super::{Driver, GridFoca, MAX_SYNC_CHUNKS, SIGNED_ANSWER_CHUNKS};
 
 use super::chunks::{
     decode_certificate_entry, decode_resume, decode_walk_end, encode_certificate_entry,
@@ -173,6 +173,11 @@ impl Driver {
         out: &mut O,
     ) {
         let me = self.foca.identity().clone();
+        let max_chunks = if self.session.awaits_session(now, peer) {
+            SIGNED_ANSWER_CHUNKS
+        } else {
+            MAX_SYNC_CHUNKS
+        };
         let reserve = if answer_after.is_some() {
             WALK_END_ROOM
         } else {
@@ -247,7 +252,7 @@ impl Driver {
                         last_origin = Some(origin.clone());
                         if let Some(chain) = session.certificate_chain(origin) {
                             encode_certificate_entry(origin, chain, &mut chain_entry);
-                            if !chunks.push(ENTRY_CERTIFICATE, &chain_entry, MAX_SYNC_CHUNKS) {
+                            if !chunks.push(ENTRY_CERTIFICATE, &chain_entry, max_chunks) {
                                 return false;
                             }
                         }
@@ -261,14 +266,14 @@ impl Driver {
                         if earlier_in_chunk.as_ref() != Some(&written) {
                             encode_certificate_entry(origin, chain, &mut chain_entry);
                             let pair = (ENTRY_CERTIFICATE, chain_entry.as_slice());
-                            if chunks.push_pair(pair, (ENTRY_ITEM, item), MAX_SYNC_CHUNKS) {
+                            if chunks.push_pair(pair, (ENTRY_ITEM, item), max_chunks) {
                                 earlier_in_chunk =
                                     Some((origin.clone(), fingerprint, chunks.len()));
                                 return true;
                             }
                         }
                     }
-                    chunks.push(ENTRY_ITEM, item, MAX_SYNC_CHUNKS)
+                    chunks.push(ENTRY_ITEM, item, max_chunks)
                 });
             Some(end)
         };

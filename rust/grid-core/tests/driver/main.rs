@@ -10,7 +10,7 @@ use grid_core::driver::config::SwimConfig;
 use grid_core::driver::DriverStats;
 use grid_core::driver::{
     Driver, Event, MemberState, Transmit, CATCH_UP_PAUSE, FOCA_ERROR_KINDS, MAX_CATCH_UP_ROUNDS,
-    MAX_ITEM_CAPACITY, MAX_SYNC_CHUNKS, SYNC_ANSWER_WAIT,
+    MAX_ITEM_CAPACITY, MAX_SYNC_CHUNKS, SIGNED_ANSWER_CHUNKS, SYNC_ANSWER_WAIT,
 };
 use grid_core::identity::{Interner, NodeId};
 use grid_core::lanes::relay::WINDOW_ITEMS;

@@ -301,3 +301,41 @@ fn a_forged_flood_in_a_live_sites_name_costs_a_bounded_number_of_signature_check
     assert!(c.all_see_all());
     never_down(&c);
 }
+
+#[test]
+fn a_joiner_is_answered_in_the_session_form_once_its_first_handshake_completes() {
+    let mut c = Cluster::new();
+    c.swim.push_pull_interval = Duration::from_secs(600);
+    let origin = c.add(0, 1);
+    let count = 1_200;
+    c.publish_providers(origin, count, &[7u8; 900]);
+    let joiner = c.add(1, 1);
+    c.captured.clear();
+    c.wire.clear();
+    c.join(joiner, origin);
+    c.run_until(Duration::from_secs(60), |c| {
+        c.nodes[&joiner].stats().caught_up
+    });
+    assert_eq!(c.items_at(joiner).len(), count);
+    let answers: Vec<&Vec<u8>> = c
+        .wire
+        .iter()
+        .filter(|(to, m)| *to == joiner && m[0] & !SESSION_FORM == KIND_SYNC_RESPONSE)
+        .map(|(_, m)| m)
+        .collect();
+    let signed = answers.iter().filter(|m| !in_session(m)).count();
+    // The store came in over a thousand chunks; only the first answer, sent before the
+    // handshake it started completed, went signed, and it was kept to a few chunks.
+    assert!(
+        answers.len() > 4 * MAX_SYNC_CHUNKS,
+        "{} answers",
+        answers.len()
+    );
+    assert!(signed > 0, "the first answer precedes the session");
+    assert!(
+        signed <= (2 * SIGNED_ANSWER_CHUNKS).min(MAX_SYNC_CHUNKS / 16),
+        "{signed} signed chunks"
+    );
+    no_session_drops(&c);
+    c.assert_driver_healthy();
+}

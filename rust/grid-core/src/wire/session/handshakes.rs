@@ -30,6 +30,17 @@ impl Session {
         self.speaks_sessions(id).then(|| id.clone())
     }
 
+    /// Whether messages to `to` go signed now but will not for long: whoever is there
+    /// speaks the session form and holds no session with this node yet (the first message
+    /// sent to it starts the handshake). A sender keeps bulk (a sync's answer) to it small
+    /// until then: each of its datagrams would cost a signature here and a check there.
+    pub fn awaits_session(&self, now: Duration, to: SocketAddr) -> bool {
+        let addr = NodeAddr::new(to);
+        !self.authority.is_unsigned()
+            && !self.pairs.holds(now, addr)
+            && self.session_peer_at(addr).is_some()
+    }
+
     /// Starts a handshake with whoever is at `to`, if it speaks the session form and no
     /// handshake with it is under way.
     pub(super) fn start_handshake<O: Transmit + ?Sized>(

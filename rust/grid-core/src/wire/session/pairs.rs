@@ -117,6 +117,18 @@ impl Pairs {
         })
     }
 
+    /// Whether a confirmed session with `addr` is usable now: one [`Pairs::sending`] would
+    /// send under.
+    pub(super) fn holds(&self, now: Duration, addr: NodeAddr) -> bool {
+        self.peers.get(&addr).is_some_and(|peer| {
+            peer.agreed.iter().any(|index| {
+                self.agreed
+                    .get(index)
+                    .is_some_and(|a| a.confirmed && usable(a, now))
+            })
+        })
+    }
+
     /// Whether a handshake with `addr` may start now: none under way, or the last one
     /// unanswered for [`HANDSHAKE_RETRY`].
     pub(super) fn may_start(&self, now: Duration, addr: NodeAddr) -> bool {
