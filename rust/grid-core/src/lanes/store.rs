@@ -258,7 +258,7 @@ impl ItemStore {
         let payload = held.payload.clone();
         let origin = self.interner.intern(item.origin);
         let recent = self.next_recent();
-        let lane = &mut self.origins.entry(origin).or_default()[item.lane as usize];
+        let lane = &mut self.origins.entry(origin.clone()).or_default()[item.lane as usize];
         let (key, before) = match lane.get_mut(item.key) {
             Some(stored) => {
                 stored.version = item.version;
@@ -284,7 +284,6 @@ impl ItemStore {
         if let Some(before) = before {
             self.no_longer_latest(before);
         }
-        let origin = self.interner.intern(item.origin);
         self.remember_recent(&origin, item.lane, &key, item.version);
         if from_peer {
             self.fresh.push(Item {
