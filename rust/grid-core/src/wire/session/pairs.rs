@@ -94,12 +94,8 @@ impl Pairs {
     /// The session to send to `addr` under, if there is one the peer holds; counts the
     /// message.
     pub(super) fn sending(&mut self, now: Duration, addr: NodeAddr) -> Option<Sending<'_>> {
+        let index = self.sending_index(now, addr)?;
         let peer = self.peers.get(&addr)?;
-        let index = *peer.agreed.iter().rev().find(|index| {
-            self.agreed
-                .get(index)
-                .is_some_and(|a| a.confirmed && usable(a, now))
-        })?;
         let agreed = self.agreed.get_mut(&index)?;
         agreed.sent += 1;
         let rekey_at = if agreed.initiator {
@@ -120,12 +116,16 @@ impl Pairs {
     /// Whether a confirmed session with `addr` is usable now: one [`Pairs::sending`] would
     /// send under.
     pub(super) fn holds(&self, now: Duration, addr: NodeAddr) -> bool {
-        self.peers.get(&addr).is_some_and(|peer| {
-            peer.agreed.iter().any(|index| {
-                self.agreed
-                    .get(index)
-                    .is_some_and(|a| a.confirmed && usable(a, now))
-            })
+        self.sending_index(now, addr).is_some()
+    }
+
+    /// Our index of the newest confirmed session with `addr` that is usable now.
+    fn sending_index(&self, now: Duration, addr: NodeAddr) -> Option<u32> {
+        let peer = self.peers.get(&addr)?;
+        peer.agreed.iter().rev().copied().find(|index| {
+            self.agreed
+                .get(index)
+                .is_some_and(|a| a.confirmed && usable(a, now))
         })
     }
 
