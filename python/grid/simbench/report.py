@@ -146,7 +146,7 @@ def _state(rows: Sequence[Row]) -> str:
                 f"{row['size']:,}",
                 str(row["providers"]),
                 f"{row['items']:,}",
-                "converged" if row.get("start") == "converged" else _num(row["filled_after"], 0),
+                "converged" if row["start"] == "converged" else _num(row["filled_after"], 0),
                 f"{row['bytes_out_per_site']:,.0f}",
                 f"{row['bytes_in_per_site']:,.0f}",
                 _num(row["messages_out_per_site"], 1),
