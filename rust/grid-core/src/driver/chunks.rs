@@ -28,7 +28,11 @@ pub(super) const ENTRY_WALK_END: u8 = 5;
 /// lanes that verify and reach sites (certificates, gateway, metadata), none of their
 /// records (protocol 3 on; see `super::heads`).
 pub(super) const ENTRY_HEADS: u8 = 6;
-/// Every held item was sent.
+/// In a request's first chunk, after [`ENTRY_RESUME`] (and [`ENTRY_HEADS`]): the name the
+/// answer's items stop before, so that an answer bounded so is complete once it gets
+/// there (protocol 3 on; see `super::holes` and `super::stretches`).
+pub(super) const ENTRY_UNTIL: u8 = 7;
+/// Every held item was sent (in a bounded walk: every one before its bound).
 const WALK_COMPLETE: u8 = 0;
 /// The budget ran out after the name that follows (none: before the first).
 const WALK_STOPPED: u8 = 1;

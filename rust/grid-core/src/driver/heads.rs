@@ -18,8 +18,8 @@ use crate::identity::NodeId;
 use crate::lanes::{ExportEnd, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
 use crate::wire::versions::HEADS_WALK_SINCE;
-use crate::wire::KIND_SYNC_REQUEST;
 
+use super::sync::{SyncForm, WalkSpan};
 use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
 
 /// A heads walk under way.
@@ -91,16 +91,12 @@ impl Driver {
         self.stats.heads_syncs += 1;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
-        self.send_state(
-            now,
-            KIND_SYNC_REQUEST,
-            sync_id,
-            peer,
-            None,
-            resume,
-            WalkLanes::Heads,
-            out,
-        );
+        let asked = WalkSpan {
+            after: resume,
+            until: None,
+            lanes: WalkLanes::Heads,
+        };
+        self.send_state(now, sync_id, peer, SyncForm::Request(asked), out);
     }
 
     /// The pause after a part is over: the next part, unless the walk ended meanwhile.

@@ -32,8 +32,8 @@
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
 //! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
 //! (push/pull syncs: what they carry and how they are answered), `walk` (the walk through
-//! peers' stores and catching up), `heads` and `stretches` (the walks beside it while
-//! catching up), `repair` (digests and repair answers), `chunks` (the chunk format syncs
+//! peers' stores and catching up), `heads`, `stretches` and `holes` (the walks beside it
+//! while catching up, and the lost chunks of its answers asked for apart), `repair` (digests and repair answers), `chunks` (the chunk format syncs
 //! and repairs share) and `renewal` (pins, the node's certificate renewed in place, its own
 //! items signed again, earlier certificates forgotten). This file holds the [`Driver`]
 //! itself, its public types and the host loop entry points.
@@ -78,6 +78,7 @@ pub mod timers;
 
 mod chunks;
 mod heads;
+mod holes;
 mod membership;
 mod positions;
 mod renewal;
@@ -93,6 +94,7 @@ pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
 pub use stretches::STRETCH_WALKS;
 
 use heads::HeadsWalk;
+use holes::Holes;
 use membership::Holders;
 use positions::Positions;
 use stretches::Stretch;
@@ -181,6 +183,9 @@ pub struct Driver {
     pull_resume: Option<ItemName>,
     /// The sync whose answer moves `pull_resume`: the last one this node started.
     pull_sync: Option<u32>,
+    /// The bound that sync asked its answer to stop before (where a stretch another walk
+    /// covers begins), if any.
+    pull_until: Option<ItemName>,
     /// The chunks of that answer received so far: the walk moves on once all are in.
     pull_answer: Option<PullAnswer>,
     /// Where this node's own items resume in the next sync it starts.
@@ -191,6 +196,8 @@ pub struct Driver {
     /// Answers to the walk's syncs in a row that came in part without moving it on (see
     /// [`Driver::answer_due`]).
     fruitless_answers: u8,
+    /// Answers to the walk's syncs in a row that did not come at all.
+    silent_answers: u8,
     /// The item names held when the last sync this node started began.
     pull_held_at_start: usize,
     /// The walk of every site's certificates, gateway and metadata beside the catch-up.
@@ -202,10 +209,13 @@ pub struct Driver {
     stretches: Vec<Stretch>,
     /// Stretch walks began in this catch-up (they begin once).
     stretches_started: bool,
-    /// A stretch walk lost an answer in this round: another round follows.
+    /// The chunks lost from walks' answers in this catch-up, asked for apart.
+    holes: Holes,
+    /// A stretch walk lost an answer in this round, or a hole was given up: another round
+    /// follows.
     stretch_gap: bool,
-    /// The whole walk went round while stretch walks were under way: its peer, for the
-    /// next round once they are done.
+    /// The whole walk went round while stretch walks (or holes) were under way: its peer,
+    /// for the next round once they are done.
     round_waits: Option<NodeId>,
     probe: ProbeHealth,
     /// Encodes the foca messages the driver writes itself (suspicion notices).
@@ -289,16 +299,19 @@ impl Driver {
             positions: Positions::default(),
             pull_resume: None,
             pull_sync: None,
+            pull_until: None,
             pull_answer: None,
             push_resume: None,
             catch_up: CatchUp::Due,
             catch_up_round: (0, 0),
             fruitless_answers: 0,
+            silent_answers: 0,
             pull_held_at_start: 0,
             heads: None,
             heads_ended: false,
             stretches: Vec::new(),
             stretches_started: false,
+            holes: Holes::default(),
             stretch_gap: false,
             round_waits: None,
             probe: ProbeHealth::default(),

@@ -26,8 +26,8 @@ use crate::driver::timers::TimerEvent;
 use crate::identity::NodeId;
 use crate::lanes::{ExportEnd, ItemName, Lane, WalkLanes};
 use crate::wire::session::Transmit;
-use crate::wire::KIND_SYNC_REQUEST;
 
+use super::sync::{SyncForm, WalkSpan};
 use super::walk::{ChunkItems, PullAnswer, WalkStep};
 use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
 
@@ -46,6 +46,9 @@ pub(super) struct Stretch {
     end: Option<ItemName>,
     /// Where the next part resumes (after this name).
     resume: ItemName,
+    /// The bound the request under way asked its answer to stop before (None: unbounded,
+    /// the peer cannot).
+    until: Option<ItemName>,
     /// The request whose answer moves the walk on (None between parts).
     sync: Option<u32>,
     /// That answer's chunks so far.
@@ -123,6 +126,7 @@ impl Driver {
                 start: start.clone(),
                 end: starts.get(at + 1).cloned(),
                 resume: start.clone(),
+                until: None,
                 sync: None,
                 answer: None,
                 fruitless: 0,
@@ -153,21 +157,22 @@ impl Driver {
         };
         let resume = stretch.resume.clone();
         let peer = stretch.peer.socket_addr();
+        let end = stretch.end.clone();
         stretch.sync = Some(sync_id);
         stretch.answer = None;
         self.stats.stretch_syncs += 1;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
-        self.send_state(
-            now,
-            KIND_SYNC_REQUEST,
-            sync_id,
-            peer,
-            None,
-            Some(resume),
-            WalkLanes::All,
-            out,
-        );
+        // The answer stops at the stretch's end, if the peer can stop it there.
+        let asked = WalkSpan {
+            after: Some(resume),
+            until: end.filter(|_| self.bounds_walks(peer)),
+            lanes: WalkLanes::All,
+        };
+        if let Some(stretch) = self.stretches.get_mut(index) {
+            stretch.until = asked.until.clone();
+        }
+        self.send_state(now, sync_id, peer, SyncForm::Request(asked), out);
     }
 
     /// The pause after a stretch's part is over: its next part, unless it ended meanwhile.
@@ -197,29 +202,29 @@ impl Driver {
         self.stretch_of(sync_id).is_some()
     }
 
-    /// A chunk of an answer to a stretch walk's request `sync_id`. Once every chunk is in,
-    /// the stretch moves on after a pause, or is walked.
+    /// A chunk of an answer to a stretch walk's request `sync_id` (chunk `index` of
+    /// `count`). Once every chunk is in, the stretch moves on after a pause, or is walked.
     pub(super) fn follow_stretch(
         &mut self,
         now: Duration,
-        sync_id: u32,
-        (index, count): (u16, u16),
+        (sync_id, index, count): (u32, u16, u16),
         items: ChunkItems,
         end: Option<ExportEnd>,
+        sender: &NodeId,
     ) {
         let Some(at) = self.stretch_of(sync_id) else {
             return;
         };
         let stretch = &mut self.stretches[at];
-        let start = Some(stretch.resume.clone());
+        let asked = (Some(stretch.resume.clone()), stretch.until.clone());
         let answer = stretch
             .answer
-            .get_or_insert_with(|| PullAnswer::new(sync_id, start, count));
-        if !answer.note(index, items, end) {
+            .get_or_insert_with(|| PullAnswer::new(sync_id, asked, count));
+        if !answer.note((index, sender), items, end) {
             self.await_answer_tail(now, sync_id, index, count);
             return;
         }
-        let step = answer.step();
+        let step = answer.step(false);
         stretch.sync = None;
         stretch.answer = None;
         match step {
@@ -233,15 +238,16 @@ impl Driver {
             }
             _ => {
                 stretch.walk = StretchWalk::Walked;
-                self.stretch_done(now);
+                self.beside_done(now);
             }
         }
     }
 
     /// The answer to `sync_id` did not come whole; false if it is not a stretch walk's.
-    /// The stretch moves on past the chunks received without a gap, and its next part is
-    /// asked of another peer at once; after more than [`FRUITLESS_STRETCH_ANSWERS`] answers
-    /// in a row that moved it nothing, its walk ends and the whole walk covers the rest.
+    /// The stretch moves on past the chunks received (see [`Driver::partial_step`]), and
+    /// its next part is asked of another peer at once; after more than
+    /// [`FRUITLESS_STRETCH_ANSWERS`] answers in a row that moved it nothing, its walk ends
+    /// and the whole walk covers the rest.
     pub(super) fn stretch_answer_due<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -254,15 +260,18 @@ impl Driver {
         self.stats.syncs_incomplete += 1;
         let stretch = &mut self.stretches[at];
         stretch.sync = None;
-        let step = stretch.answer.take().map(|mut answer| answer.step());
+        let answer = stretch.answer.take();
+        let step = answer.map(|answer| self.partial_step(now, answer, out));
+        let stretch = &mut self.stretches[at];
         let moved = match step {
             Some(WalkStep::Partial {
                 resume: Some(resume),
                 wrapped,
+                ..
             }) if resume != stretch.resume => {
                 if wrapped || reached(&resume, stretch.end.as_ref()) {
                     stretch.walk = StretchWalk::Walked;
-                    self.stretch_done(now);
+                    self.beside_done(now);
                     return true;
                 }
                 stretch.resume = resume;
@@ -275,7 +284,7 @@ impl Driver {
             stretch.walk = StretchWalk::Lost;
             self.stats.stretches_lost += 1;
             self.stretch_gap = true;
-            self.stretch_done(now);
+            self.beside_done(now);
             return true;
         }
         let taken: Vec<NodeId> = self.stretches.iter().map(|s| s.peer.clone()).collect();
@@ -286,10 +295,10 @@ impl Driver {
         true
     }
 
-    /// A stretch walk is done: if it was the last one the whole walk's round waited for,
-    /// that round is over.
-    fn stretch_done(&mut self, now: Duration) {
-        if self.stretches_walking() {
+    /// A walk beside the whole walk is done (a stretch, or the last hole asked for): if it
+    /// was the last one the whole walk's round waited for, that round is over.
+    pub(super) fn beside_done(&mut self, now: Duration) {
+        if self.walks_beside() {
             return;
         }
         if let Some(peer) = self.round_waits.take() {
@@ -297,14 +306,27 @@ impl Driver {
         }
     }
 
-    /// Whether a stretch walk is under way.
-    pub(super) fn stretches_walking(&self) -> bool {
+    /// Whether a walk beside the whole walk is under way: a stretch walk, or holes asked
+    /// for.
+    pub(super) fn walks_beside(&self) -> bool {
         self.stretches
             .iter()
             .any(|stretch| stretch.walk == StretchWalk::Walking)
+            || self.holes_pending()
     }
 
-    /// Whether a stretch walk lost an answer since the last call.
+    /// Where the first stretch another walk covers begins after `resume` (the whole walk's
+    /// answer stops there): None if no stretch lies ahead.
+    pub(super) fn next_stretch_start(&self, resume: Option<&ItemName>) -> Option<ItemName> {
+        self.stretches
+            .iter()
+            .map(|stretch| &stretch.start)
+            .filter(|start| resume.map_or(true, |resume| *start > resume))
+            .min()
+            .cloned()
+    }
+
+    /// Whether a stretch walk (or a hole asked for) lost an answer since the last call.
     pub(super) fn take_stretch_gap(&mut self) -> bool {
         std::mem::take(&mut self.stretch_gap)
     }
@@ -331,9 +353,11 @@ impl Driver {
         }
     }
 
-    /// Catching up is over (or begins again): no stretch walk goes on.
+    /// Catching up is over (or begins again): no stretch walk goes on, no hole is asked
+    /// for.
     pub(super) fn end_stretches(&mut self) {
         self.stretches.clear();
+        self.end_holes();
         self.stretches_started = false;
         self.stretch_gap = false;
         self.round_waits = None;

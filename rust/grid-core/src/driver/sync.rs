@@ -19,7 +19,7 @@ use crate::lanes::keys::Role;
 use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
 use crate::wire::sites::Learned;
-use crate::wire::versions::EARLIER_CERTIFICATES_SINCE;
+use crate::wire::versions::{BOUNDED_WALK_SINCE, EARLIER_CERTIFICATES_SINCE};
 use crate::wire::{
     decode_member, encode_member, state_byte, Reader, WireError, KIND_SYNC_REQUEST,
     KIND_SYNC_RESPONSE, MAX_MESSAGE_LEN, STATE_ALIVE, STATE_LEFT,
@@ -30,7 +30,8 @@ use super::{Driver, GridFoca, MAX_SYNC_CHUNKS, SIGNED_ANSWER_CHUNKS};
 use super::chunks::{
     decode_certificate_entry, decode_resume, decode_walk_end, encode_certificate_entry,
     encode_walk_end, read_chunk_header, read_entry, ChunkHeader, ChunkWriter, ENTRY_CERTIFICATE,
-    ENTRY_HEADS, ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_WALK_END, WALK_END_ROOM,
+    ENTRY_HEADS, ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_UNTIL, ENTRY_WALK_END,
+    WALK_END_ROOM,
 };
 use super::positions::Positions;
 use super::swim::Screened;
@@ -43,6 +44,22 @@ fn alive_entry(entry: &[u8]) -> Option<(RawId<'_>, u16)> {
     let id = RawId::decode(&mut r).ok()?;
     let incarnation = r.u16().ok()?;
     (r.u8().ok()? == STATE_ALIVE && r.is_empty()).then_some((id, incarnation))
+}
+
+/// A stretch of the shared name order a sync's answer walks: after `after` (None: from the
+/// first name), before `until` (None: as far as the answer's budget goes; sent only to a
+/// peer that speaks [`BOUNDED_WALK_SINCE`]), of the `lanes`.
+#[derive(Clone, Debug)]
+pub(super) struct WalkSpan {
+    pub(super) after: Option<ItemName>,
+    pub(super) until: Option<ItemName>,
+    pub(super) lanes: WalkLanes,
+}
+
+/// What [`Driver::send_state`] sends: a request asking for a span, or the answer to one.
+pub(super) enum SyncForm {
+    Request(WalkSpan),
+    Answer(WalkSpan),
 }
 
 /// Member entries fill at most this many chunks of a sync (the rest of the view is covered
@@ -151,25 +168,27 @@ impl Driver {
         member.map(|m| m.id().clone())
     }
 
+    /// Whether the peer at `peer` answers a sync request bounded before a name (it speaks
+    /// [`BOUNDED_WALK_SINCE`]).
+    pub(super) fn bounds_walks(&self, peer: SocketAddr) -> bool {
+        self.session
+            .version_at(peer)
+            .is_some_and(|version| version >= BOUNDED_WALK_SINCE)
+    }
+
     /// Sends this node's view, chunked: itself, members (starting at a random one, so a
     /// view larger than [`MAX_MEMBER_CHUNKS`] is covered over several syncs) and items,
-    /// each origin's certificate chain before its first item. A request starts with where
-    /// its answer's items should resume and carries this node's own items from where the
-    /// last request stopped (none while catching up: it asks, the answers teach). An answer
-    /// (`answer_after` set) carries the items after the name the request gave, and says in
-    /// its first chunk where they ended. `resume`: where a request asks the answer to
-    /// resume (the walk it moves on). `walked`: the lanes the answer carries (a request of
-    /// the heads walk asks for [`WalkLanes::Heads`] and carries no items of its own).
-    #[allow(clippy::too_many_arguments)]
+    /// each origin's certificate chain before its first item. A request says the stretch
+    /// of the name order its answer should walk (the walk it moves on) and carries this
+    /// node's own items from where the last request stopped (none while catching up: it
+    /// asks, the answers teach; none with a heads walk's request). An answer carries the
+    /// items of the stretch the request gave, and says in its first chunk where they ended.
     pub(super) fn send_state<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
-        kind: u8,
         sync_id: u32,
         peer: SocketAddr,
-        answer_after: Option<Option<ItemName>>,
-        resume: Option<ItemName>,
-        walked: WalkLanes,
+        form: SyncForm,
         out: &mut O,
     ) {
         let me = self.foca.identity().clone();
@@ -178,21 +197,25 @@ impl Driver {
         } else {
             MAX_SYNC_CHUNKS
         };
-        let reserve = if answer_after.is_some() {
-            WALK_END_ROOM
-        } else {
-            0
+        let (kind, reserve) = match form {
+            SyncForm::Request(_) => (KIND_SYNC_REQUEST, 0),
+            SyncForm::Answer(_) => (KIND_SYNC_RESPONSE, WALK_END_ROOM),
         };
         let mut chunks = ChunkWriter::new(kind, sync_id, &me, reserve);
         let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
 
-        if answer_after.is_none() {
-            if let Some(name) = &resume {
+        if let SyncForm::Request(asked) = &form {
+            if let Some(name) = &asked.after {
                 name.encode(&mut entry);
             }
             chunks.push(ENTRY_RESUME, &entry, MAX_SYNC_CHUNKS);
-            if walked == WalkLanes::Heads {
+            if asked.lanes == WalkLanes::Heads {
                 chunks.push(ENTRY_HEADS, &[], MAX_SYNC_CHUNKS);
+            }
+            if let Some(name) = &asked.until {
+                entry.clear();
+                name.encode(&mut entry);
+                chunks.push(ENTRY_UNTIL, &entry, MAX_SYNC_CHUNKS);
             }
         }
         entry.clear();
@@ -227,13 +250,14 @@ impl Driver {
             }
         }
 
-        let after = match &answer_after {
-            Some(after) => after.as_ref(),
-            None if self.catch_up != CatchUp::Done => None,
-            None => self.push_resume.as_ref(),
+        // A request's own items walk on from where the last one stopped.
+        let (after, until, walked) = match &form {
+            SyncForm::Answer(asked) => (asked.after.as_ref(), asked.until.as_ref(), asked.lanes),
+            SyncForm::Request(_) => (self.push_resume.as_ref(), None, WalkLanes::All),
         };
-        let own_items_held_back = self.catch_up != CatchUp::Done || walked == WalkLanes::Heads;
-        let end = if answer_after.is_none() && own_items_held_back {
+        let own_items_held_back = self.catch_up != CatchUp::Done
+            || matches!(&form, SyncForm::Request(asked) if asked.lanes == WalkLanes::Heads);
+        let end = if matches!(form, SyncForm::Request(_)) && own_items_held_back {
             None
         } else {
             let session = &self.session;
@@ -246,8 +270,12 @@ impl Driver {
             let mut chain_entry = Vec::new();
             let mut last_origin: Option<Arc<str>> = None;
             let mut earlier_in_chunk: Option<(Arc<str>, [u8; FINGERPRINT_LEN], usize)> = None;
-            let end =
-                lock(&self.store).export(after, walked, &mut entry, |origin, item, earlier| {
+            let end = lock(&self.store).export(
+                after,
+                until,
+                walked,
+                &mut entry,
+                |origin, item, earlier| {
                     if last_origin.as_ref() != Some(origin) {
                         last_origin = Some(origin.clone());
                         if let Some(chain) = session.certificate_chain(origin) {
@@ -274,12 +302,13 @@ impl Driver {
                         }
                     }
                     chunks.push(ENTRY_ITEM, item, max_chunks)
-                });
+                },
+            );
             Some(end)
         };
 
         let mut walk_end = Vec::new();
-        match (answer_after.is_some(), end) {
+        match (matches!(form, SyncForm::Answer(_)), end) {
             (true, Some(end)) => encode_walk_end(&end, &mut walk_end),
             (false, Some(end)) => {
                 self.push_resume = match end {
@@ -317,6 +346,7 @@ impl Driver {
         let mut items = Vec::new();
         let mut certificates = Vec::new();
         let mut resume = None;
+        let mut until = None;
         let mut walked = WalkLanes::All;
         let mut walk_end = None;
         let mut known = 0;
@@ -364,6 +394,10 @@ impl Driver {
                 ENTRY_HEADS if kind == KIND_SYNC_REQUEST && index == 0 && body.is_empty() => {
                     walked = WalkLanes::Heads;
                 }
+                ENTRY_UNTIL if kind == KIND_SYNC_REQUEST && index == 0 && until.is_none() => {
+                    let bound = decode_resume(body, &self.interner)?;
+                    until = Some(bound.ok_or(WireError::BadEntry(ENTRY_UNTIL))?);
+                }
                 ENTRY_WALK_END
                     if kind == KIND_SYNC_RESPONSE && index == 0 && walk_end.is_none() =>
                 {
@@ -409,15 +443,16 @@ impl Driver {
         if index == 0 {
             if kind == KIND_SYNC_REQUEST {
                 self.stats.syncs_served += 1;
-                let after = Some(resume.flatten());
+                let asked = WalkSpan {
+                    after: resume.flatten(),
+                    until,
+                    lanes: walked,
+                };
                 self.send_state(
                     now,
-                    KIND_SYNC_RESPONSE,
                     sync_id,
                     sender.socket_addr(),
-                    after,
-                    None,
-                    walked,
+                    SyncForm::Answer(asked),
                     out,
                 );
             } else {

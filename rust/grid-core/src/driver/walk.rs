@@ -15,8 +15,8 @@ use crate::identity::{Interner, NodeId};
 use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
 use crate::reader::Reader;
 use crate::wire::session::Transmit;
-use crate::wire::KIND_SYNC_REQUEST;
 
+use super::sync::{SyncForm, WalkSpan};
 use super::{Driver, ANSWER_TAIL_WAIT, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, SYNC_ANSWER_WAIT};
 
 /// A sync answer that brings this many names a node did not hold makes it catch up again.
@@ -28,6 +28,12 @@ const BEHIND_AFTER_NAMES: usize = 64;
 /// again at once would resend the whole view every [`SYNC_ANSWER_WAIT`], both ways, for as
 /// long as the loss lasts, and move nothing.
 const FRUITLESS_ANSWERS_RETRIED: u8 = 2;
+/// Answers in a row that may not come at all (each asked of another member at once: the
+/// peer may be gone, or a burst lost) before a catching-up node leaves the walk to the
+/// push/pull pace: about 16 s of [`SYNC_ANSWER_WAIT`]s, longer than the failure detector
+/// takes to find a dead member, so a blip does not stall a join, while answers that never
+/// come (every one lost, whatever its size) do not make it ask every answer wait forever.
+const SILENT_ANSWERS_RETRIED: u8 = 8;
 /// Whether a node walks peers' stores part after part, one part every [`CATCH_UP_PAUSE`],
 /// until a walk goes round once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,13 +46,18 @@ pub(super) enum CatchUp {
     Walking,
 }
 
-/// The answer to this node's last sync, as its chunks arrive. Chunks carry items in walk
-/// order, so the chunks received from the first on, without a gap, cover one stretch of
-/// the walk: when some chunk is lost, the next sync resumes after that stretch.
+/// The answer to a sync of a walk, as its chunks arrive. Chunks carry items in walk order,
+/// so the chunks received from the first on, without a gap, cover one stretch of the walk;
+/// the chunks lost between received ones are the answer's holes.
 pub(in crate::driver) struct PullAnswer {
     sync_id: u32,
+    /// The peer that answers.
+    from: Option<NodeId>,
     /// Where the answer was asked to start.
     start: Option<ItemName>,
+    /// The bound it was asked to stop before, if any: reaching it is where a whole answer
+    /// that says it is complete ended.
+    until: Option<ItemName>,
     chunks: Vec<Option<ChunkItems>>,
     missing: usize,
     end: Option<ExportEnd>,
@@ -61,31 +72,55 @@ pub(super) struct ChunkItems {
     wrapped: bool,
 }
 
+/// A stretch of the name order whose chunks were lost from an answer: the names after
+/// `after` (None: from the first) and before `until`, the first name of the next chunk
+/// received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Hole {
+    pub(super) after: Option<ItemName>,
+    pub(super) until: ItemName,
+}
+
 /// How far a sync's answer took the walk.
 pub(super) enum WalkStep {
-    /// Whole: what the answer said.
+    /// Whole: what the answer said (a bounded answer that is complete stopped at its bound).
     Ended(ExportEnd),
     /// Some chunk is missing: resume after this name (None: where the answer started);
-    /// `wrapped` if the stretch received went past the last name.
+    /// `wrapped` if the stretch received went past the last name. Without holes, the
+    /// stretch is the chunks received from the first without a gap; with them, every chunk
+    /// received, and the holes are to be asked for apart.
     Partial {
         resume: Option<ItemName>,
         wrapped: bool,
+        holes: Vec<Hole>,
     },
 }
 
 impl PullAnswer {
-    pub(super) fn new(sync_id: u32, start: Option<ItemName>, count: u16) -> PullAnswer {
+    pub(super) fn new(
+        sync_id: u32,
+        (start, until): (Option<ItemName>, Option<ItemName>),
+        count: u16,
+    ) -> PullAnswer {
         PullAnswer {
             sync_id,
+            from: None,
             start,
+            until,
             chunks: vec![None; usize::from(count)],
             missing: usize::from(count),
             end: None,
         }
     }
 
-    /// Notes chunk `index`; true once every chunk is in.
-    pub(super) fn note(&mut self, index: u16, items: ChunkItems, end: Option<ExportEnd>) -> bool {
+    /// Notes chunk `index` from `from`; true once every chunk is in.
+    pub(super) fn note(
+        &mut self,
+        (index, from): (u16, &NodeId),
+        items: ChunkItems,
+        end: Option<ExportEnd>,
+    ) -> bool {
+        self.from.get_or_insert_with(|| from.clone());
         if let Some(slot) = self.chunks.get_mut(usize::from(index)) {
             if slot.is_none() {
                 *slot = Some(items);
@@ -98,25 +133,57 @@ impl PullAnswer {
         self.missing == 0 && self.end.is_some()
     }
 
-    /// How far the walk got: the answer's own end when it is whole, else the stretch
-    /// covered by the chunks received from the first without a gap.
-    pub(super) fn step(&mut self) -> WalkStep {
+    /// The peer that answered, once a chunk came.
+    pub(super) fn from(&self) -> Option<&NodeId> {
+        self.from.as_ref()
+    }
+
+    /// How far the walk got: the answer's own end when it is whole (at its bound if it was
+    /// bounded and complete), else the stretch the chunks received cover: those from the
+    /// first without a gap, or, `with_holes`, all of them and the holes between.
+    pub(super) fn step(&mut self, with_holes: bool) -> WalkStep {
         if self.missing == 0 {
-            if let Some(end) = self.end.take() {
-                return WalkStep::Ended(end);
+            match (self.end.take(), &self.until) {
+                (Some(ExportEnd::Complete), Some(until)) => {
+                    let wrapped = self.start.as_ref().is_some_and(|start| until <= start);
+                    return WalkStep::Ended(ExportEnd::Stopped {
+                        resume: Some(until.clone()),
+                        wrapped,
+                    });
+                }
+                (Some(end), _) => return WalkStep::Ended(end),
+                (None, _) => {}
             }
         }
         let mut resume = self.start.clone();
         let mut wrapped = false;
-        let mut previous = self.start.clone();
-        for chunk in self.chunks.iter().map_while(Option::as_ref) {
-            if let Some(first) = &chunk.first {
-                wrapped |= chunk.wrapped || previous.as_ref().is_some_and(|p| first <= p);
-                previous = chunk.last.clone();
-                resume = chunk.last.clone();
+        let mut holes = Vec::new();
+        let mut gap = false;
+        for chunk in &self.chunks {
+            let Some(chunk) = chunk else {
+                if !with_holes {
+                    break;
+                }
+                gap = true;
+                continue;
+            };
+            let Some(first) = &chunk.first else {
+                continue;
+            };
+            if std::mem::take(&mut gap) {
+                holes.push(Hole {
+                    after: resume.clone(),
+                    until: first.clone(),
+                });
             }
+            wrapped |= chunk.wrapped || resume.as_ref().is_some_and(|p| first <= p);
+            resume = chunk.last.clone();
         }
-        WalkStep::Partial { resume, wrapped }
+        WalkStep::Partial {
+            resume,
+            wrapped,
+            holes,
+        }
     }
 }
 
@@ -144,12 +211,12 @@ impl ChunkItems {
 
 impl Driver {
     /// The answer to sync `sync_id` should be whole by now (or its last chunk came, and
-    /// what is missing was lost). If it is not, the walk moves on only past the chunks
-    /// received from the first without a gap, as it would after a whole answer that ended
-    /// there, from another member. An answer that moved it nothing is asked for again (from
-    /// any member: they all walk in the same order) at once while catching up (unless more
-    /// than [`FRUITLESS_ANSWERS_RETRIED`] answers in a row came in part without moving it
-    /// on), or by the next push/pull otherwise.
+    /// what is missing was lost). If it is not, the walk moves on past the chunks received
+    /// (see [`Driver::partial_step`]), as it would after a whole answer that ended there,
+    /// from another member. An answer that moved it nothing is asked for again (from any
+    /// member: they all walk in the same order) at once while catching up (unless more than
+    /// [`FRUITLESS_ANSWERS_RETRIED`] answers in a row came in part without moving it on, or
+    /// more than [`SILENT_ANSWERS_RETRIED`] not at all), or by the next push/pull otherwise.
     pub(super) fn answer_due<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -158,6 +225,7 @@ impl Driver {
     ) {
         if self.heads_answer_due(sync_id)
             || self.stretch_answer_due(now, sync_id, out)
+            || self.hole_answer_due(now, sync_id, out)
             || self.pull_sync != Some(sync_id)
         {
             return;
@@ -165,31 +233,43 @@ impl Driver {
         self.stats.syncs_incomplete += 1;
         self.pull_sync = None;
         let mut fruitless = false;
-        if let Some((start, WalkStep::Partial { resume, wrapped })) = self
-            .pull_answer
-            .take()
-            .map(|mut answer| (answer.start.clone(), answer.step()))
-        {
-            if resume != start || wrapped {
-                if let Some(peer) = self.random_member_id() {
-                    self.follow_walk(now, ExportEnd::Stopped { resume, wrapped }, &peer, out);
-                    return;
+        let silent = self.pull_answer.is_none();
+        if let Some(answer) = self.pull_answer.take() {
+            let start = answer.start.clone();
+            if let WalkStep::Partial {
+                resume, wrapped, ..
+            } = self.partial_step(now, answer, out)
+            {
+                if resume != start || wrapped {
+                    if let Some(peer) = self.random_member_id() {
+                        let end = ExportEnd::Stopped { resume, wrapped };
+                        self.follow_walk(now, end, &peer, out);
+                        return;
+                    }
+                }
+                // Chunks came (the peer answers) but none of them moved the walk on.
+                fruitless = resume == start && !wrapped;
+                self.pull_resume = resume;
+                if wrapped {
+                    self.walk_went_round();
                 }
             }
-            // Chunks came (the peer answers) but none of them moved the walk on.
-            fruitless = resume == start && !wrapped;
-            self.pull_resume = resume;
-            if wrapped {
-                self.walk_went_round();
-            }
         }
-        // No chunk at all (the peer may be gone): another member is asked at once.
+        // Another member is asked at once (the peer may be gone), unless too many answers
+        // in a row moved nothing.
         self.fruitless_answers = if fruitless {
             self.fruitless_answers.saturating_add(1)
         } else {
             0
         };
-        if self.fruitless_answers > FRUITLESS_ANSWERS_RETRIED {
+        self.silent_answers = if silent {
+            self.silent_answers.saturating_add(1)
+        } else {
+            0
+        };
+        if self.fruitless_answers > FRUITLESS_ANSWERS_RETRIED
+            || self.silent_answers > SILENT_ANSWERS_RETRIED
+        {
             return;
         }
         if self.catch_up == CatchUp::Walking && !self.stopped() {
@@ -198,6 +278,31 @@ impl Driver {
                 self.start_sync(now, peer, out);
             }
         }
+    }
+
+    /// How far an answer that did not come whole moves its walk. While catching up, from
+    /// a peer that bounds walks ([`crate::wire::versions::BOUNDED_WALK_SINCE`]), past every chunk received, and
+    /// the chunks lost between them are asked of that peer apart, each a small bounded
+    /// answer (see [`super::holes`]); otherwise only past the chunks received from the
+    /// first without a gap, and the next part sends again everything after the first lost
+    /// chunk.
+    pub(super) fn partial_step<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        mut answer: PullAnswer,
+        out: &mut O,
+    ) -> WalkStep {
+        let bounding = answer
+            .from()
+            .filter(|from| {
+                self.catch_up == CatchUp::Walking && self.bounds_walks(from.socket_addr())
+            })
+            .cloned();
+        let mut step = answer.step(bounding.is_some());
+        if let (Some(peer), WalkStep::Partial { holes, .. }) = (bounding, &mut step) {
+            self.fill_holes(now, &peer, std::mem::take(holes), out);
+        }
+        step
     }
 
     pub(super) fn start_sync<O: Transmit + ?Sized>(
@@ -219,16 +324,17 @@ impl Driver {
             self.start_catching_up();
         }
         let resume = self.pull_resume.clone();
-        self.send_state(
-            now,
-            KIND_SYNC_REQUEST,
-            sync_id,
-            peer,
-            None,
-            resume,
-            WalkLanes::All,
-            out,
-        );
+        // The walk stops where a stretch another walk covers begins, if the peer can.
+        let until = self
+            .next_stretch_start(resume.as_ref())
+            .filter(|_| self.bounds_walks(peer));
+        self.pull_until = until;
+        let asked = WalkSpan {
+            after: resume,
+            until: self.pull_until.clone(),
+            lanes: WalkLanes::All,
+        };
+        self.send_state(now, sync_id, peer, SyncForm::Request(asked), out);
     }
 
     /// An answer to this node's last sync said where its items ended: the next sync
@@ -250,6 +356,7 @@ impl Driver {
         self.pull_sync = None;
         self.pull_answer = None;
         self.fruitless_answers = 0;
+        self.silent_answers = 0;
         let brought = lock(&self.store)
             .len()
             .saturating_sub(self.pull_held_at_start);
@@ -274,7 +381,7 @@ impl Driver {
             }
         };
         if went_round {
-            if self.stretches_walking() {
+            if self.walks_beside() {
                 self.round_waits = Some(peer.clone());
             } else {
                 self.round_over(now, peer);
@@ -357,21 +464,26 @@ impl Driver {
         out: &mut O,
     ) {
         let whole_walk = self.pull_sync == Some(sync_id);
-        if !(whole_walk || self.is_stretch_sync(sync_id)) {
+        if !(whole_walk || self.is_stretch_sync(sync_id) || self.is_hole_sync(sync_id)) {
             return;
         }
         let chunk = ChunkItems::of(items, &self.interner);
-        if !whole_walk {
-            self.follow_stretch(now, sync_id, (index, count), chunk, walk_end);
+        if self.is_hole_sync(sync_id) {
+            self.follow_hole(now, (sync_id, index, count), (chunk, walk_end), sender, out);
             return;
         }
-        let start = self.pull_resume.clone();
+        if !whole_walk {
+            let part = (sync_id, index, count);
+            self.follow_stretch(now, part, chunk, walk_end, sender);
+            return;
+        }
+        let asked = (self.pull_resume.clone(), self.pull_until.clone());
         let answer = match &mut self.pull_answer {
             Some(answer) if answer.sync_id == sync_id => answer,
-            slot => slot.insert(PullAnswer::new(sync_id, start, count)),
+            slot => slot.insert(PullAnswer::new(sync_id, asked, count)),
         };
-        if answer.note(index, chunk, walk_end) {
-            if let WalkStep::Ended(end) = answer.step() {
+        if answer.note((index, sender), chunk, walk_end) {
+            if let WalkStep::Ended(end) = answer.step(false) {
                 self.follow_walk(now, end, sender, out);
             }
         } else {

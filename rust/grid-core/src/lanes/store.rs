@@ -542,11 +542,14 @@ impl ItemStore {
     /// Encodes held items (those with payloads) of the `walked` lanes one by one into
     /// `scratch`, in [`ItemName`] order starting after `after` (from the first name when
     /// `None`) and wrapping round, and hands each with its origin to `emit` until `emit`
-    /// says the budget is spent. An item signed by an earlier key of its origin comes with
-    /// that key's certificate fingerprint (a sync sends the certificate before it).
+    /// says the budget is spent, or the walk reaches `until` (exclusive: a bounded walk
+    /// that gets there is [`ExportEnd::Complete`]). An item signed by an earlier key of its
+    /// origin comes with that key's certificate fingerprint (a sync sends the certificate
+    /// before it).
     pub fn export(
         &self,
         after: Option<&ItemName>,
+        until: Option<&ItemName>,
         walked: WalkLanes,
         scratch: &mut Vec<u8>,
         mut emit: impl FnMut(&Arc<str>, &[u8], Option<[u8; FINGERPRINT_LEN]>) -> bool,
@@ -586,24 +589,31 @@ impl ItemStore {
             wrapped,
         };
         let keys = self.origin_keys.as_ref();
+        let short_of = |(origin, lane, key, _): &Entry<'_>| {
+            until.map_or(true, |until| until.cmp_to(origin, *lane, key).is_gt())
+        };
         let Some(after) = after else {
-            if !offer(keys, self.entries(walked), &mut last, scratch, &mut emit) {
+            let entries = self.entries(walked).take_while(short_of);
+            if !offer(keys, entries, &mut last, scratch, &mut emit) {
                 return stopped(last, false);
             }
             return ExportEnd::Complete;
         };
-        if !offer(
-            keys,
-            self.entries_after(after, walked),
-            &mut last,
-            scratch,
-            &mut emit,
-        ) {
+        // A bound past `after` is met before the walk wraps; one at or before it, after.
+        let met_first = until.is_some_and(|until| until > after);
+        let entries = self
+            .entries_after(after, walked)
+            .take_while(|entry| !met_first || short_of(entry));
+        if !offer(keys, entries, &mut last, scratch, &mut emit) {
             return stopped(last, false);
+        }
+        if met_first {
+            return ExportEnd::Complete;
         }
         let before = self
             .entries(walked)
-            .take_while(|(origin, lane, key, _)| after.cmp_to(origin, *lane, key).is_ge());
+            .take_while(|(origin, lane, key, _)| after.cmp_to(origin, *lane, key).is_ge())
+            .take_while(short_of);
         if !offer(keys, before, &mut last, scratch, &mut emit) {
             return stopped(last, true);
         }

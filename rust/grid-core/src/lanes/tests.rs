@@ -85,7 +85,7 @@ fn a_signed_store_takes_only_items_its_origin_signed() {
     // Syncs re-export the origin's own signature.
     let mut exported = Vec::new();
     let mut scratch = Vec::new();
-    s.export(None, WalkLanes::All, &mut scratch, |_, item, _| {
+    s.export(None, None, WalkLanes::All, &mut scratch, |_, item, _| {
         exported.push(item.to_vec());
         true
     });
@@ -120,6 +120,7 @@ fn items_of_a_renewed_key_wait_for_it_and_earlier_keys_vouch_until_signed_again(
     // The earlier key still vouches for "old": a sync carries its certificate with it.
     let mut earlier = Vec::new();
     s.export(
+        None,
         None,
         WalkLanes::All,
         &mut Vec::new(),
@@ -300,19 +301,19 @@ fn export_part(
     after: Option<&ItemName>,
     budget: usize,
 ) -> (Vec<(String, Lane, String)>, ExportEnd) {
-    export_lanes(s, after, WalkLanes::All, budget)
+    export_lanes(s, (after, None), WalkLanes::All, budget)
 }
 
-/// [`export_part`] of the `walked` lanes.
+/// [`export_part`] of the `walked` lanes, between `after` and `until`.
 fn export_lanes(
     s: &ItemStore,
-    after: Option<&ItemName>,
+    (after, until): (Option<&ItemName>, Option<&ItemName>),
     walked: WalkLanes,
     budget: usize,
 ) -> (Vec<(String, Lane, String)>, ExportEnd) {
     let mut scratch = Vec::new();
     let mut names = Vec::new();
-    let end = s.export(after, walked, &mut scratch, |_, item, _| {
+    let end = s.export(after, until, walked, &mut scratch, |_, item, _| {
         if names.len() == budget {
             return false;
         }
@@ -359,7 +360,7 @@ fn the_default_store_holds_a_100_by_100_mesh_and_refuses_past_its_capacity() {
     assert!(offer(&mut s, "site-000", Lane::Gateway, "gateway", 2, b"q").is_some());
     let mut scratch = Vec::new();
     let mut exported = 0;
-    let end = s.export(None, WalkLanes::All, &mut scratch, |_, _, _| {
+    let end = s.export(None, None, WalkLanes::All, &mut scratch, |_, _, _| {
         exported += 1;
         true
     });
@@ -432,17 +433,43 @@ fn export_walks_names_in_one_order_from_where_it_stopped() {
     assert_eq!(end, stopped(&resume, false));
 
     // The heads of every site (certificates, gateway, metadata) walk apart from records.
-    let (heads, end) = export_lanes(&s, None, WalkLanes::Heads, 10);
+    let (heads, end) = export_lanes(&s, (None, None), WalkLanes::Heads, 10);
     assert_eq!(heads, owned(&[order[0], order[3]]));
     assert_eq!(end, ExportEnd::Complete);
-    let (first, end) = export_lanes(&s, None, WalkLanes::Heads, 1);
+    let (first, end) = export_lanes(&s, (None, None), WalkLanes::Heads, 1);
     assert_eq!(first, owned(&order[..1]));
     let resume = name("a", Lane::Cert, "0");
     assert_eq!(end, stopped(&resume, false));
-    let (second, end) = export_lanes(&s, Some(&resume), WalkLanes::Heads, 1);
+    let (second, end) = export_lanes(&s, (Some(&resume), None), WalkLanes::Heads, 1);
     assert_eq!(second, owned(&order[3..4]));
     // The budget ran out on the first name past the last: the heads walk went round.
     assert_eq!(end, stopped(&name("b", Lane::Gateway, "gw"), true));
+
+    // A bounded walk stops before its bound, with the whole stretch sent it is complete;
+    // a bound at or before where it starts is met after it wraps.
+    let bounded = |after: Option<&ItemName>, until: &ItemName, budget| {
+        export_lanes(&s, (after, Some(until)), WalkLanes::All, budget)
+    };
+    let gateway = name("b", Lane::Gateway, "gw");
+    let (stretch, end) = bounded(Some(&name("a", Lane::Cert, "0")), &gateway, 10);
+    assert_eq!(stretch, owned(&order[1..3]));
+    assert_eq!(end, ExportEnd::Complete);
+    let (stretch, end) = bounded(None, &gateway, 10);
+    assert_eq!(stretch, owned(&order[..3]));
+    assert_eq!(end, ExportEnd::Complete);
+    let (stretch, end) = bounded(None, &gateway, 1);
+    assert_eq!(stretch, owned(&order[..1]));
+    assert_eq!(end, stopped(&name("a", Lane::Cert, "0"), false));
+    let (stretch, end) = bounded(Some(&gateway), &name("a", Lane::State, "1"), 10);
+    assert_eq!(stretch, owned(&[order[4], order[0]]));
+    assert_eq!(end, ExportEnd::Complete);
+    let (stretch, end) = bounded(Some(&gateway), &name("a", Lane::State, "1"), 1);
+    assert_eq!(stretch, owned(&order[4..5]));
+    // The budget ran out on the first name past the last, as in an unbounded walk.
+    assert_eq!(end, stopped(&name("b", Lane::State, "1"), true));
+    let (stretch, end) = bounded(Some(&gateway), &gateway, 10);
+    assert_eq!(stretch, owned(&[order[4], order[0], order[1], order[2]]));
+    assert_eq!(end, ExportEnd::Complete);
 
     let mut encoded_name = Vec::new();
     name("site-a", Lane::Metadata, "region").encode(&mut encoded_name);

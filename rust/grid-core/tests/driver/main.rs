@@ -120,6 +120,12 @@ impl Cluster {
         self.add_as(&format!("site-{i}"), i, generation)
     }
 
+    /// Makes the node at `at` speak only `range` (a release before or after this one).
+    fn speaking(&mut self, at: SocketAddr, range: ProtocolRange) {
+        let driver = self.nodes.remove(&at).unwrap().with_protocols(range);
+        self.nodes.insert(at, driver);
+    }
+
     fn add_as(&mut self, site: &str, i: usize, generation: u64) -> SocketAddr {
         let at = addr(i);
         let id = NodeId::new(Arc::from(site), at, generation);

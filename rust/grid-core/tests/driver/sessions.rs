@@ -233,12 +233,7 @@ fn a_peer_of_the_release_before_sessions_is_signed_to_and_the_rest_use_sessions(
     let mut c = Cluster::new();
     let addrs: Vec<_> = (0..4).map(|i| c.add(i, 1)).collect();
     let old = addrs[3];
-    let driver = c
-        .nodes
-        .remove(&old)
-        .unwrap()
-        .with_protocols(ProtocolRange::new(2, 2).unwrap());
-    c.nodes.insert(old, driver);
+    c.speaking(old, ProtocolRange::new(2, 2).unwrap());
     for at in &addrs[1..] {
         c.join(*at, addrs[0]);
     }

@@ -31,8 +31,7 @@ fn each_pair_speaks_its_highest_shared_version_and_pairs_sharing_none_refuse_eac
     let old = c.add(1, 1);
     let next = c.add(2, 1);
     for (at, speaks) in [(hub, range(1, 3)), (old, range(1, 1)), (next, range(2, 3))] {
-        let driver = c.nodes.remove(&at).unwrap().with_protocols(speaks);
-        c.nodes.insert(at, driver);
+        c.speaking(at, speaks);
     }
     c.join(old, hub);
     c.join(next, hub);
