@@ -209,6 +209,11 @@ FAMILIES: dict[str, Family] = {
             "beside the whole walk while catching up.",
         ),
         _counter(
+            "grid_swim_hole_syncs_total",
+            "Requests for the chunks lost from a catch-up walk's answer, each bounded at the "
+            "next chunk received.",
+        ),
+        _counter(
             "grid_swim_stretches_lost_total",
             "Stretch walks ended by two answers in a row that moved them nothing (the whole "
             "walk covers the rest of the stretch).",
@@ -573,6 +578,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "catch_up_syncs": ("grid_swim_catch_up_syncs_total", ()),
     "heads_syncs": ("grid_swim_heads_syncs_total", ()),
     "stretch_syncs": ("grid_swim_stretch_syncs_total", ()),
+    "hole_syncs": ("grid_swim_hole_syncs_total", ()),
     "stretches_lost": ("grid_swim_stretches_lost_total", ()),
     "syncs_incomplete": ("grid_swim_syncs_incomplete_total", ()),
     "sync_chunks_sent": ("grid_swim_sync_chunks_sent_total", ()),

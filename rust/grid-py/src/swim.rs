@@ -387,6 +387,7 @@ impl SwimNode {
             ("catch_up_syncs", d.catch_up_syncs),
             ("heads_syncs", d.heads_syncs),
             ("stretch_syncs", d.stretch_syncs),
+            ("hole_syncs", d.hole_syncs),
             ("stretches_lost", d.stretches_lost),
             ("syncs_incomplete", d.syncs_incomplete),
             ("sync_chunks_sent", d.sync_chunks_sent),

@@ -426,6 +426,62 @@ fn an_empty_digest_gets_a_bounded_answer_at_most_twice_an_interval() {
 }
 
 #[test]
+fn a_sync_request_bounded_before_a_name_is_answered_and_a_malformed_bound_is_refused() {
+    let (mut c, addrs) = five_nodes_without_syncs();
+    let target = addrs[0];
+    let sender = c.nodes[&addrs[1]].identity().clone();
+    let mallory = c.authority("site-1");
+    // sync id 7, chunk 0 of 1, then entries: tag | len u16 | body.
+    let request = |entries: &[(u8, &[u8])]| {
+        let mut body = Vec::new();
+        sender.encode(&mut body);
+        body.extend_from_slice(&[0, 0, 0, 7, 0, 0, 0, 1]);
+        for (tag, entry) in entries {
+            body.push(*tag);
+            body.extend_from_slice(&(entry.len() as u16).to_be_bytes());
+            body.extend_from_slice(entry);
+        }
+        body
+    };
+    // A name: origin_len | origin | lane | key_len | key.
+    let bound = [6, b's', b'i', b't', b'e', b'-', b'2', 0, 1, 0];
+    let (resume, heads, until) = (4, 6, 7);
+    let bodies = [
+        (
+            KIND_SYNC_REQUEST,
+            request(&[(resume, &[]), (until, &bound)]),
+        ),
+        (
+            KIND_SYNC_REQUEST,
+            request(&[(resume, &[]), (heads, &[]), (until, &bound)]),
+        ),
+        // An empty bound, a bound that is not a name, two bounds, a bound in an answer.
+        (KIND_SYNC_REQUEST, request(&[(resume, &[]), (until, &[])])),
+        (
+            KIND_SYNC_REQUEST,
+            request(&[(resume, &[]), (until, &bound[..4])]),
+        ),
+        (
+            KIND_SYNC_REQUEST,
+            request(&[(resume, &[]), (until, &bound), (until, &bound)]),
+        ),
+        (KIND_SYNC_RESPONSE, request(&[(until, &bound)])),
+    ];
+    let before = c.nodes[&target].stats();
+    for (i, (kind, body)) in bodies.iter().enumerate() {
+        let seq = (1 << 50) + i as u64;
+        let message = forge(&mallory, *kind, body, seq, c.wall_ms(), target);
+        c.deliver_one(target, &message);
+    }
+    let after = c.nodes[&target].stats();
+    assert_eq!(after.syncs_served, before.syncs_served + 2);
+    assert_eq!(after.bad_messages, before.bad_messages + 4);
+    assert_eq!(after.items_stored, before.items_stored);
+    c.run_for(Duration::from_secs(2));
+    assert!(c.all_see_all());
+}
+
+#[test]
 fn malformed_digests_and_repairs_are_counted_and_change_nothing() {
     let (mut c, addrs) = five_nodes_without_syncs();
     let target = addrs[0];
