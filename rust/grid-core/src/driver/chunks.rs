@@ -32,6 +32,17 @@ pub(super) const ENTRY_HEADS: u8 = 6;
 /// answer's items stop before, so that an answer bounded so is complete once it gets
 /// there (protocol 3 on; see `super::holes` and `super::stretches`).
 pub(super) const ENTRY_UNTIL: u8 = 7;
+/// In a request's first chunk, empty: the answer carries each item's name and version
+/// ([`ENTRY_VERSION`]) in place of the item, the form of a catch-up's check round
+/// (protocol 3 on).
+pub(super) const ENTRY_VERSIONS: u8 = 8;
+/// In an answer to a request with [`ENTRY_VERSIONS`]: `name | version u64`, the first bytes
+/// of the item it stands for.
+pub(super) const ENTRY_VERSION: u8 = 9;
+/// In a request's first chunk, in place of [`ENTRY_RESUME`]: an item name whose latest
+/// held version the answer should carry (the answer carries those items and nothing of a
+/// walk; protocol 3 on).
+pub(super) const ENTRY_WANT: u8 = 10;
 /// Every held item was sent (in a bounded walk: every one before its bound).
 const WALK_COMPLETE: u8 = 0;
 /// The budget ran out after the name that follows (none: before the first).
@@ -100,6 +111,20 @@ pub(super) fn decode_resume(
         return Err(WireError::TrailingBytes);
     }
     Ok(Some(name))
+}
+
+/// A version entry's name and version (see [`ENTRY_VERSION`]).
+pub(super) fn decode_version_entry(
+    body: &[u8],
+    interner: &Interner,
+) -> Result<(ItemName, u64), WireError> {
+    let mut r = Reader::new(body);
+    let name = ItemName::decode(&mut r, interner)?;
+    let version = r.u64()?;
+    if !r.is_empty() {
+        return Err(WireError::TrailingBytes);
+    }
+    Ok((name, version))
 }
 
 pub(super) fn encode_walk_end(end: &ExportEnd, out: &mut Vec<u8>) {

@@ -15,7 +15,7 @@ use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
 use crate::identity::NodeId;
-use crate::lanes::{ExportEnd, ItemName, WalkLanes};
+use crate::lanes::{ExportEnd, ExportForm, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
 use crate::wire::versions::HEADS_WALK_SINCE;
 
@@ -95,6 +95,7 @@ impl Driver {
             after: resume,
             until: None,
             lanes: WalkLanes::Heads,
+            form: ExportForm::Items,
         };
         self.send_state(now, sync_id, peer, SyncForm::Request(asked), out);
     }

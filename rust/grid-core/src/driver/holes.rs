@@ -1,16 +1,24 @@
-//! Holes: the chunks lost from an answer of a catch-up walk, asked for apart. An answer of
-//! many chunks under loss rarely comes whole; resuming after its first lost chunk would
-//! have the next answer send again everything after it (under 1 % loss, about as much
-//! again as the walk moves). So a walk answered by a peer that bounds walks
-//! ([`crate::wire::versions::BOUNDED_WALK_SINCE`]) moves on past every chunk received, and
-//! each stretch between received chunks is asked of that peer with a request bounded at the
-//! next received name: an answer of the lost chunks' items alone (and a sync's members).
+//! Holes and wants: what a catch-up walk's answers showed missing, asked for apart.
 //!
-//! Held apart because it is an accelerator with state of its own. Holes are asked one at a
-//! time, right after each answer (an answer of a few chunks costs the peer little); a hole
+//! A hole is a run of chunks lost from an answer. An answer of many chunks under loss
+//! rarely comes whole; resuming after its first lost chunk would have the next answer send
+//! again everything after it (under 1 % loss, about as much again as the walk moves). So a
+//! walk answered by a peer that bounds walks
+//! ([`crate::wire::versions::BOUNDED_WALK_SINCE`]) moves on past every chunk received, and
+//! each stretch between received chunks is asked of that peer with a request bounded at
+//! the next received name: an answer of the lost chunks' entries alone (and a sync's
+//! members).
+//!
+//! A want is a name a check round's answer (names and versions, [`crate::lanes::ExportForm::Versions`])
+//! holds at a version this node lacks: asked of that peer by name, a chunk of names at a
+//! time, so that a check round moves a twentieth of the store's bytes plus what was
+//! missing rather than the store again.
+//!
+//! Held apart because it is an accelerator with state of its own. Fills are asked one at a
+//! time, right after each answer (an answer of a few chunks costs the peer little); one
 //! whose answers move it nothing twice in a row is given up, and the catch-up goes round
 //! once more to cover it, as after a lost stretch walk. A round is over only once its
-//! holes are filled or given up.
+//! fills are done or given up.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -19,36 +27,67 @@ use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
 use crate::identity::NodeId;
-use crate::lanes::{ExportEnd, WalkLanes};
+use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
 
 use super::sync::{SyncForm, WalkSpan};
 use super::walk::{ChunkItems, Hole, PullAnswer, WalkStep};
 use super::{Driver, SYNC_ANSWER_WAIT};
 
-/// Answers in a row that may move a hole nothing before it is given up.
-const FRUITLESS_HOLE_ANSWERS: u8 = 1;
+/// Answers in a row that may move a fill nothing before it is given up.
+const FRUITLESS_FILL_ANSWERS: u8 = 1;
+/// Bytes of names one request for wanted items carries (its one chunk holds them, the
+/// sender's own member entry and the frame).
+const WANT_BYTES: usize = 900;
+/// Fills that may wait at once: past them, what an answer showed missing is left to
+/// another round.
+const MAX_WAITING_FILLS: usize = 4096;
 
-/// The holes of a catch-up still to fill, and the one asked for.
-#[derive(Default)]
-pub(super) struct Holes {
-    waiting: VecDeque<(NodeId, Hole)>,
-    asked: Option<AskedHole>,
+/// What is asked for apart.
+#[derive(Clone, Debug)]
+pub(super) enum Fill {
+    Hole(Hole),
+    Names(Vec<ItemName>),
 }
 
-/// A hole asked for: of whom, by which request, its answer so far, and how many answers in
+/// The fills of a catch-up still to ask for, and the one asked for.
+#[derive(Default)]
+pub(super) struct Holes {
+    waiting: VecDeque<(NodeId, Fill)>,
+    asked: Option<AskedFill>,
+}
+
+/// A fill asked for: of whom, by which request, its answer so far, and how many answers in
 /// a row moved it nothing.
-struct AskedHole {
+struct AskedFill {
     peer: NodeId,
-    hole: Hole,
+    fill: Fill,
     sync: u32,
     answer: Option<PullAnswer>,
     fruitless: u8,
 }
 
+impl Fill {
+    /// What the request for this fill asks.
+    fn asked(&self) -> (SyncForm, WalkSpan) {
+        match self {
+            Fill::Hole(hole) => {
+                let span = WalkSpan {
+                    after: hole.after.clone(),
+                    until: Some(hole.until.clone()),
+                    lanes: WalkLanes::All,
+                    form: hole.form,
+                };
+                (SyncForm::Request(span.clone()), span)
+            }
+            Fill::Names(names) => (SyncForm::Want(names.clone()), WalkSpan::items(None, None)),
+        }
+    }
+}
+
 impl Driver {
-    /// Notes `holes` of an answer from `peer`, and asks for the first unless one is asked
-    /// for already.
+    /// Notes `holes` of an answer from `peer`, and asks for the first unless a fill is
+    /// asked for already.
     pub(super) fn fill_holes<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -56,37 +95,85 @@ impl Driver {
         holes: Vec<Hole>,
         out: &mut O,
     ) {
-        if holes.is_empty() {
-            return;
+        self.fill(now, peer, holes.into_iter().map(Fill::Hole), out);
+    }
+
+    /// Of the names and versions a check round's answer from `peer` holds, wants those
+    /// this node holds no version of or an older one, a chunk of names at a time.
+    pub(super) fn want_newer<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        peer: &NodeId,
+        versions: &[(ItemName, u64)],
+        out: &mut O,
+    ) {
+        let mut batches = Vec::new();
+        {
+            let store = lock(&self.store);
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            for (name, version) in versions {
+                let held = store.held_version(&name.origin, name.lane, &name.key);
+                if held.is_some_and(|held| held >= *version) {
+                    continue;
+                }
+                let len = 3 + name.origin.len() + name.key.len() + 3;
+                if bytes + len > WANT_BYTES && !batch.is_empty() {
+                    batches.push(Fill::Names(std::mem::take(&mut batch)));
+                    bytes = 0;
+                }
+                bytes += len;
+                batch.push(name.clone());
+            }
+            if !batch.is_empty() {
+                batches.push(Fill::Names(batch));
+            }
         }
-        let waiting = &mut self.holes.waiting;
-        waiting.extend(holes.into_iter().map(|hole| (peer.clone(), hole)));
-        if self.holes.asked.is_none() {
-            self.ask_next_hole(now, out);
+        self.fill(now, peer, batches.into_iter(), out);
+    }
+
+    fn fill<O: Transmit + ?Sized>(
+        &mut self,
+        now: Duration,
+        peer: &NodeId,
+        fills: impl Iterator<Item = Fill>,
+        out: &mut O,
+    ) {
+        let mut any = false;
+        for fill in fills {
+            if self.holes.waiting.len() >= MAX_WAITING_FILLS {
+                self.stretch_gap = true;
+                break;
+            }
+            self.holes.waiting.push_back((peer.clone(), fill));
+            any = true;
+        }
+        if any && self.holes.asked.is_none() {
+            self.ask_next_fill(now, out);
         }
     }
 
-    /// Asks for the next waiting hole; once none waits, a round that waited for the holes
-    /// may be over.
-    fn ask_next_hole<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+    /// Asks for the next waiting fill; once none waits, a round that waited for them may
+    /// be over.
+    fn ask_next_fill<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         let next = self.holes.waiting.pop_front().filter(|_| !self.stopped());
-        let Some((peer, hole)) = next else {
+        let Some((peer, fill)) = next else {
             self.end_holes();
             self.beside_done(now);
             return;
         };
-        self.holes.asked = Some(AskedHole {
+        self.holes.asked = Some(AskedFill {
             peer,
-            hole,
+            fill,
             sync: 0,
             answer: None,
             fruitless: 0,
         });
-        self.ask_for_hole(now, out);
+        self.ask_for_fill(now, out);
     }
 
-    /// Sends the request for the hole asked for.
-    fn ask_for_hole<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+    /// Sends the request for the fill asked for.
+    fn ask_for_fill<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         let sync_id = self.rng.random();
         let Some(asked) = self.holes.asked.as_mut() else {
             return;
@@ -94,18 +181,14 @@ impl Driver {
         asked.sync = sync_id;
         asked.answer = None;
         let peer = asked.peer.socket_addr();
-        let span = WalkSpan {
-            after: asked.hole.after.clone(),
-            until: Some(asked.hole.until.clone()),
-            lanes: WalkLanes::All,
-        };
+        let (form, _) = asked.fill.asked();
         self.stats.hole_syncs += 1;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
-        self.send_state(now, sync_id, peer, SyncForm::Request(span), out);
+        self.send_state(now, sync_id, peer, form, out);
     }
 
-    /// Whether `sync_id` is the request for the hole asked for.
+    /// Whether `sync_id` is the request for the fill asked for.
     pub(super) fn is_hole_sync(&self, sync_id: u32) -> bool {
         self.holes
             .asked
@@ -113,14 +196,15 @@ impl Driver {
             .is_some_and(|asked| asked.sync == sync_id)
     }
 
-    /// Whether a hole is asked for or waits to be.
+    /// Whether a fill is asked for or waits to be.
     pub(super) fn holes_pending(&self) -> bool {
         self.holes.asked.is_some() || !self.holes.waiting.is_empty()
     }
 
-    /// A chunk of the answer for the hole asked for (request `sync_id`, chunk `index` of
-    /// `count`). Once the answer is whole, the hole is filled (the answer reached its
-    /// bound) or asked for again after where it stopped (it was larger than an answer).
+    /// A chunk of the answer for the fill asked for (request `sync_id`, chunk `index` of
+    /// `count`). Once the answer is whole, the fill is done (a hole's answer reached its
+    /// bound; named items came), or a hole larger than an answer is asked for again after
+    /// where it stopped.
     pub(super) fn follow_hole<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -132,34 +216,38 @@ impl Driver {
         let Some(asked) = self.holes.asked.as_mut() else {
             return;
         };
-        let span = (asked.hole.after.clone(), Some(asked.hole.until.clone()));
+        let (_, span) = asked.fill.asked();
         let answer = asked
             .answer
-            .get_or_insert_with(|| PullAnswer::new(sync_id, span, count));
+            .get_or_insert_with(|| PullAnswer::new(sync_id, &span, count));
         if !answer.note((index, sender), items, end) {
             self.await_answer_tail(now, sync_id, index, count);
             return;
         }
-        match answer.step(false) {
-            WalkStep::Ended(ExportEnd::Stopped {
-                resume: Some(resume),
-                ..
-            }) if resume != asked.hole.until => {
-                asked.hole.after = Some(resume);
+        let step = answer.step(false);
+        match (&mut asked.fill, step) {
+            (
+                Fill::Hole(hole),
+                WalkStep::Ended(ExportEnd::Stopped {
+                    resume: Some(resume),
+                    ..
+                }),
+            ) if resume != hole.until => {
+                hole.after = Some(resume);
                 asked.fruitless = 0;
-                self.ask_for_hole(now, out);
+                self.ask_for_fill(now, out);
             }
             _ => {
                 self.holes.asked = None;
-                self.ask_next_hole(now, out);
+                self.ask_next_fill(now, out);
             }
         }
     }
 
-    /// The answer to `sync_id` did not come whole; false if it is not the hole's. The hole
-    /// shrinks past the chunks received without a gap and is asked for again, from another
-    /// member if no chunk came; after more than [`FRUITLESS_HOLE_ANSWERS`] answers in a
-    /// row that moved it nothing, it is given up for another round to cover.
+    /// The answer to `sync_id` did not come whole; false if it is not the fill's. A hole
+    /// shrinks past the chunks received without a gap, and the fill is asked for again,
+    /// from another member if no chunk came; after more than [`FRUITLESS_FILL_ANSWERS`]
+    /// answers in a row that moved it nothing, it is given up for another round to cover.
     pub(super) fn hole_answer_due<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -178,17 +266,18 @@ impl Driver {
             Some(WalkStep::Partial { resume, .. }) => resume,
             _ => None,
         };
-        let moved = resume.is_some() && resume != asked.hole.after;
-        if moved {
-            asked.hole.after = resume;
-            asked.fruitless = 0;
-        } else {
-            asked.fruitless += 1;
-        }
-        if asked.fruitless > FRUITLESS_HOLE_ANSWERS {
+        let moved = match &mut asked.fill {
+            Fill::Hole(hole) if resume.is_some() && resume != hole.after => {
+                hole.after = resume;
+                true
+            }
+            _ => false,
+        };
+        asked.fruitless = if moved { 0 } else { asked.fruitless + 1 };
+        if asked.fruitless > FRUITLESS_FILL_ANSWERS {
             self.holes.asked = None;
             self.stretch_gap = true;
-            self.ask_next_hole(now, out);
+            self.ask_next_fill(now, out);
             return true;
         }
         if !answered {
@@ -198,11 +287,11 @@ impl Driver {
                 }
             }
         }
-        self.ask_for_hole(now, out);
+        self.ask_for_fill(now, out);
         true
     }
 
-    /// No hole is asked for any more (catching up ended, or begins again).
+    /// No fill is asked for any more (catching up ended, or begins again).
     pub(super) fn end_holes(&mut self) {
         self.holes = Holes::default();
     }

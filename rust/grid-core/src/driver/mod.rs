@@ -99,6 +99,7 @@ use membership::Holders;
 use positions::Positions;
 use stretches::Stretch;
 use swim::ProbeHealth;
+use sync::WalkSpan;
 use walk::{CatchUp, PullAnswer};
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
@@ -183,9 +184,9 @@ pub struct Driver {
     pull_resume: Option<ItemName>,
     /// The sync whose answer moves `pull_resume`: the last one this node started.
     pull_sync: Option<u32>,
-    /// The bound that sync asked its answer to stop before (where a stretch another walk
-    /// covers begins), if any.
-    pull_until: Option<ItemName>,
+    /// What that sync asked: where its answer resumes, the bound it stops before (where a
+    /// stretch another walk covers begins), if any, and its form.
+    pull_asked: WalkSpan,
     /// The chunks of that answer received so far: the walk moves on once all are in.
     pull_answer: Option<PullAnswer>,
     /// Where this node's own items resume in the next sync it starts.
@@ -299,7 +300,7 @@ impl Driver {
             positions: Positions::default(),
             pull_resume: None,
             pull_sync: None,
-            pull_until: None,
+            pull_asked: WalkSpan::items(None, None),
             pull_answer: None,
             push_resume: None,
             catch_up: CatchUp::Due,

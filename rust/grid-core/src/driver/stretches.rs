@@ -46,9 +46,9 @@ pub(super) struct Stretch {
     end: Option<ItemName>,
     /// Where the next part resumes (after this name).
     resume: ItemName,
-    /// The bound the request under way asked its answer to stop before (None: unbounded,
-    /// the peer cannot).
-    until: Option<ItemName>,
+    /// What the request under way asked (its bound is None where the peer cannot stop
+    /// an answer at the stretch's end).
+    asked: WalkSpan,
     /// The request whose answer moves the walk on (None between parts).
     sync: Option<u32>,
     /// That answer's chunks so far.
@@ -126,7 +126,7 @@ impl Driver {
                 start: start.clone(),
                 end: starts.get(at + 1).cloned(),
                 resume: start.clone(),
-                until: None,
+                asked: WalkSpan::items(Some(start.clone()), None),
                 sync: None,
                 answer: None,
                 fruitless: 0,
@@ -164,13 +164,15 @@ impl Driver {
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
         // The answer stops at the stretch's end, if the peer can stop it there.
+        let bounds = self.bounds_walks(peer);
         let asked = WalkSpan {
             after: Some(resume),
-            until: end.filter(|_| self.bounds_walks(peer)),
+            until: end.filter(|_| bounds),
             lanes: WalkLanes::All,
+            form: self.walk_form(bounds),
         };
         if let Some(stretch) = self.stretches.get_mut(index) {
-            stretch.until = asked.until.clone();
+            stretch.asked = asked.clone();
         }
         self.send_state(now, sync_id, peer, SyncForm::Request(asked), out);
     }
@@ -216,10 +218,9 @@ impl Driver {
             return;
         };
         let stretch = &mut self.stretches[at];
-        let asked = (Some(stretch.resume.clone()), stretch.until.clone());
         let answer = stretch
             .answer
-            .get_or_insert_with(|| PullAnswer::new(sync_id, asked, count));
+            .get_or_insert_with(|| PullAnswer::new(sync_id, &stretch.asked, count));
         if !answer.note((index, sender), items, end) {
             self.await_answer_tail(now, sync_id, index, count);
             return;

@@ -12,7 +12,7 @@ use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
 use crate::identity::{Interner, NodeId};
-use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
+use crate::lanes::{lock, ExportEnd, ExportForm, ItemName, WalkLanes};
 use crate::reader::Reader;
 use crate::wire::session::Transmit;
 
@@ -58,6 +58,8 @@ pub(in crate::driver) struct PullAnswer {
     /// The bound it was asked to stop before, if any: reaching it is where a whole answer
     /// that says it is complete ended.
     until: Option<ItemName>,
+    /// The form asked: its holes are asked for in it.
+    form: ExportForm,
     chunks: Vec<Option<ChunkItems>>,
     missing: usize,
     end: Option<ExportEnd>,
@@ -74,11 +76,12 @@ pub(super) struct ChunkItems {
 
 /// A stretch of the name order whose chunks were lost from an answer: the names after
 /// `after` (None: from the first) and before `until`, the first name of the next chunk
-/// received.
+/// received, in the form the answer was asked in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Hole {
     pub(super) after: Option<ItemName>,
     pub(super) until: ItemName,
+    pub(super) form: ExportForm,
 }
 
 /// How far a sync's answer took the walk.
@@ -97,16 +100,13 @@ pub(super) enum WalkStep {
 }
 
 impl PullAnswer {
-    pub(super) fn new(
-        sync_id: u32,
-        (start, until): (Option<ItemName>, Option<ItemName>),
-        count: u16,
-    ) -> PullAnswer {
+    pub(super) fn new(sync_id: u32, asked: &WalkSpan, count: u16) -> PullAnswer {
         PullAnswer {
             sync_id,
             from: None,
-            start,
-            until,
+            start: asked.after.clone(),
+            until: asked.until.clone(),
+            form: asked.form,
             chunks: vec![None; usize::from(count)],
             missing: usize::from(count),
             end: None,
@@ -174,6 +174,7 @@ impl PullAnswer {
                 holes.push(Hole {
                     after: resume.clone(),
                     until: first.clone(),
+                    form: self.form,
                 });
             }
             wrapped |= chunk.wrapped || resume.as_ref().is_some_and(|p| first <= p);
@@ -325,16 +326,36 @@ impl Driver {
         }
         let resume = self.pull_resume.clone();
         // The walk stops where a stretch another walk covers begins, if the peer can.
-        let until = self
-            .next_stretch_start(resume.as_ref())
-            .filter(|_| self.bounds_walks(peer));
-        self.pull_until = until;
+        let bounds = self.bounds_walks(peer);
+        let until = self.next_stretch_start(resume.as_ref()).filter(|_| bounds);
         let asked = WalkSpan {
             after: resume,
-            until: self.pull_until.clone(),
+            until,
             lanes: WalkLanes::All,
+            form: self.walk_form(bounds),
         };
+        self.pull_asked = asked.clone();
         self.send_state(now, sync_id, peer, SyncForm::Request(asked), out);
+    }
+
+    /// The form a catch-up walk asks a peer for: after its first round, names and versions
+    /// (the check round: what the first one missed is wanted by name), if the peer
+    /// `bounds` walks (protocol 3); items otherwise.
+    pub(super) fn walk_form(&self, bounds: bool) -> ExportForm {
+        let checking = self.catch_up == CatchUp::Walking && self.catch_up_round.0 >= 2;
+        if checking && bounds {
+            ExportForm::Versions
+        } else {
+            ExportForm::Items
+        }
+    }
+
+    /// Whether `sync_id` is a request of a walk: the whole walk's, a stretch walk's or a
+    /// hole's.
+    pub(super) fn walks_sync(&self, sync_id: u32) -> bool {
+        self.pull_sync == Some(sync_id)
+            || self.is_stretch_sync(sync_id)
+            || self.is_hole_sync(sync_id)
     }
 
     /// An answer to this node's last sync said where its items ended: the next sync
@@ -477,10 +498,9 @@ impl Driver {
             self.follow_stretch(now, part, chunk, walk_end, sender);
             return;
         }
-        let asked = (self.pull_resume.clone(), self.pull_until.clone());
         let answer = match &mut self.pull_answer {
             Some(answer) if answer.sync_id == sync_id => answer,
-            slot => slot.insert(PullAnswer::new(sync_id, asked, count)),
+            slot => slot.insert(PullAnswer::new(sync_id, &self.pull_asked, count)),
         };
         if answer.note((index, sender), chunk, walk_end) {
             if let WalkStep::Ended(end) = answer.step(false) {

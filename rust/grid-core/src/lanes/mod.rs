@@ -51,7 +51,8 @@ pub use delivery::{lock, ItemHandler, Relays};
 pub use encoding::{contains_private_key, encode_publish, encoded_item_len};
 pub use renewal::StaleOwnItem;
 pub use store::{
-    ExportEnd, ItemStore, Refusals, Renewals, WalkLanes, DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY,
+    ExportEnd, ExportForm, ItemStore, Refusals, Renewals, WalkLanes, DEFAULT_ITEM_CAPACITY,
+    MAX_ITEM_CAPACITY,
 };
 
 use crate::wire::{MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};

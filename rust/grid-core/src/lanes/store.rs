@@ -517,6 +517,34 @@ impl ItemStore {
         handed
     }
 
+    /// Encodes the held items of `names` (each at its latest version; names not held are
+    /// passed over) into `scratch` one by one and hands each to `emit` as
+    /// [`ItemStore::export`] does, until `emit` says the budget is spent.
+    pub fn export_named(
+        &self,
+        names: &[ItemName],
+        scratch: &mut Vec<u8>,
+        mut emit: impl FnMut(&Arc<str>, &[u8], Option<[u8; FINGERPRINT_LEN]>) -> bool,
+    ) {
+        let keys = self.origin_keys.as_ref();
+        for name in names {
+            let Some((origin, _)) = self.origins.get_key_value(&name.origin) else {
+                continue;
+            };
+            let Some(stored) = self.stored(origin, name.lane, &name.key) else {
+                continue;
+            };
+            let Some(held) = &stored.held else {
+                continue;
+            };
+            held.encode(origin, name.lane, &name.key, stored.version, scratch);
+            let earlier = keys.and_then(|keys| keys.earlier_fingerprint(origin, held.signer));
+            if !emit(origin, scratch, earlier) {
+                return;
+            }
+        }
+    }
+
     /// Every stored name of the `walked` lanes in [`ItemName`] order.
     fn entries(&self, walked: WalkLanes) -> impl Iterator<Item = Entry<'_>> {
         self.origins
@@ -540,24 +568,24 @@ impl ItemStore {
     }
 
     /// Encodes held items (those with payloads) of the `walked` lanes one by one into
-    /// `scratch`, in [`ItemName`] order starting after `after` (from the first name when
-    /// `None`) and wrapping round, and hands each with its origin to `emit` until `emit`
-    /// says the budget is spent, or the walk reaches `until` (exclusive: a bounded walk
-    /// that gets there is [`ExportEnd::Complete`]). An item signed by an earlier key of its
-    /// origin comes with that key's certificate fingerprint (a sync sends the certificate
-    /// before it).
+    /// `scratch`, in the `form` asked, in [`ItemName`] order starting after `after` (from
+    /// the first name when `None`) and wrapping round, and hands each with its origin to
+    /// `emit` until `emit` says the budget is spent, or the walk reaches `until`
+    /// (exclusive: a bounded walk that gets there is [`ExportEnd::Complete`]). An item
+    /// signed by an earlier key of its origin comes with that key's certificate
+    /// fingerprint (a sync sends the certificate before it).
     pub fn export(
         &self,
-        after: Option<&ItemName>,
-        until: Option<&ItemName>,
+        (after, until): (Option<&ItemName>, Option<&ItemName>),
         walked: WalkLanes,
+        form: ExportForm,
         scratch: &mut Vec<u8>,
         mut emit: impl FnMut(&Arc<str>, &[u8], Option<[u8; FINGERPRINT_LEN]>) -> bool,
     ) -> ExportEnd {
         /// Offers the held items of `entries` until `emit` says the budget is spent
         /// (`false`), noting the last one taken in `last`.
         fn offer<'a>(
-            keys: Option<&KeyBook>,
+            (keys, form): (Option<&KeyBook>, ExportForm),
             entries: impl Iterator<Item = Entry<'a>>,
             last: &mut Option<Entry<'a>>,
             scratch: &mut Vec<u8>,
@@ -568,8 +596,17 @@ impl ItemStore {
                 let Some(held) = &stored.held else {
                     continue;
                 };
-                held.encode(origin, lane, key, stored.version, scratch);
-                let earlier = keys.and_then(|keys| keys.earlier_fingerprint(origin, held.signer));
+                let earlier = match form {
+                    ExportForm::Items => {
+                        held.encode(origin, lane, key, stored.version, scratch);
+                        keys.and_then(|keys| keys.earlier_fingerprint(origin, held.signer))
+                    }
+                    ExportForm::Versions => {
+                        scratch.clear();
+                        encode_unsigned(origin, lane, key, stored.version, &[], scratch);
+                        None
+                    }
+                };
                 if !emit(origin, scratch, earlier) {
                     return false;
                 }
@@ -588,7 +625,7 @@ impl ItemStore {
                 .or_else(|| after.cloned()),
             wrapped,
         };
-        let keys = self.origin_keys.as_ref();
+        let keys = (self.origin_keys.as_ref(), form);
         let short_of = |(origin, lane, key, _): &Entry<'_>| {
             until.map_or(true, |until| until.cmp_to(origin, *lane, key).is_gt())
         };
@@ -622,6 +659,16 @@ impl ItemStore {
 }
 
 type Entry<'a> = (&'a Arc<str>, Lane, &'a Arc<str>, &'a Stored);
+
+/// What an export hands for each held item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExportForm {
+    /// The item as it came: name, version, payload and the origin's signature.
+    Items,
+    /// Its name and version alone (`name | version u64`, the item's own first bytes): what
+    /// a catch-up's check round compares with its store, a twentieth of the bytes.
+    Versions,
+}
 
 /// Which lanes a sync walk carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

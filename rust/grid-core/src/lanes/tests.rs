@@ -85,10 +85,16 @@ fn a_signed_store_takes_only_items_its_origin_signed() {
     // Syncs re-export the origin's own signature.
     let mut exported = Vec::new();
     let mut scratch = Vec::new();
-    s.export(None, None, WalkLanes::All, &mut scratch, |_, item, _| {
-        exported.push(item.to_vec());
-        true
-    });
+    s.export(
+        (None, None),
+        WalkLanes::All,
+        ExportForm::Items,
+        &mut scratch,
+        |_, item, _| {
+            exported.push(item.to_vec());
+            true
+        },
+    );
     assert_eq!(exported, vec![signed(&signer, 2)]);
     s.distrust_origin("a");
     assert!(s.accept(&signed(&signer, 3), true).is_none());
@@ -120,9 +126,9 @@ fn items_of_a_renewed_key_wait_for_it_and_earlier_keys_vouch_until_signed_again(
     // The earlier key still vouches for "old": a sync carries its certificate with it.
     let mut earlier = Vec::new();
     s.export(
-        None,
-        None,
+        (None, None),
         WalkLanes::All,
+        ExportForm::Items,
         &mut Vec::new(),
         |_, item, fingerprint| {
             earlier.push((
@@ -313,14 +319,20 @@ fn export_lanes(
 ) -> (Vec<(String, Lane, String)>, ExportEnd) {
     let mut scratch = Vec::new();
     let mut names = Vec::new();
-    let end = s.export(after, until, walked, &mut scratch, |_, item, _| {
-        if names.len() == budget {
-            return false;
-        }
-        let view = decode_item(item).unwrap();
-        names.push((view.origin.to_owned(), view.lane, view.key.to_owned()));
-        true
-    });
+    let end = s.export(
+        (after, until),
+        walked,
+        ExportForm::Items,
+        &mut scratch,
+        |_, item, _| {
+            if names.len() == budget {
+                return false;
+            }
+            let view = decode_item(item).unwrap();
+            names.push((view.origin.to_owned(), view.lane, view.key.to_owned()));
+            true
+        },
+    );
     (names, end)
 }
 
@@ -360,10 +372,16 @@ fn the_default_store_holds_a_100_by_100_mesh_and_refuses_past_its_capacity() {
     assert!(offer(&mut s, "site-000", Lane::Gateway, "gateway", 2, b"q").is_some());
     let mut scratch = Vec::new();
     let mut exported = 0;
-    let end = s.export(None, None, WalkLanes::All, &mut scratch, |_, _, _| {
-        exported += 1;
-        true
-    });
+    let end = s.export(
+        (None, None),
+        WalkLanes::All,
+        ExportForm::Items,
+        &mut scratch,
+        |_, _, _| {
+            exported += 1;
+            true
+        },
+    );
     assert_eq!(
         (exported, end),
         (DEFAULT_ITEM_CAPACITY, ExportEnd::Complete)
@@ -470,6 +488,52 @@ fn export_walks_names_in_one_order_from_where_it_stopped() {
     let (stretch, end) = bounded(Some(&gateway), &gateway, 10);
     assert_eq!(stretch, owned(&[order[4], order[0], order[1], order[2]]));
     assert_eq!(end, ExportEnd::Complete);
+
+    // Names and versions alone: each the first bytes of its item, in the same order.
+    let mut versions = Vec::new();
+    let end = s.export(
+        (None, None),
+        WalkLanes::All,
+        ExportForm::Versions,
+        &mut Vec::new(),
+        |_, entry, earlier| {
+            assert!(earlier.is_none());
+            versions.push(entry.to_vec());
+            true
+        },
+    );
+    assert_eq!(end, ExportEnd::Complete);
+    let mut items = Vec::new();
+    s.export(
+        (None, None),
+        WalkLanes::All,
+        ExportForm::Items,
+        &mut Vec::new(),
+        |_, item, _| {
+            items.push(item.to_vec());
+            true
+        },
+    );
+    assert_eq!(versions.len(), order.len());
+    for (version, item) in versions.iter().zip(&items) {
+        assert!(item.starts_with(version) && item.len() > version.len() + 8);
+        let mut r = Reader::new(version);
+        ItemName::decode(&mut r, &Interner::default()).unwrap();
+        assert_eq!(r.u64(), Ok(1));
+        assert!(r.is_empty());
+    }
+    // Named items: those held, in the order named; a name not held is passed over.
+    let mut named = Vec::new();
+    let wanted = [
+        name("b", Lane::State, "1"),
+        name("a", Lane::State, "9"),
+        name("a", Lane::Cert, "0"),
+    ];
+    s.export_named(&wanted, &mut Vec::new(), |_, item, _| {
+        named.push(item.to_vec());
+        true
+    });
+    assert_eq!(named, [items[4].clone(), items[0].clone()]);
 
     let mut encoded_name = Vec::new();
     name("site-a", Lane::Metadata, "region").encode(&mut encoded_name);

@@ -155,6 +155,14 @@ fn a_joiner_that_walked_a_peer_still_catching_up_goes_round_again_from_another()
     c.run_until(bound, |c| {
         c.items_at(joiner).len() == count && c.nodes[&joiner].stats().caught_up
     });
+    // The second round compared names and versions, and asked for what the first missed
+    // by name: the store came about once.
+    let stats = c.nodes[&joiner].stats();
+    assert!(stats.hole_syncs >= 1, "{stats:?}");
+    assert!(
+        stats.sync_chunks_received < count as u64 * 5 / 4,
+        "{stats:?}"
+    );
     c.assert_driver_healthy();
 }
 
@@ -426,7 +434,7 @@ fn an_empty_digest_gets_a_bounded_answer_at_most_twice_an_interval() {
 }
 
 #[test]
-fn a_sync_request_bounded_before_a_name_is_answered_and_a_malformed_bound_is_refused() {
+fn bounded_versions_and_wanted_requests_are_answered_and_malformed_ones_refused() {
     let (mut c, addrs) = five_nodes_without_syncs();
     let target = addrs[0];
     let sender = c.nodes[&addrs[1]].identity().clone();
@@ -445,27 +453,30 @@ fn a_sync_request_bounded_before_a_name_is_answered_and_a_malformed_bound_is_ref
     };
     // A name: origin_len | origin | lane | key_len | key.
     let bound = [6, b's', b'i', b't', b'e', b'-', b'2', 0, 1, 0];
-    let (resume, heads, until) = (4, 6, 7);
+    let version = [&bound[..], &[0, 0, 0, 0, 0, 0, 0, 1]].concat();
+    let longer = [&version[..], &[0]].concat();
+    let (resume, heads, until, versions, version_of, want) = (4, 6, 7, 8, 9, 10);
+    let ask = |entries: &[(u8, &[u8])]| (KIND_SYNC_REQUEST, request(entries));
+    let answer = |entries: &[(u8, &[u8])]| (KIND_SYNC_RESPONSE, request(entries));
     let bodies = [
-        (
-            KIND_SYNC_REQUEST,
-            request(&[(resume, &[]), (until, &bound)]),
-        ),
-        (
-            KIND_SYNC_REQUEST,
-            request(&[(resume, &[]), (heads, &[]), (until, &bound)]),
-        ),
+        ask(&[(resume, &[]), (until, &bound)]),
+        ask(&[(resume, &[]), (heads, &[]), (until, &bound)]),
+        ask(&[(resume, &[]), (versions, &[])]),
+        ask(&[(want, &bound), (want, &bound)]),
         // An empty bound, a bound that is not a name, two bounds, a bound in an answer.
-        (KIND_SYNC_REQUEST, request(&[(resume, &[]), (until, &[])])),
-        (
-            KIND_SYNC_REQUEST,
-            request(&[(resume, &[]), (until, &bound[..4])]),
-        ),
-        (
-            KIND_SYNC_REQUEST,
-            request(&[(resume, &[]), (until, &bound), (until, &bound)]),
-        ),
-        (KIND_SYNC_RESPONSE, request(&[(until, &bound)])),
+        ask(&[(resume, &[]), (until, &[])]),
+        ask(&[(resume, &[]), (until, &bound[..4])]),
+        ask(&[(resume, &[]), (until, &bound), (until, &bound)]),
+        answer(&[(until, &bound)]),
+        // The versions form with a body or in an answer; an empty want, a want in an
+        // answer; a version without its version, with a byte more, in a request.
+        ask(&[(resume, &[]), (versions, &[0])]),
+        answer(&[(versions, &[])]),
+        ask(&[(want, &[])]),
+        answer(&[(want, &bound)]),
+        answer(&[(version_of, &bound)]),
+        answer(&[(version_of, &longer)]),
+        ask(&[(resume, &[]), (version_of, &version)]),
     ];
     let before = c.nodes[&target].stats();
     for (i, (kind, body)) in bodies.iter().enumerate() {
@@ -474,8 +485,8 @@ fn a_sync_request_bounded_before_a_name_is_answered_and_a_malformed_bound_is_ref
         c.deliver_one(target, &message);
     }
     let after = c.nodes[&target].stats();
-    assert_eq!(after.syncs_served, before.syncs_served + 2);
-    assert_eq!(after.bad_messages, before.bad_messages + 4);
+    assert_eq!(after.syncs_served, before.syncs_served + 4);
+    assert_eq!(after.bad_messages, before.bad_messages + 11);
     assert_eq!(after.items_stored, before.items_stored);
     c.run_for(Duration::from_secs(2));
     assert!(c.all_see_all());

@@ -61,10 +61,16 @@ fn a_joiner_walks_stretches_of_a_large_store_from_several_peers_at_once() {
         took * 5 < one_walk * 3,
         "held the store in {took:?}, one walk takes at least {one_walk:?}"
     );
-    let stats = c.nodes[&late].stats();
-    assert!(stats.stretch_syncs >= 2, "{stats:?}");
-    // A second round, from one peer, checks what the first brought.
+    assert!(c.nodes[&late].stats().stretch_syncs >= 2);
+    // A second round checks what the first brought, by names and versions alone: the
+    // store comes about once (an item fills about a chunk here).
     c.run_until(one_walk * 4, |c| c.nodes[&late].stats().caught_up);
+    let stats = c.nodes[&late].stats();
+    assert!(
+        stats.sync_chunks_received < whole as u64 * 5 / 4,
+        "{} chunks for {whole} items",
+        stats.sync_chunks_received
+    );
     assert_eq!(c.items_at(late).len(), whole, "each item delivered once");
     c.assert_driver_healthy();
 }
@@ -128,13 +134,14 @@ fn answers_that_come_in_part_move_the_walks_on_at_once() {
     assert_eq!(stats.stretches_lost, 0, "{stats:?}");
     assert!(stats.hole_syncs >= fewest_parts as u64, "{stats:?}");
     assert!(
-        caught_up < one_walk * 8,
+        caught_up < one_walk * 6,
         "held in {held:?}, caught up in {caught_up:?}; one walk takes at least {one_walk:?}"
     );
-    // An item fills about a chunk here: two rounds of the store (the second checks the
-    // first) and the holes, not the rest of each answer again after its first lost chunk.
+    // An item fills about a chunk here: the store about once, the holes, and a check
+    // round of names and versions, not the rest of each answer again after its first lost
+    // chunk.
     assert!(
-        stats.sync_chunks_received < 3 * whole as u64,
+        stats.sync_chunks_received < 2 * whole as u64,
         "{} chunks for {whole} items",
         stats.sync_chunks_received
     );
