@@ -210,8 +210,8 @@ FAMILIES: dict[str, Family] = {
         ),
         _counter(
             "grid_swim_hole_syncs_total",
-            "Requests for the chunks lost from a catch-up walk's answer, each bounded at the "
-            "next chunk received.",
+            "Requests for what a catch-up walk's answers showed missing: chunks lost from an "
+            "answer, and items a check round lists at versions this node lacks.",
         ),
         _counter(
             "grid_swim_stretches_lost_total",

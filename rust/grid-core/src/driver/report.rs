@@ -118,8 +118,9 @@ pub struct DriverStats {
     /// Parts of stretch walks asked for (later stretches of a store walked from other
     /// peers beside the whole walk while this node catches up).
     pub stretch_syncs: u64,
-    /// Requests for the chunks lost from walks' answers while catching up, each bounded
-    /// at the next chunk received (see `holes`).
+    /// Requests for what walks' answers showed missing while catching up: the chunks lost
+    /// from an answer (bounded at the next chunk received) and the items a check round
+    /// lists at versions this node lacks (by name; see `holes`).
     pub hole_syncs: u64,
     /// Stretch walks ended by answers that moved them nothing twice in a row (the whole
     /// walk covers the rest of that stretch).
