@@ -111,6 +111,10 @@ ENTRY_RESUME = 4
 """A request's first entry: the item name after which the answer's items start."""
 ENTRY_WALK_END = 5
 """In an answer's first chunk: where its items ended."""
+ENTRY_HEADS, ENTRY_UNTIL, ENTRY_VERSIONS, ENTRY_VERSION, ENTRY_WANT = 6, 7, 8, 9, 10
+"""Protocol 3: what a request asks (the heads alone, a bound, names and versions alone, an
+item by name), and an answer's name and version standing for an item."""
+_ASKING = (ENTRY_HEADS, ENTRY_UNTIL, ENTRY_VERSIONS, ENTRY_WANT)
 HELLO_WANT_REPLY = 0x01
 """HELLO flag bit 0; bits 1-3 hold the sender's highest protocol version minus its lowest,
 bits 4-7 its highest (0: no range, as release 0.1.0 sends: protocol 1 alone)."""
@@ -611,6 +615,8 @@ class SyncChunk:
     certificates: tuple[tuple[str, tuple[bytes, ...]], ...] = ()
     resume: bytes | None = None
     walk_end: bytes | None = None
+    asked: tuple[tuple[int, bytes], ...] = ()
+    versions: tuple[bytes, ...] = ()
 
     @classmethod
     def decode(cls, body: bytes) -> SyncChunk:
@@ -618,6 +624,8 @@ class SyncChunk:
         sender = Identity.decode(r)
         sync_id, index, count = r.u32(), r.u16(), r.u16()
         members, items, certificates = [], [], []
+        asked: list[tuple[int, bytes]] = []
+        versions: list[bytes] = []
         resume = walk_end = None
         while r.remaining:
             tag, entry = r.u8(), r.take(r.u16())
@@ -635,6 +643,10 @@ class SyncChunk:
                 resume = entry
             elif tag == ENTRY_WALK_END and index == 0 and walk_end is None:
                 walk_end = entry
+            elif tag in _ASKING and index == 0:
+                asked.append((tag, entry))
+            elif tag == ENTRY_VERSION:
+                versions.append(entry)
             else:
                 raise WireError(f"sync entry tag {tag}")
         return cls(
@@ -647,6 +659,8 @@ class SyncChunk:
             tuple(certificates),
             resume,
             walk_end,
+            tuple(asked),
+            tuple(versions),
         )
 
 
