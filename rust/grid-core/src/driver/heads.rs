@@ -19,7 +19,7 @@ use crate::lanes::{ExportEnd, ExportForm, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
 use crate::wire::versions::HEADS_WALK_SINCE;
 
-use super::sync::{SyncForm, WalkSpan};
+use super::carry::{SyncForm, WalkSpan};
 use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
 
 /// A heads walk under way.

@@ -30,8 +30,8 @@ use crate::identity::NodeId;
 use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
 use crate::wire::session::Transmit;
 
-use super::sync::{SyncForm, WalkSpan};
-use super::walk::{ChunkItems, Hole, PullAnswer, WalkStep};
+use super::answer::{ChunkItems, Hole, PullAnswer, WalkStep};
+use super::carry::{SyncForm, WalkSpan};
 use super::{Driver, SYNC_ANSWER_WAIT};
 
 /// Answers in a row that may move a fill nothing before it is given up.

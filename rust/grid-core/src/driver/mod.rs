@@ -31,7 +31,8 @@
 //! The driver's concerns live in submodules, each adding `impl Driver` blocks and the
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
 //! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
-//! (push/pull syncs: what they carry and how they are answered), `walk` (the walk through
+//! (push/pull syncs and taking their chunks), `carry` (what a sync carries and to whom),
+//! `answer` (reading a walk's answer as its chunks arrive), `walk` (the walk through
 //! peers' stores and catching up), `heads`, `stretches` and `holes` (the walks beside it
 //! while catching up, and the lost chunks of its answers asked for apart), `repair` (digests and repair answers), `chunks` (the chunk format syncs
 //! and repairs share) and `renewal` (pins, the node's certificate renewed in place, its own
@@ -76,6 +77,8 @@ pub mod config;
 pub mod node;
 pub mod timers;
 
+mod answer;
+mod carry;
 mod chunks;
 mod heads;
 mod holes;
@@ -93,14 +96,15 @@ pub use renewal::Unsigned;
 pub use report::{DriverStats, Event, MemberState, MemberView, FOCA_ERROR_KINDS};
 pub use stretches::STRETCH_WALKS;
 
+use answer::PullAnswer;
+use carry::WalkSpan;
 use heads::HeadsWalk;
 use holes::Holes;
 use membership::Holders;
 use positions::Positions;
 use stretches::Stretch;
 use swim::ProbeHealth;
-use sync::WalkSpan;
-use walk::{CatchUp, PullAnswer};
+use walk::CatchUp;
 
 type GridFoca = Foca<NodeId, WireCodec, SmallRng, ItemHandler>;
 

@@ -27,8 +27,8 @@ use crate::identity::NodeId;
 use crate::lanes::{ExportEnd, ItemName, Lane, WalkLanes};
 use crate::wire::session::Transmit;
 
-use super::sync::{SyncForm, WalkSpan};
-use super::walk::{ChunkItems, PullAnswer, WalkStep};
+use super::answer::{ChunkItems, PullAnswer, WalkStep};
+use super::carry::{SyncForm, WalkSpan};
 use super::{Driver, CATCH_UP_PAUSE, SYNC_ANSWER_WAIT};
 
 /// Stretches walked beside the whole walk, each from a peer of its own.
