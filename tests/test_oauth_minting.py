@@ -314,3 +314,44 @@ async def test_the_minters_loop_survives_an_attempt_that_breaks(server: TokenSer
     assert reason is CredentialState.TOKEN_REFUSED
     assert "the attempt failed unexpectedly (RuntimeError)" in message and SECRET not in message
     assert set(minters.expiries(now)) == {"good"}
+
+
+async def test_a_slow_endpoint_settles_the_token_from_its_write_not_from_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import grid.runtime.tokens as tokens_module
+    from grid.oauth.responses import AccessToken
+    from grid.oauth.rotation import AGENT_SETTLE
+
+    class Clock:
+        """The minter's monotonic clock: the endpoint takes 1.5 s to answer."""
+
+        at = 100.0
+
+        def monotonic(self) -> float:
+            return self.at
+
+    clock = Clock()
+    monkeypatch.setattr(tokens_module, "time", clock, raising=False)
+
+    async def slow_mint(now: datetime, session: object) -> AccessToken:
+        clock.at += 1.5
+        return AccessToken("slow-token", 1000.0)
+
+    output = MemoryTokens()
+    settings = OAuth2Settings.model_validate(
+        {"grant": "ClientCredentials", "tokenUrl": "https://idp.example", "clientId": CLIENT}
+    )
+    made = TokenMinter("llama", MintingPlan(settings, SECRET_REF, OUTPUT), slow_mint, output)
+    await made.attempt(T0)
+    assert output.tokens == ["slow-token"]
+    settled = AGENT_SETTLE.declare_after + AGENT_SETTLE.reference_after
+    written = T0 + timedelta(seconds=1.5)
+    # Named once the settle times have passed since the token was written, not since the
+    # request began; its life counts from the request.
+    not_yet = made.keys(T0 + settled + timedelta(seconds=1))
+    assert not_yet is not None and not_yet.reference is None
+    named = made.keys(written + settled)
+    assert named is not None and named.reference is not None
+    assert made.health.token is not None
+    assert made.health.token.expires_at == T0 + timedelta(seconds=1000)

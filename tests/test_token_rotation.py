@@ -207,11 +207,13 @@ async def test_over_a_day_of_refreshes_the_gateway_is_never_told_of_a_missing_or
     made = minter(server, output, settle)
     moments = [T0 + timedelta(seconds=10 * step) for step in range(6 * 60 * 24)]
     before: TokenKeys | None = None
-    switches, mints = [], []
+    switches, mints, written = [], [], []
     for now in moments:
         if made.health.due(now):
             await made.attempt(now)
             mints.append(now)
+            # Written once the endpoint answered: a moment after `now`.
+            written.append(max(k.issued_at for k in made.issued))
         keys = made.keys(now)
         assert keys is not None
         held = set(output.held)
@@ -226,10 +228,11 @@ async def test_over_a_day_of_refreshes_the_gateway_is_never_told_of_a_missing_or
         before = keys
     assert len(server.tokens) == len(mints) == 30  # at 0, then every 48 min
     assert "token" not in output.held
-    # Each token is named at the first step after the two settle times since its minting.
+    # Each token is named at the first step after the two settle times since its write.
     assert len(switches) == len(mints)
-    for minted, switched in zip(mints, switches, strict=True):
-        late = switched - (minted + settle.declare_after + settle.reference_after)
+    for minted, at, switched in zip(mints, written, switches, strict=True):
+        assert timedelta(0) <= at - minted < timedelta(seconds=5)
+        late = switched - (at + settle.declare_after + settle.reference_after)
         assert timedelta(0) <= late < timedelta(seconds=10)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -273,6 +274,7 @@ class TokenMinter(KeyWriter):
     async def attempt(self, now: datetime, session: aiohttp.ClientSession | None = None) -> None:
         """Ask for a token at ``now``; on success write it and plan its refresh, else plan
         the retry. Never raises for the endpoint's or the Secret's trouble."""
+        started = time.monotonic()
         try:
             token = await self._mint(now, session)
         except CredentialMaterialError as error:
@@ -282,8 +284,12 @@ class TokenMinter(KeyWriter):
             kind = FailureKind.UNREACHABLE if error.unreachable else FailureKind.REFUSED
             self._failed(kind, str(error), now)
             return
+        # The settle times count from the write: the token did not exist before the
+        # endpoint answered, which may take a while. Its life counts from the request.
+        written = now + timedelta(seconds=time.monotonic() - started)
+        expires_at = now + timedelta(seconds=token.expires_in_s)
         try:
-            await self.write(token.value, now, now + timedelta(seconds=token.expires_in_s))
+            await self.write(token.value, written, expires_at)
         except OSError as error:
             self._failed(
                 FailureKind.OUTPUT, f"the token could not be written: {error.strerror}", now
