@@ -68,19 +68,24 @@ struct AskedFill {
 }
 
 impl Fill {
-    /// What the request for this fill asks.
-    fn asked(&self) -> (SyncForm, WalkSpan) {
+    /// The span of the walk an answer for this fill covers (named items: none).
+    fn span(&self) -> WalkSpan {
         match self {
-            Fill::Hole(hole) => {
-                let span = WalkSpan {
-                    after: hole.after.clone(),
-                    until: Some(hole.until.clone()),
-                    lanes: WalkLanes::All,
-                    form: hole.form,
-                };
-                (SyncForm::Request(span.clone()), span)
-            }
-            Fill::Names(names) => (SyncForm::Want(names.clone()), WalkSpan::items(None, None)),
+            Fill::Hole(hole) => WalkSpan {
+                after: hole.after.clone(),
+                until: Some(hole.until.clone()),
+                lanes: WalkLanes::All,
+                form: hole.form,
+            },
+            Fill::Names(_) => WalkSpan::items(None, None),
+        }
+    }
+
+    /// The request for this fill.
+    fn request(&self) -> SyncForm {
+        match self {
+            Fill::Hole(_) => SyncForm::Request(self.span()),
+            Fill::Names(names) => SyncForm::Want(names.clone()),
         }
     }
 }
@@ -181,7 +186,7 @@ impl Driver {
         asked.sync = sync_id;
         asked.answer = None;
         let peer = asked.peer.socket_addr();
-        let (form, _) = asked.fill.asked();
+        let form = asked.fill.request();
         self.stats.hole_syncs += 1;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
@@ -216,10 +221,10 @@ impl Driver {
         let Some(asked) = self.holes.asked.as_mut() else {
             return;
         };
-        let (_, span) = asked.fill.asked();
+        let fill = &asked.fill;
         let answer = asked
             .answer
-            .get_or_insert_with(|| PullAnswer::new(sync_id, &span, count));
+            .get_or_insert_with(|| PullAnswer::new(sync_id, &fill.span(), count));
         if !answer.note((index, sender), items, end) {
             self.await_answer_tail(now, sync_id, index, count);
             return;
