@@ -52,11 +52,14 @@ pytestmark = [pytest.mark.timeout(90), pytest.mark.real_server]
 NETWORK = "mesh"
 SITE = "site-a"
 CLIENT = "grid-operator-test"
-LIFETIME_S = 8
+LIFETIME_S = 12
 TOKEN_SECRET = "grid-token-llama-a"
-SETTLE_S = 0.5
+SETTLE_S = 0.4
 SETTLE = Settle(timedelta(seconds=SETTLE_S), timedelta(seconds=SETTLE_S))
-"""Short enough for 8 s tokens: each refresh leaves at least 1.2 s of the token in place."""
+"""Short enough for 12 s tokens. A refresh comes with at least 15 % of the life left (1.8 s);
+the new token is named once both settle times have passed (0.8 s), and only while the one
+in place lasts a settle time past that (0.4 s). With less left, the overlay names the new
+token before it settled rather than one about to lapse, which this test does not expect."""
 
 
 def reference(key: str) -> dict[str, Any]:
