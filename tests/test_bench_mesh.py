@@ -20,7 +20,7 @@ from grid.meshbench.figures import (
     versions_skipped,
 )
 from grid.meshbench.report import render as render_mesh
-from grid.meshbench.run import MeshPlan, verdicts
+from grid.meshbench.run import MAX_PEERS_ONE_EACH, PROVIDERS_PER_PEER, MeshPlan, verdicts
 
 GRID = [sys.executable, "-m", "grid.cli"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -239,6 +239,11 @@ def test_without_matplotlib_a_png_plot_exits_2_before_the_run(tmp_path: Path) ->
         (["--scrape-interval", "soon"], "--scrape-interval must be a duration"),
         (["--duration", "0s"], "--duration must be at least 1 s"),
         (["--sites", "5", "--peers", "9"], "--peers must be from 1 to 4"),
+        (
+            ["--sites", "300", "--providers-per-site", "100", "--peers", "4"],
+            "--peers 4 makes a peer carry 7500 providers, more than the 4096 a site "
+            "publishes: use --peers 8 or more",
+        ),
         (["--plot", "mesh.svg"], "the mesh plot is a PNG"),
         (["--others-join", "-1"], "--others-join must be from 0 to 100, got -1"),
         (["--others-join", "101"], "--others-join must be from 0 to 100, got 101"),
@@ -253,6 +258,19 @@ def test_bad_options_exit_2_saying_why(options: list[str], reason: str) -> None:
     done = grid("bench", "mesh", *options)
     assert done.returncode == 2
     assert reason in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("sites", "providers", "peers"),
+    [(10, 10, 9), (11, 10, 4), (100, 100, 4), (300, 100, 12), (100, 1000, 40)],
+)
+def test_above_ten_sites_the_peers_carry_at_most_a_hundred_sites_share_each(
+    sites: int, providers: int, peers: int
+) -> None:
+    plan = MeshPlan(sites=sites, providers_per_site=providers)
+    assert plan.peer_count == peers
+    if sites > MAX_PEERS_ONE_EACH:
+        assert -(-(sites - 1) // peers) * providers <= PROVIDERS_PER_PEER + providers
 
 
 def test_probe_latency_is_matched_to_the_change_it_follows() -> None:

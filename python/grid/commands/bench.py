@@ -226,7 +226,7 @@ def _register_mesh(commands: argparse._SubParsersAction[argparse.ArgumentParser]
         type=int,
         metavar="K",
         help="SWIM peers standing for the other sites (default: one per site up to 10 sites, "
-        "else 4)",
+        "else 4, or more so that none carries over 2500 providers)",
     )
     mesh.add_argument("--seed", type=int, default=1, help="seed of the load (default: 1)")
     mesh.add_argument(

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import grid
+from grid.crdt import MAX_PROVIDERS_PER_SITE
 from grid.demo.builder import (
     SITE_LABEL,
     MeshCredentials,
@@ -64,6 +65,10 @@ MODELS = 16
 MAX_PEERS_ONE_EACH = 10
 """Up to this many sites, every other site is a peer of its own."""
 DEFAULT_PEERS = 4
+PROVIDERS_PER_PEER = 2500
+"""Above ten sites, peers enough that none carries more providers than this (the 100 x 100
+load, 99 sites over the default four peers): a peer is one SWIM node publishing all its
+sites' items, and a site publishes at most ``MAX_PROVIDERS_PER_SITE`` providers."""
 CONVERGE_TIMEOUT_S = 600.0
 MAX_JOINS = 100
 OTHERS_JOIN_SAMPLE_S = 0.1
@@ -84,8 +89,8 @@ class MeshPlan:
     duration_s: float = 60.0
     warmup_s: float = 5.0
     peers: int | None = None
-    """SWIM peers standing for the other sites (default: one per site up to ten sites,
-    else four)."""
+    """SWIM peers standing for the other sites (default: one per site up to ten sites, else
+    four, or more so that none carries over :data:`PROVIDERS_PER_PEER` providers)."""
     probe_every_s: float = 2.0
     seed: int = 1
     baseline: bool = True
@@ -125,13 +130,25 @@ class MeshPlan:
             )
         if self.peers is not None and not 1 <= self.peers <= self.sites - 1:
             raise ConfigError(f"--peers must be from 1 to {self.sites - 1}, got {self.peers}")
+        carried = math.ceil((self.sites - 1) / self.peer_count) * self.providers_per_site
+        if carried > MAX_PROVIDERS_PER_SITE:
+            fewest = math.ceil(
+                (self.sites - 1) / (MAX_PROVIDERS_PER_SITE // self.providers_per_site)
+            )
+            raise ConfigError(
+                f"--peers {self.peer_count} makes a peer carry {carried} providers, more than "
+                f"the {MAX_PROVIDERS_PER_SITE} a site publishes: use --peers {fewest} or more"
+            )
 
     @property
     def peer_count(self) -> int:
         if self.peers is not None:
             return self.peers
         others = self.sites - 1
-        return others if self.sites <= MAX_PEERS_ONE_EACH else min(DEFAULT_PEERS, others)
+        if self.sites <= MAX_PEERS_ONE_EACH:
+            return others
+        needed = math.ceil(others * self.providers_per_site / PROVIDERS_PER_PEER)
+        return min(others, max(DEFAULT_PEERS, needed))
 
     @property
     def candidates(self) -> int:
