@@ -103,8 +103,11 @@ impl Driver {
         self.fill(now, peer, holes.into_iter().map(Fill::Hole), out);
     }
 
-    /// Of the names and versions a check round's answer from `peer` holds, wants those
-    /// this node holds no version of or an older one, a chunk of names at a time.
+    /// Of the names and versions an answer from `peer` lists (a push/pull's, a check
+    /// round's), wants those this node holds no version of or an older one, a chunk of
+    /// names at a time; none once a push/pull's answer has listed so many names this node
+    /// does not hold that it is behind, and walks the answer's span again as items
+    /// instead (see [`Driver::listed_behind`]).
     pub(super) fn want_newer<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -122,6 +125,9 @@ impl Driver {
                 if held.is_some_and(|held| held >= *version) {
                     continue;
                 }
+                if held.is_none() {
+                    self.pull_lacking += 1;
+                }
                 let len = 3 + name.origin.len() + name.key.len() + 3;
                 if bytes + len > WANT_BYTES && !batch.is_empty() {
                     batches.push(Fill::Names(std::mem::take(&mut batch)));
@@ -133,6 +139,9 @@ impl Driver {
             if !batch.is_empty() {
                 batches.push(Fill::Names(batch));
             }
+        }
+        if self.listed_behind() {
+            return;
         }
         self.fill(now, peer, batches.into_iter(), out);
     }

@@ -154,6 +154,7 @@ impl Driver {
         // A sync started meanwhile (push/pull) moves the walk on itself.
         self.round_waits = None;
         self.pull_held_at_start = lock(&self.store).len();
+        self.pull_lacking = 0;
         self.pull_answer = None;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
@@ -174,11 +175,18 @@ impl Driver {
         self.send_state(now, sync_id, peer, SyncForm::Request(asked), out);
     }
 
-    /// The form a catch-up walk asks a peer for: after its first round, names and versions
-    /// (the check round: what the first one missed is wanted by name), if the peer
-    /// `bounds` walks (protocol 3); items otherwise.
+    /// The form a walk asks a peer for, if the peer `bounds` walks (protocol 3): names and
+    /// versions at the push/pull pace and in a catch-up's check rounds (after its first),
+    /// what this node lacks then wanted by name (see [`Driver::want_newer`]); items in a
+    /// catch-up's first round, and from an older peer. Versions take about a tenth of the
+    /// bytes of items, so a push/pull answer of the same size goes over ten times as much
+    /// of the store: what push gossip missed is found that much sooner.
     pub(super) fn walk_form(&self, bounds: bool) -> ExportForm {
-        let checking = self.catch_up == CatchUp::Walking && self.catch_up_round.0 >= 2;
+        let checking = match self.catch_up {
+            CatchUp::Done => true,
+            CatchUp::Walking => self.catch_up_round.0 >= 2,
+            CatchUp::Due => false,
+        };
         if checking && bounds {
             ExportForm::Versions
         } else {
@@ -197,8 +205,9 @@ impl Driver {
     /// An answer to this node's last sync said where its items ended: the next sync
     /// resumes there. While catching up, the next part is asked for soon, from the same
     /// peer, until the walk has gone round (see [`Driver::walk_went_round`]). An answer
-    /// that brought at least [`BEHIND_AFTER_NAMES`] names this node did not hold shows it
-    /// is behind (a mesh started together, or a partition healed): it catches up. A store
+    /// that brought or listed at least [`BEHIND_AFTER_NAMES`] names this node did not hold
+    /// shows it is behind (a mesh started together, or a partition healed): it catches up,
+    /// from the start of a listing answer (what it listed comes as items then). A store
     /// larger than one answer is walked for every site's heads beside, from another peer
     /// (see [`super::heads`]), and in each round, later stretches of it from others
     /// (see [`super::stretches`]): the walk skips each stretch another walk covers, and its
@@ -217,10 +226,15 @@ impl Driver {
         let brought = lock(&self.store)
             .len()
             .saturating_sub(self.pull_held_at_start);
-        if self.catch_up == CatchUp::Done && brought >= BEHIND_AFTER_NAMES {
+        let listed_behind = self.listed_behind();
+        if self.catch_up == CatchUp::Done && (brought >= BEHIND_AFTER_NAMES || listed_behind) {
             self.start_catching_up();
         }
         let went_round = match end {
+            _ if listed_behind => {
+                self.pull_resume = self.pull_asked.after.clone();
+                false
+            }
             ExportEnd::Complete => {
                 self.pull_resume = None;
                 true
@@ -271,6 +285,12 @@ impl Driver {
             peer.clone()
         };
         self.next_part(now, next);
+    }
+
+    /// Whether the names and versions the last push/pull answer listed hold at least
+    /// [`BEHIND_AFTER_NAMES`] names this node does not hold (see [`Driver::want_newer`]).
+    pub(super) fn listed_behind(&self) -> bool {
+        self.catch_up == CatchUp::Done && self.pull_lacking >= BEHIND_AFTER_NAMES
     }
 
     /// Asks `peer` for the next part of the walk after the pause.

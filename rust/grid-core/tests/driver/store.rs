@@ -595,6 +595,60 @@ fn a_node_whose_sync_brings_many_new_names_catches_up_at_once() {
     c.assert_driver_healthy();
 }
 
+/// A caught-up node that push gossip and repair both missed a few items for (their
+/// window passed): the next push/pull answer finds them. From a peer of this release it
+/// lists names and versions, and the node wants the few it lacks by name; from an older
+/// peer it carries the items themselves. Either way the node does not catch up again.
+fn a_few_items_missed_come_by_push_pull(older: bool) -> DriverStats {
+    let mut c = Cluster::new();
+    c.swim.push_pull_interval = Duration::from_secs(5);
+    let origin = c.add(0, 100);
+    let missing = c.add(1, 100);
+    if older {
+        c.speaking(missing, ProtocolRange::new(2, 2).unwrap());
+    }
+    c.join(missing, origin);
+    c.run_until(Duration::from_secs(5), |c| {
+        c.all_see_all() && c.nodes[&missing].stats().caught_up
+    });
+    let payload = [7u8; 400];
+    let count = 20;
+    c.blocked = Some((missing, payload[..16].to_vec()));
+    c.publish_providers(origin, count, &payload);
+    // Past what repair offers (the versions stored in its window): only syncs bring them.
+    c.run_for(REPAIR_WINDOW + REPAIR_SETTLE + REPAIR_INTERVAL);
+    assert!(c.items_at(missing).is_empty());
+    c.blocked = None;
+    let before = c.nodes[&missing].stats();
+    let took = c.run_until(c.swim.push_pull_interval * 3, |c| {
+        c.items_at(missing).len() == count
+    });
+    assert!(
+        took <= c.swim.push_pull_interval * 2 + SYNC_ANSWER_WAIT,
+        "took {took:?}"
+    );
+    let after = c.nodes[&missing].stats();
+    assert!(after.caught_up, "{after:?}");
+    assert_eq!(after.catch_up_syncs, before.catch_up_syncs, "{after:?}");
+    c.assert_driver_healthy();
+    DriverStats {
+        hole_syncs: after.hole_syncs - before.hole_syncs,
+        ..after
+    }
+}
+
+#[test]
+fn a_few_items_missed_are_listed_by_push_pull_and_wanted_by_name() {
+    let stats = a_few_items_missed_come_by_push_pull(false);
+    assert!(stats.hole_syncs >= 1, "{stats:?}");
+}
+
+#[test]
+fn a_few_items_missed_come_as_items_by_push_pull_from_a_peer_of_the_previous_release() {
+    let stats = a_few_items_missed_come_by_push_pull(true);
+    assert_eq!(stats.hole_syncs, 0, "{stats:?}");
+}
+
 #[test]
 fn a_node_restarted_at_its_address_is_introduced_to_again_and_takes_the_store_at_once() {
     let (mut c, addrs) = five_node_cluster();
