@@ -32,6 +32,7 @@ use crate::wire::session::Transmit;
 
 use super::answer::{ChunkItems, Hole, PullAnswer, WalkStep};
 use super::carry::{SyncForm, WalkSpan};
+use super::walk::CatchUp;
 use super::{Driver, SYNC_ANSWER_WAIT};
 
 /// Answers in a row that may move a fill nothing before it is given up.
@@ -116,6 +117,7 @@ impl Driver {
         out: &mut O,
     ) {
         let mut batches = Vec::new();
+        let mut lacking = 0;
         {
             let store = lock(&self.store);
             let mut batch = Vec::new();
@@ -125,9 +127,7 @@ impl Driver {
                 if held.is_some_and(|held| held >= *version) {
                     continue;
                 }
-                if held.is_none() {
-                    self.pull_lacking += 1;
-                }
+                lacking += usize::from(held.is_none());
                 let len = 3 + name.origin.len() + name.key.len() + 3;
                 if bytes + len > WANT_BYTES && !batch.is_empty() {
                     batches.push(Fill::Names(std::mem::take(&mut batch)));
@@ -140,8 +140,11 @@ impl Driver {
                 batches.push(Fill::Names(batch));
             }
         }
-        if self.listed_behind() {
-            return;
+        if self.catch_up == CatchUp::Done {
+            self.pull_lacking += lacking;
+            if self.listed_behind() {
+                return;
+            }
         }
         self.fill(now, peer, batches.into_iter(), out);
     }
