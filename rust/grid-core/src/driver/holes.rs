@@ -27,7 +27,7 @@ use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
 use crate::identity::NodeId;
-use crate::lanes::{lock, ExportEnd, ItemName, WalkLanes};
+use crate::lanes::{lock, ExportEnd, ItemName, Taken, WalkLanes};
 use crate::wire::session::Transmit;
 
 use super::answer::{ChunkItems, Hole, PullAnswer, WalkStep};
@@ -105,7 +105,8 @@ impl Driver {
     }
 
     /// Of the names and versions an answer from `peer` lists (a push/pull's, a check
-    /// round's), wants those this node holds no version of or an older one, a chunk of
+    /// round's), wants those this node would take ([`crate::lanes::ItemStore::would_take`]:
+    /// not those it holds, nor those it forgot while their site is away), a chunk of
     /// names at a time; none once a push/pull's answer has listed so many names this node
     /// does not hold that it is behind, and walks the answer's span again as items
     /// instead (see [`Driver::listed_behind`]).
@@ -123,11 +124,11 @@ impl Driver {
             let mut batch = Vec::new();
             let mut bytes = 0;
             for (name, version) in versions {
-                let held = store.held_version(&name.origin, name.lane, &name.key);
-                if held.is_some_and(|held| held >= *version) {
+                let Some(taken) = store.would_take(&name.origin, name.lane, &name.key, *version)
+                else {
                     continue;
-                }
-                lacking += usize::from(held.is_none());
+                };
+                lacking += usize::from(taken == Taken::Unknown);
                 let len = 3 + name.origin.len() + name.key.len() + 3;
                 if bytes + len > WANT_BYTES && !batch.is_empty() {
                     batches.push(Fill::Names(std::mem::take(&mut batch)));

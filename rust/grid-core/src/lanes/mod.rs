@@ -52,7 +52,7 @@ pub use delivery::{lock, ItemHandler, Relays};
 pub use encoding::{contains_private_key, encode_publish, encoded_item_len};
 pub use export::{ExportEnd, ExportForm, WalkLanes};
 pub use renewal::StaleOwnItem;
-pub use store::{ItemStore, Refusals, Renewals, DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY};
+pub use store::{ItemStore, Refusals, Renewals, Taken, DEFAULT_ITEM_CAPACITY, MAX_ITEM_CAPACITY};
 
 use crate::wire::{MAX_BROADCAST_HEADER_LEN, MAX_FOCA_PACKET};
 

@@ -128,6 +128,15 @@ pub struct ItemStore {
     clock: Duration,
 }
 
+/// Why a peer's copy of a name would be taken (see [`ItemStore::would_take`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// No version of the name is stored.
+    Unknown,
+    /// An older version is stored, or this one forgotten while its origin was away.
+    Newer,
+}
+
 /// A version stored lately, and when.
 struct Recent {
     at: Duration,
@@ -334,6 +343,20 @@ impl ItemStore {
         self.stored(origin, lane, key)
             .filter(|stored| stored.held.is_some())
             .map(|stored| stored.version)
+    }
+
+    /// Whether a peer's copy of this name at `version` would be taken (see
+    /// [`ItemStore::accept`]), and why: the name is not stored at all, or only an older
+    /// version of it (or this version, forgotten, of an origin that is back). None if it
+    /// would not: this version or a newer one is held, or this one was forgotten while its
+    /// origin is away (asking for it again would bring what is dropped on arrival).
+    pub fn would_take(&self, origin: &str, lane: Lane, key: &str, version: u64) -> Option<Taken> {
+        let Some(stored) = self.stored(origin, lane, key) else {
+            return Some(Taken::Unknown);
+        };
+        let newer = stored.version < version
+            || (stored.version == version && stored.held.is_none() && self.live.contains(origin));
+        newer.then_some(Taken::Newer)
     }
 
     /// The stored version of this name, if any.

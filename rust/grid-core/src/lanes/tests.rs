@@ -598,3 +598,21 @@ fn recent_versions_describe_each_held_name_once_at_its_latest() {
         .0
         .is_empty());
 }
+
+#[test]
+fn a_peers_copy_is_taken_if_unknown_or_newer_and_not_if_forgotten_while_away() {
+    let mut s = store();
+    offer(&mut s, "a", Lane::State, "x", 2, b"p");
+    let take = |s: &ItemStore, key: &str, version| s.would_take("a", Lane::State, key, version);
+    assert_eq!(take(&s, "y", 1), Some(Taken::Unknown));
+    assert_eq!(take(&s, "x", 3), Some(Taken::Newer));
+    assert_eq!(take(&s, "x", 2), None);
+    assert_eq!(take(&s, "x", 1), None);
+    assert_eq!(s.forget("a", &[(Lane::State, "x".to_owned())]), 1);
+    // Away: the same version would be dropped on arrival; a newer one is news.
+    assert_eq!(take(&s, "x", 2), None);
+    assert_eq!(take(&s, "x", 3), Some(Taken::Newer));
+    let a = crate::identity::NodeId::new(Arc::from("a"), "10.0.0.9:7946".parse().unwrap(), 1);
+    s.set_live(&a, true);
+    assert_eq!(take(&s, "x", 2), Some(Taken::Newer));
+}

@@ -47,6 +47,37 @@ fn a_site_forgotten_while_away_comes_back_with_its_items() {
 }
 
 #[test]
+fn a_site_forgotten_while_away_is_not_asked_for_again_by_push_pull() {
+    let (mut c, addrs) = five_node_cluster();
+    c.swim.push_pull_interval = Duration::from_secs(5);
+    let (host, away) = (addrs[0], addrs[3]);
+    let count = 100;
+    c.publish_providers(away, count, b"catalogue");
+    c.run_until(Duration::from_secs(5), |c| c.items_at(host).len() == count);
+    c.crashed.insert(away);
+    c.run_until(config().detection_bound(5), |c| {
+        c.state_of(host, away).map(|s| s.0) == Some(MemberState::Down)
+    });
+    // Only this host forgets the site's records; its peers still hold them, and their
+    // push/pull answers list them.
+    let records: Vec<_> = (0..count)
+        .map(|k| (Lane::State, format!("provider/{k:05}")))
+        .collect();
+    let host_driver = c.nodes.get_mut(&host).unwrap();
+    assert_eq!(host_driver.forget("site-3", &records), count);
+    let before = host_driver.stats();
+    c.run_for(c.swim.push_pull_interval * 8);
+    let after = c.nodes[&host].stats();
+    assert!(
+        after.syncs_completed > before.syncs_completed + 3,
+        "{after:?}"
+    );
+    assert_eq!(after.hole_syncs, before.hole_syncs, "{after:?}");
+    assert_eq!(after.catch_up_syncs, before.catch_up_syncs, "{after:?}");
+    assert_eq!(c.items_at(host).len(), count, "nothing forgotten came back");
+}
+
+#[test]
 fn items_the_host_forgets_are_delivered_again_when_they_come_back() {
     let (mut c, addrs) = five_node_cluster();
     assert!(c.publish(addrs[1], Lane::Gateway, "egress", 2, b"10.0.0.1"));
@@ -634,6 +665,32 @@ fn a_few_items_missed_come_by_push_pull(older: bool) -> DriverStats {
     DriverStats {
         hole_syncs: after.hole_syncs - before.hole_syncs,
         ..after
+    }
+}
+
+#[test]
+fn converged_nodes_push_pull_without_wanting_or_catching_up() {
+    let (mut c, addrs) = five_node_cluster();
+    c.swim.push_pull_interval = Duration::from_secs(5);
+    for (i, at) in addrs.iter().enumerate() {
+        c.publish_providers(*at, 100 + i, b"catalogue of its own");
+    }
+    let whole: usize = (0..addrs.len()).map(|i| 100 + i).sum();
+    c.run_until(Duration::from_secs(10), |c| {
+        addrs
+            .iter()
+            .all(|at| c.nodes[at].stats().items_stored == whole)
+    });
+    let before: Vec<DriverStats> = addrs.iter().map(|at| c.nodes[at].stats()).collect();
+    c.run_for(Duration::from_secs(60));
+    for (at, before) in addrs.iter().zip(before) {
+        let after = c.nodes[at].stats();
+        assert!(
+            after.syncs_completed > before.syncs_completed + 2,
+            "{after:?}"
+        );
+        assert_eq!(after.hole_syncs, before.hole_syncs, "{after:?}");
+        assert_eq!(after.catch_up_syncs, before.catch_up_syncs, "{after:?}");
     }
 }
 
