@@ -107,9 +107,9 @@ impl Driver {
     /// Of the names and versions an answer from `peer` lists (a push/pull's, a check
     /// round's), wants those this node would take ([`crate::lanes::ItemStore::would_take`]:
     /// not those it holds, nor those it forgot while their site is away), a chunk of
-    /// names at a time; none once a push/pull's answer has listed so many names this node
-    /// does not hold that it is behind, and walks the answer's span again as items
-    /// instead (see [`Driver::listed_behind`]).
+    /// names at a time. A push/pull's answer that lists so many names this node does not
+    /// hold that it is behind has its span walked again as items instead, its wants
+    /// dropped (see [`Driver::listed_behind`]).
     pub(super) fn want_newer<O: Transmit + ?Sized>(
         &mut self,
         now: Duration,
@@ -142,10 +142,10 @@ impl Driver {
             }
         }
         if self.catch_up == CatchUp::Done {
-            self.pull_lacking += lacking;
-            if self.listed_behind() {
-                return;
-            }
+            // Whether the node is behind is known once the whole answer is in: its wants
+            // are dropped then if it is (see `Driver::follow_walk`).
+            self.pull_listed.0 += versions.len();
+            self.pull_listed.1 += lacking;
         }
         self.fill(now, peer, batches.into_iter(), out);
     }

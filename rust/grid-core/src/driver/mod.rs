@@ -205,8 +205,9 @@ pub struct Driver {
     silent_answers: u8,
     /// The item names held when the last sync this node started began.
     pull_held_at_start: usize,
-    /// The names its answer listed (names and versions) that this node does not hold.
-    pull_lacking: usize,
+    /// The names its answer listed (names and versions), and those of them this node
+    /// does not hold.
+    pull_listed: (usize, usize),
     /// The walk of every site's certificates, gateway and metadata beside the catch-up.
     heads: Option<HeadsWalk>,
     /// A heads walk ended in this catch-up: every site's certificates are in (unless it
@@ -314,7 +315,7 @@ impl Driver {
             fruitless_answers: 0,
             silent_answers: 0,
             pull_held_at_start: 0,
-            pull_lacking: 0,
+            pull_listed: (0, 0),
             heads: None,
             heads_ended: false,
             stretches: Vec::new(),

@@ -21,6 +21,11 @@ use super::{Driver, ANSWER_TAIL_WAIT, CATCH_UP_PAUSE, MAX_CATCH_UP_ROUNDS, SYNC_
 
 /// A sync answer that brings this many names a node did not hold makes it catch up again.
 const BEHIND_AFTER_NAMES: usize = 64;
+/// ...and a listing answer (names and versions) too, if at least one in this many of the
+/// names it lists are not held: an answer of items brings some 600 names, so this is the
+/// share of them that made a node catch up, while a new site's hundred or so names, listed
+/// among thousands before gossip brought them, are wanted by name instead.
+const BEHIND_SHARE: usize = 10;
 /// Answers in a row that may come in part without moving the walk on before a catching-up
 /// node stops asking again at once and leaves the walk to the push/pull pace. Under heavy
 /// loss an answer of many chunks nearly never arrives whole, and a large cluster's members
@@ -154,7 +159,7 @@ impl Driver {
         // A sync started meanwhile (push/pull) moves the walk on itself.
         self.round_waits = None;
         self.pull_held_at_start = lock(&self.store).len();
-        self.pull_lacking = 0;
+        self.pull_listed = (0, 0);
         self.pull_answer = None;
         self.timers
             .push(now + SYNC_ANSWER_WAIT, TimerEvent::SyncAnswerDue(sync_id));
@@ -288,9 +293,13 @@ impl Driver {
     }
 
     /// Whether the names and versions the last push/pull answer listed hold at least
-    /// [`BEHIND_AFTER_NAMES`] names this node does not hold (see [`Driver::want_newer`]).
+    /// [`BEHIND_AFTER_NAMES`] names this node does not hold, one in [`BEHIND_SHARE`] of
+    /// them at least (see [`Driver::want_newer`]).
     pub(super) fn listed_behind(&self) -> bool {
-        self.catch_up == CatchUp::Done && self.pull_lacking >= BEHIND_AFTER_NAMES
+        let (listed, lacking) = self.pull_listed;
+        self.catch_up == CatchUp::Done
+            && lacking >= BEHIND_AFTER_NAMES
+            && lacking * BEHIND_SHARE >= listed
     }
 
     /// Asks `peer` for the next part of the walk after the pause.
