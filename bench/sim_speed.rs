@@ -6,7 +6,9 @@
 //! push/pull period by default, so every node syncs once in it); the speed is virtual over
 //! wall time. With `--runs R` the timed span is cut into R equal parts and the median part
 //! is reported beside the whole, and so is the speed per CPU second (virtual seconds over
-//! the CPU time of all threads), which other load on the machine hardly moves. It prints one line per size, plus the trace fingerprint
+//! the CPU time of all threads), which other load on the machine hardly moves, and the
+//! syncs completed in the span beside the requests and answers sent without members (the
+//! views agreed). It prints one line per size, plus the trace fingerprint
 //! so that two builds can be checked for identical results.
 //!
 //! Run: `cargo run --release -p grid-core --example sim_speed -- --sizes 1000,10000`
@@ -117,7 +119,7 @@ fn main() {
         // Said at once: a profiler may attach to the steady state from here on.
         eprintln!("size={size} formed in {form:.1} s");
         sim.run_until(start + WARM_UP).expect("forward");
-        let events_before = sim.stats().events;
+        let before = sim.stats();
         let part = span / options.runs.max(1);
         let mut speeds = Vec::new();
         let whole = Instant::now();
@@ -130,11 +132,14 @@ fn main() {
         }
         let wall = whole.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - cpu_before;
-        let events = sim.stats().events - events_before;
+        let after = sim.stats();
+        let events = after.events - before.events;
+        let syncs = after.drivers.syncs_completed - before.drivers.syncs_completed;
+        let left_out = after.drivers.sync_members_left_out - before.drivers.sync_members_left_out;
         println!(
             "size={size} form_s={form:.2} form_cpu_s={form_cpu:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
              median_part_speed={:.2} cpu_s={cpu:.2} cpu_speed={:.2} events_per_s={:.0} \
-             peak_gib={:.2} trace={:016x}",
+             syncs={syncs} members_left_out={left_out} peak_gib={:.2} trace={:016x}",
             span.as_secs_f64(),
             span.as_secs_f64() / wall,
             median(speeds),

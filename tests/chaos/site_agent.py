@@ -264,6 +264,9 @@ class Hooks:
         document.update(
             {
                 "generation": None if node is None else node.generation,
+                # Messages from peers this node authenticated but could not read: a
+                # peer of the other release sent something this one does not speak.
+                "undecodable": None if node is None else node.stats().get("bad_messages"),
                 "swim_running": runtime.swim.running,
                 "members": _members(engine),
                 "trusted": sorted(engine.trusted_sites),

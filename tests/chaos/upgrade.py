@@ -26,6 +26,10 @@ no site may ever see another as ``down``; the restarted site leaves, seen ``left
 restarted site gone. Which release each agent runs is read from its memory map (the
 directory its Grid extension module was loaded from).
 
+After every step no site has counted a message from a peer that it authenticated but
+could not read (``bad_messages``): neither release sends the other anything it does not
+speak.
+
 The figure of a step is the time from the restarted agent's start to one view.
 """
 
@@ -277,6 +281,13 @@ class RollingUpgrade:
                 step.problems.append(
                     f"{name} should run {site.release.label} (Grid in {wanted}); "
                     f"its agent loaded Grid from {loaded}"
+                )
+        for name in mesh.names:
+            undecodable = (mesh.view(name) or {}).get("undecodable")
+            if undecodable:
+                step.problems.append(
+                    f"{name} could not read {undecodable} messages from its peers: one"
+                    " release sent the other something it does not speak"
                 )
         unseen = [name for name in mesh.names if not step.snapshots.get(name)]
         if unseen:

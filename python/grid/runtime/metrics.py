@@ -245,6 +245,11 @@ FAMILIES: dict[str, Family] = {
             "Sync entries not applied because the node already held them.",
         ),
         _counter(
+            "grid_swim_sync_members_left_out_total",
+            "Syncs sent without this node's members because its view digest agreed with the"
+            " peer's.",
+        ),
+        _counter(
             "grid_swim_gossip_entries_known_total",
             "Member entries of gossip not handed to foca because the node already held them.",
         ),
@@ -589,6 +594,7 @@ SWIM_STATS: dict[str, tuple[str, tuple[str, ...]] | None] = {
     "repair_items_sent": ("grid_swim_repair_items_sent_total", ()),
     "items_repaired": ("grid_swim_items_repaired_total", ()),
     "sync_entries_known": ("grid_swim_sync_entries_known_total", ()),
+    "sync_members_left_out": ("grid_swim_sync_members_left_out_total", ()),
     "gossip_entries_known": ("grid_swim_gossip_entries_known_total", ()),
     "leave_notices": ("grid_swim_leave_notices_total", ()),
     "renewals": ("grid_swim_certificate_renewals_total", ()),

@@ -72,6 +72,7 @@ def measure(
         "speed": span / wall if wall else None,
         "syncs": after["syncs_completed"] - before["syncs_completed"],
         "sync_entries_known": after["sync_entries_known"] - before["sync_entries_known"],
+        "sync_members_left_out": after["sync_members_left_out"] - before["sync_members_left_out"],
         "messages_per_virtual_second": (after["sent"] - before["sent"]) / span,
         "events_per_wall_second": (after["events"] - before["events"]) / wall if wall else None,
         "peak_rss_bytes": peak_rss_bytes(),

@@ -592,6 +592,7 @@ impl Simulation {
         dict.set_item("syncs_started", stats.drivers.syncs_started)?;
         dict.set_item("syncs_completed", stats.drivers.syncs_completed)?;
         dict.set_item("sync_entries_known", stats.drivers.sync_entries_known)?;
+        dict.set_item("sync_members_left_out", stats.drivers.sync_members_left_out)?;
         dict.set_item("probes_failed", stats.drivers.probes_failed)?;
         dict.set_item("late_answers", stats.drivers.late_answers)?;
         dict.set_item("suspicion_notices", stats.drivers.suspicion_notices)?;

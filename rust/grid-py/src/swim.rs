@@ -445,6 +445,7 @@ impl SwimNode {
             ("items_stored", d.items_stored as u64),
             ("max_transmissions", u64::from(d.max_transmissions)),
             ("sync_entries_known", d.sync_entries_known),
+            ("sync_members_left_out", d.sync_members_left_out),
             ("gossip_entries_known", d.gossip_entries_known),
             ("probes_failed", d.probes_failed),
             ("late_answers", d.late_answers),

@@ -22,9 +22,10 @@ use crate::wire::{
 
 use super::chunks::{
     encode_certificate_entry, encode_walk_end, ChunkWriter, ENTRY_CERTIFICATE, ENTRY_HEADS,
-    ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_UNTIL, ENTRY_VERSION, ENTRY_VERSIONS, ENTRY_WANT,
-    WALK_END_ROOM,
+    ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_UNTIL, ENTRY_VERSION, ENTRY_VERSIONS, ENTRY_VIEW,
+    ENTRY_WANT, WALK_END_ROOM,
 };
+use super::view::ViewSent;
 use super::walk::CatchUp;
 use super::{Driver, MAX_SYNC_CHUNKS, SIGNED_ANSWER_CHUNKS};
 
@@ -58,7 +59,9 @@ pub(super) enum SyncForm {
     Request(WalkSpan),
     /// Named items (protocol 3 on): at most what one chunk's [`ENTRY_WANT`]s hold.
     Want(Vec<ItemName>),
-    Answer(WalkSpan),
+    /// The answer to a request, with what it says of this node's view if the request
+    /// carried a view digest.
+    Answer(WalkSpan, Option<ViewSent>),
     Named(Vec<ItemName>),
 }
 
@@ -97,7 +100,7 @@ fn write_asked(form: &SyncForm, chunks: &mut ChunkWriter, entry: &mut Vec<u8>) {
                 chunks.push(ENTRY_WANT, entry, 1);
             }
         }
-        SyncForm::Answer(_) | SyncForm::Named(_) => {}
+        SyncForm::Answer(..) | SyncForm::Named(_) => {}
     }
 }
 
@@ -113,8 +116,9 @@ impl Driver {
             .is_some_and(|version| version >= BOUNDED_WALK_SINCE)
     }
 
-    /// Sends this node's view, chunked: itself, members (starting at a random one, so a
-    /// view larger than [`MAX_MEMBER_CHUNKS`] is covered over several syncs) and items,
+    /// Sends this node's view, chunked: its digest (to a peer that reads one), itself,
+    /// members (starting at a random one, so a view larger than [`MAX_MEMBER_CHUNKS`] is
+    /// covered over several syncs; none if the views agree, see [`super::view`]) and items,
     /// each origin's certificate chain before its first item. A request says the stretch
     /// of the name order its answer should walk (the walk it moves on) and carries this
     /// node's own items from where the last request stopped (none while catching up: it
@@ -138,11 +142,19 @@ impl Driver {
         };
         let (kind, reserve) = match form {
             SyncForm::Request(_) | SyncForm::Want(_) => (KIND_SYNC_REQUEST, 0),
-            SyncForm::Answer(_) | SyncForm::Named(_) => (KIND_SYNC_RESPONSE, WALK_END_ROOM),
+            SyncForm::Answer(..) | SyncForm::Named(_) => (KIND_SYNC_RESPONSE, WALK_END_ROOM),
+        };
+        let view = match &form {
+            SyncForm::Request(_) => self.request_view(peer),
+            SyncForm::Answer(_, view) => *view,
+            SyncForm::Want(_) | SyncForm::Named(_) => None,
         };
         let mut chunks = ChunkWriter::new(kind, sync_id, &me, reserve);
         let mut entry = Vec::with_capacity(MAX_MESSAGE_LEN);
         write_asked(&form, &mut chunks, &mut entry);
+        if let Some(view) = view {
+            chunks.push(ENTRY_VIEW, &view.digest.to_be_bytes(), MAX_SYNC_CHUNKS);
+        }
         entry.clear();
         encode_member(
             &Member::new(me, 0, State::Alive),
@@ -150,7 +162,10 @@ impl Driver {
             &mut entry,
         );
         chunks.push(ENTRY_MEMBER, &entry, MAX_SYNC_CHUNKS);
-        if !matches!(form, SyncForm::Want(_) | SyncForm::Named(_)) {
+        let members_left_out = view.is_some_and(|view| view.members_left_out);
+        if members_left_out {
+            self.stats.sync_members_left_out += 1;
+        } else if !matches!(form, SyncForm::Want(_) | SyncForm::Named(_)) {
             self.write_members(&mut chunks, &mut entry);
         }
 
@@ -169,7 +184,7 @@ impl Driver {
                 };
                 Some(self.write_items(peer, Items::Walk(&own), max_chunks, &mut chunks))
             }
-            SyncForm::Answer(asked) => {
+            SyncForm::Answer(asked, _) => {
                 Some(self.write_items(peer, Items::Walk(asked), max_chunks, &mut chunks))
             }
             SyncForm::Named(names) => {
@@ -179,7 +194,7 @@ impl Driver {
 
         let mut walk_end = Vec::new();
         match (
-            matches!(form, SyncForm::Answer(_) | SyncForm::Named(_)),
+            matches!(form, SyncForm::Answer(..) | SyncForm::Named(_)),
             end,
         ) {
             (true, Some(end)) => encode_walk_end(&end, &mut walk_end),

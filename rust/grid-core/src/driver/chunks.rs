@@ -43,6 +43,11 @@ pub(super) const ENTRY_VERSION: u8 = 9;
 /// held version the answer should carry (the answer carries those items and nothing of a
 /// walk; protocol 3 on).
 pub(super) const ENTRY_WANT: u8 = 10;
+/// In the first chunk of a request or of its answer (not of a request for named items):
+/// `digest u64`, the sender's view of the members at neither end of the sync (see
+/// `super::view`); the answer leaves its members out if the request's digest is its own
+/// (protocol 3 on).
+pub(super) const ENTRY_VIEW: u8 = 11;
 /// Every held item was sent (in a bounded walk: every one before its bound).
 const WALK_COMPLETE: u8 = 0;
 /// The budget ran out after the name that follows (none: before the first).
@@ -96,6 +101,13 @@ pub(super) fn encode_certificate_entry(site: &str, chain: &[Vec<u8>], out: &mut 
         out.put_u16(der.len() as u16);
         out.extend_from_slice(der);
     }
+}
+
+pub(super) fn decode_view_entry(body: &[u8]) -> Result<u64, WireError> {
+    let bytes: [u8; 8] = body
+        .try_into()
+        .map_err(|_| WireError::BadEntry(ENTRY_VIEW))?;
+    Ok(u64::from_be_bytes(bytes))
 }
 
 pub(super) fn decode_resume(

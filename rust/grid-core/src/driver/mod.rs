@@ -32,7 +32,8 @@
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
 //! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
 //! (push/pull syncs and taking their chunks), `carry` (what a sync carries and to whom),
-//! `answer` (reading a walk's answer as its chunks arrive), `walk` (the walk through
+//! `view` (the view digest that lets
+//! a sync leave out members the peer sees alike), `answer` (reading a walk's answer as its chunks arrive), `walk` (the walk through
 //! peers' stores and catching up), `heads`, `stretches` and `holes` (the walks beside it
 //! while catching up, and the lost chunks of its answers asked for apart), `repair` (digests and repair answers), `chunks` (the chunk format syncs
 //! and repairs share) and `renewal` (pins, the node's certificate renewed in place, its own
@@ -90,6 +91,7 @@ mod report;
 mod stretches;
 mod swim;
 mod sync;
+mod view;
 mod walk;
 
 pub use renewal::Unsigned;
@@ -195,6 +197,10 @@ pub struct Driver {
     pull_answer: Option<PullAnswer>,
     /// Where this node's own items resume in the next sync it starts.
     push_resume: Option<ItemName>,
+    /// This node's whole view digest when a peer's view digest last agreed with its own
+    /// (None: the last one compared differed): while the view has not moved since, its
+    /// sync requests leave their members out (see `view`).
+    view_agreed: Option<u64>,
     catch_up: CatchUp,
     /// The catch-up round under way (1 first) and the item names held when it began.
     catch_up_round: (u8, usize),
@@ -310,6 +316,7 @@ impl Driver {
             pull_asked: WalkSpan::items(None, None),
             pull_answer: None,
             push_resume: None,
+            view_agreed: None,
             catch_up: CatchUp::Due,
             catch_up_round: (0, 0),
             fruitless_answers: 0,

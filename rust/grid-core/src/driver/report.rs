@@ -170,6 +170,9 @@ pub struct DriverStats {
     pub max_transmissions: u8,
     /// Sync entries not applied because foca already held them.
     pub sync_entries_known: u64,
+    /// Syncs (requests and answers) sent without this node's members because its view
+    /// digest agreed with the peer's (see `view`).
+    pub sync_members_left_out: u64,
     /// Member entries of gossip taken out before foca because it already held them.
     pub gossip_entries_known: u64,
     /// Direct notices sent to members this node suspects, so they can refute at once.

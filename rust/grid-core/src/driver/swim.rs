@@ -101,7 +101,7 @@ pub(super) struct ProbeHealth {
     /// Answers that came after their probe had failed.
     pub(super) late_answers: u64,
     /// Our incarnation as our last message carried it; it rises when we refute.
-    incarnation: u16,
+    pub(super) incarnation: u16,
     /// Lifeguard's local health multiplier: up on a refutation or a late answer, down on
     /// a probe round without failure.
     pub(super) local_health: u8,

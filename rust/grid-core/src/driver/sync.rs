@@ -22,14 +22,18 @@ use crate::wire::{
 
 use super::carry::{SyncForm, WalkSpan};
 use super::chunks::{
-    decode_certificate_entry, decode_resume, decode_version_entry, decode_walk_end,
-    read_chunk_header, read_entry, ChunkHeader, ENTRY_CERTIFICATE, ENTRY_HEADS, ENTRY_ITEM,
-    ENTRY_MEMBER, ENTRY_RESUME, ENTRY_UNTIL, ENTRY_VERSION, ENTRY_VERSIONS, ENTRY_WALK_END,
-    ENTRY_WANT,
+    decode_certificate_entry, decode_resume, decode_version_entry, decode_view_entry,
+    decode_walk_end, read_chunk_header, read_entry, ChunkHeader, ENTRY_CERTIFICATE, ENTRY_HEADS,
+    ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_UNTIL, ENTRY_VERSION, ENTRY_VERSIONS, ENTRY_VIEW,
+    ENTRY_WALK_END, ENTRY_WANT,
 };
 use super::positions::Positions;
 use super::swim::Screened;
 use super::{Driver, GridFoca};
+
+/// Picks of a random entry of foca's list before a random member is found by counting
+/// through the active ones (see [`Driver::random_member_id`]).
+const PICK_TRIES: usize = 8;
 
 /// A member entry's identity and incarnation if it says the member is alive (and is
 /// nothing more than that).
@@ -132,15 +136,23 @@ impl Driver {
         if count == 0 {
             return None;
         }
+        let held = self.foca.iter_membership_state().len();
+        // foca's list is read by position in O(1). When every member it holds is active
+        // (the usual case) the pick is any entry; otherwise entries are picked until an
+        // active one comes up, which is as uniform over the active ones and, with a few
+        // members held down, nearly always as quick (counting through the active ones
+        // cost O(N) for every digest and sync of a large cluster). Past a few tries (most
+        // held down) it counts through them after all.
+        let tries = if held == count { 1 } else { PICK_TRIES };
+        for _ in 0..tries {
+            let pick = self.rng.random_range(0..held);
+            let member = self.foca.iter_membership_state().nth(pick);
+            if let Some(member) = member.filter(|m| m.state() != State::Down) {
+                return Some(member.id().clone());
+            }
+        }
         let pick = self.rng.random_range(0..count);
-        // When every member foca holds is active (the usual case) the pick-th active one is
-        // the pick-th entry, read in O(1); otherwise count through the active ones.
-        let member = if self.foca.iter_membership_state().len() == count {
-            self.foca.iter_membership_state().nth(pick)
-        } else {
-            self.foca.iter_members().nth(pick)
-        };
-        member.map(|m| m.id().clone())
+        self.foca.iter_members().nth(pick).map(|m| m.id().clone())
     }
 
     pub(super) fn handle_sync<O: Transmit + ?Sized>(
@@ -172,6 +184,7 @@ impl Driver {
         let mut versions = Vec::new();
         let mut version_bodies = Vec::new();
         let mut walk_end = None;
+        let mut view = None;
         let mut known = 0;
         self.positions.refresh(self.foca.iter_membership_state());
         let held_alive = self.members_held_alive(r.unread(), &sender);
@@ -233,6 +246,9 @@ impl Driver {
                     versions.push(decode_version_entry(body, &self.interner)?);
                     version_bodies.push(body);
                 }
+                ENTRY_VIEW if index == 0 && view.is_none() => {
+                    view = Some(decode_view_entry(body)?);
+                }
                 ENTRY_WALK_END
                     if kind == KIND_SYNC_RESPONSE && index == 0 && walk_end.is_none() =>
                 {
@@ -275,16 +291,19 @@ impl Driver {
                 store.accept(item, true);
             }
         }
+        // Compared once the chunk's members are applied: the answer says the view as it is.
+        let view = view.map(|theirs| self.hear_view(theirs));
         if index == 0 {
             if kind == KIND_SYNC_REQUEST {
                 self.stats.syncs_served += 1;
                 let answer = if wants.is_empty() {
-                    SyncForm::Answer(WalkSpan {
+                    let asked = WalkSpan {
                         after: resume.flatten(),
                         until,
                         lanes: walked,
                         form,
-                    })
+                    };
+                    SyncForm::Answer(asked, view)
                 } else {
                     SyncForm::Named(wants)
                 };

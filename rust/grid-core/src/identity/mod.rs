@@ -354,6 +354,11 @@ impl NodeId {
         self.place.addr.socket_addr()
     }
 
+    /// The hash of the site's name, held inline (read without following the place).
+    pub fn site_key(&self) -> u64 {
+        self.site_key
+    }
+
     pub fn generation(&self) -> u64 {
         self.generation
     }

@@ -49,6 +49,8 @@ pub struct DriverTotals {
     pub syncs_started: u64,
     pub syncs_completed: u64,
     pub sync_entries_known: u64,
+    /// Syncs sent without members because the two views agreed.
+    pub sync_members_left_out: u64,
     pub probes_failed: u64,
     pub late_answers: u64,
     pub suspicion_notices: u64,
@@ -64,6 +66,7 @@ impl From<&DriverStats> for DriverTotals {
             syncs_started: stats.syncs_started,
             syncs_completed: stats.syncs_completed,
             sync_entries_known: stats.sync_entries_known,
+            sync_members_left_out: stats.sync_members_left_out,
             probes_failed: stats.probes_failed,
             late_answers: stats.late_answers,
             suspicion_notices: stats.suspicion_notices,
@@ -82,6 +85,7 @@ impl DriverTotals {
         self.syncs_started += other.syncs_started;
         self.syncs_completed += other.syncs_completed;
         self.sync_entries_known += other.sync_entries_known;
+        self.sync_members_left_out += other.sync_members_left_out;
         self.probes_failed += other.probes_failed;
         self.late_answers += other.late_answers;
         self.suspicion_notices += other.suspicion_notices;

@@ -21,7 +21,7 @@
 //! |---------|---------------|--------------------------------|
 //! | 1       | 0.1.0         | (the first: signed messages with trailers, `HELLO`, `DIGEST`, `REPAIR`, signals pages) |
 //! | 2       | 0.2.0         | the sender's range in `HELLO`'s flags |
-//! | 3       | 0.3.0         | certificate renewal without loss: a sync carries a site's earlier certificates before the items they signed, a receiver keeps the newest certificate as current; a held version taken again with its origin's renewed signature; session keys: `HANDSHAKE_INIT`, `HANDSHAKE_RESPONSE`, `HANDSHAKE_CONFIRM` and the session form of every message; a sync request may ask for the heads of every site only (certificates, gateway, metadata), and bound its answer's items before a name, ask for names and versions alone, and ask for items by name |
+//! | 3       | 0.3.0         | certificate renewal without loss: a sync carries a site's earlier certificates before the items they signed, a receiver keeps the newest certificate as current; a held version taken again with its origin's renewed signature; session keys: `HANDSHAKE_INIT`, `HANDSHAKE_RESPONSE`, `HANDSHAKE_CONFIRM` and the session form of every message; a sync request may ask for the heads of every site only (certificates, gateway, metadata), and bound its answer's items before a name, ask for names and versions alone, and ask for items by name; a sync carries a digest of the sender's view and leaves its members out when the peer's agrees |
 //!
 //! A release speaks its own version and the one before, so a mesh can run two releases side
 //! by side while it is upgraded one site at a time (docs/upgrading.md).
@@ -45,6 +45,9 @@ pub const HEADS_WALK_SINCE: u8 = 3;
 /// items before a given name, a request for names and versions alone, and one for items
 /// by name (an older one refuses each of those requests' entries).
 pub const BOUNDED_WALK_SINCE: u8 = 3;
+/// The first version whose nodes read a sync's view digest, and leave out of a sync the
+/// members a peer whose digest agrees already holds (an older one refuses the entry).
+pub const VIEW_DIGEST_SINCE: u8 = 3;
 
 /// `HELLO` flag bits that hold the span of the sender's range.
 const SPAN_BITS: u8 = 0b0000_1110;

@@ -402,3 +402,84 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn converged_nodes_sync_without_their_members_and_a_view_that_differs_is_mended() {
+    let (mut c, addrs) = five_node_cluster();
+    let before: Vec<_> = addrs.iter().map(|at| c.nodes[at].stats()).collect();
+    c.run_for(config().push_pull_interval * 4);
+    for (at, before) in addrs.iter().zip(&before) {
+        let after = c.nodes[at].stats();
+        // Syncs went on, both ways, and carried no members: the views agreed.
+        assert!(after.syncs_completed > before.syncs_completed, "{after:?}");
+        assert!(after.syncs_served > before.syncs_served, "{after:?}");
+        assert!(
+            after.sync_members_left_out > before.sync_members_left_out,
+            "{after:?}"
+        );
+    }
+    // A sixth node joins: its view (empty) differs from its seed's, so the seed's answer
+    // carries the members, and it learns them all from that one sync, not probe by probe.
+    let joiner = c.add(5, 100);
+    c.join(joiner, addrs[0]);
+    let took = c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    assert!(took <= config().probe_interval * 3, "converged in {took:?}");
+    // Every view moved; once they agree again, syncs leave members out again.
+    let before: Vec<_> = c.nodes.values().map(|n| n.stats()).collect();
+    c.run_for(config().push_pull_interval * 4);
+    for (node, before) in c.nodes.values().zip(&before) {
+        let after = node.stats();
+        assert!(
+            after.sync_members_left_out > before.sync_members_left_out,
+            "{after:?}"
+        );
+    }
+    c.assert_driver_healthy();
+}
+
+#[test]
+fn a_node_whose_view_differs_is_sent_the_members_by_its_peers_syncs() {
+    let mut c = Cluster::new();
+    // Suspicions last long enough that a node cannot find out alone what a sync tells it.
+    c.swim.suspicion_timeout = Duration::from_secs(5);
+    let addrs: Vec<_> = (0..5).map(|i| c.add(i, 100)).collect();
+    for at in &addrs[1..] {
+        c.join(*at, addrs[0]);
+    }
+    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    let agreed = |c: &Cluster| total(c, |s| s.sync_members_left_out);
+    let before = agreed(&c);
+    c.run_until(config().push_pull_interval * 4, |c| agreed(c) > before + 5);
+    // One node hears nothing about a node that leaves, until every other holds it as left
+    // and no gossip of it is left to send: then only a sync can tell it. Its own view has
+    // not moved since it last agreed, so its requests carry no members; its peers' answers
+    // must.
+    let (behind, leaver) = (addrs[1], addrs[2]);
+    c.blocked = Some((behind, b"site-2".to_vec()));
+    c.leave(leaver);
+    let others: Vec<_> = [0, 3, 4].map(|i| addrs[i]).to_vec();
+    c.run_until(Duration::from_secs(3), |c| {
+        others.iter().all(|at| {
+            c.state_of(*at, leaver)
+                .is_some_and(|s| s.0 == MemberState::Left)
+                && c.nodes[at].stats().updates_backlog == 0
+        })
+    });
+    assert_eq!(
+        c.state_of(behind, leaver).map(|s| s.0),
+        Some(MemberState::Alive)
+    );
+    c.blocked = None;
+    c.run_until(config().push_pull_interval * 3, |c| {
+        c.state_of(behind, leaver)
+            .is_some_and(|s| s.0 != MemberState::Alive)
+            && c.state_of(behind, leaver)
+                .is_some_and(|s| s.0 != MemberState::Suspect)
+    });
+    // Left, as its peers hold it: not down, as its own probes would have found.
+    assert_eq!(
+        c.state_of(behind, leaver).map(|s| s.0),
+        Some(MemberState::Left)
+    );
+    c.assert_driver_healthy();
+}
