@@ -26,9 +26,11 @@ no site may ever see another as ``down``; the restarted site leaves, seen ``left
 restarted site gone. Which release each agent runs is read from its memory map (the
 directory its Grid extension module was loaded from).
 
-After every step no site has counted a message from a peer that it authenticated but
-could not read (``bad_messages``): neither release sends the other anything it does not
-speak.
+After every step no site of this checkout has counted a message from a peer that it
+authenticated but could not read (``bad_messages``; a previous release's site agent does
+not report it): the previous release sends this one nothing it does not speak. The other
+way round is the driver's test
+``a_peer_of_the_previous_protocol_is_sent_members_and_no_view_digest``.
 
 The figure of a step is the time from the restarted agent's start to one view.
 """
@@ -282,9 +284,14 @@ class RollingUpgrade:
                     f"{name} should run {site.release.label} (Grid in {wanted}); "
                     f"its agent loaded Grid from {loaded}"
                 )
-        for name in mesh.names:
-            undecodable = (mesh.view(name) or {}).get("undecodable")
-            if undecodable:
+        for name, site in mesh.sites.items():
+            view = mesh.view(name) or {}
+            undecodable = view.get("undecodable")
+            # This checkout's site agent says it (a previous release's copy does not).
+            says = site.release.site_agent == current_release().site_agent
+            if says and view.get("generation") is not None and undecodable is None:
+                step.problems.append(f"{name}'s view does not say what it could not read")
+            elif undecodable:
                 step.problems.append(
                     f"{name} could not read {undecodable} messages from its peers: one"
                     " release sent the other something it does not speak"

@@ -115,6 +115,8 @@ ENTRY_HEADS, ENTRY_UNTIL, ENTRY_VERSIONS, ENTRY_VERSION, ENTRY_WANT = 6, 7, 8, 9
 """Protocol 3: what a request asks (the heads alone, a bound, names and versions alone, an
 item by name), and an answer's name and version standing for an item."""
 _ASKING = (ENTRY_HEADS, ENTRY_UNTIL, ENTRY_VERSIONS, ENTRY_WANT)
+ENTRY_VIEW = 11
+"""Protocol 3: in a request's or an answer's first chunk, the sender's view digest (u64)."""
 HELLO_WANT_REPLY = 0x01
 """HELLO flag bit 0; bits 1-3 hold the sender's highest protocol version minus its lowest,
 bits 4-7 its highest (0: no range, as release 0.1.0 sends: protocol 1 alone)."""
@@ -617,6 +619,7 @@ class SyncChunk:
     walk_end: bytes | None = None
     asked: tuple[tuple[int, bytes], ...] = ()
     versions: tuple[bytes, ...] = ()
+    view: int | None = None
 
     @classmethod
     def decode(cls, body: bytes) -> SyncChunk:
@@ -627,6 +630,7 @@ class SyncChunk:
         asked: list[tuple[int, bytes]] = []
         versions: list[bytes] = []
         resume = walk_end = None
+        view: int | None = None
         while r.remaining:
             tag, entry = r.u8(), r.take(r.u16())
             if tag == ENTRY_MEMBER:
@@ -647,6 +651,10 @@ class SyncChunk:
                 asked.append((tag, entry))
             elif tag == ENTRY_VERSION:
                 versions.append(entry)
+            elif tag == ENTRY_VIEW and index == 0 and view is None:
+                if len(entry) != 8:
+                    raise WireError(f"a view entry of {len(entry)} bytes")
+                view = int.from_bytes(entry, "big")
             else:
                 raise WireError(f"sync entry tag {tag}")
         return cls(
@@ -661,6 +669,7 @@ class SyncChunk:
             walk_end,
             tuple(asked),
             tuple(versions),
+            view,
         )
 
 

@@ -1,6 +1,8 @@
 //! Protocol versions: each pair speaks its highest shared version, and pairs sharing none
 //! refuse each other.
 
+use grid_core::wire::Envelope;
+
 use super::*;
 
 fn protocol_of(c: &Cluster, viewer: SocketAddr, target: SocketAddr) -> Option<u8> {
@@ -105,5 +107,65 @@ fn a_hello_without_a_range_is_heard_as_protocol_one() {
     c.deliver_one(a, &hello);
     assert_eq!(c.nodes[&a].stats().session.hellos_received, before + 1);
     assert_eq!(protocol_of(&c, a, b), Some(1));
+    assert!(c.all_see_all());
+}
+
+/// The entry tags of a sync chunk's body (sender identity, id, index, count, entries).
+fn sync_entry_tags(body: &[u8], interner: &Interner) -> Vec<u8> {
+    let mut r = grid_core::wire::Reader::new(body);
+    NodeId::decode(&mut r, interner).unwrap();
+    r.bytes(4 + 2 + 2).unwrap();
+    let mut tags = Vec::new();
+    while !r.is_empty() {
+        tags.push(r.u8().unwrap());
+        let len = usize::from(r.u16().unwrap());
+        r.bytes(len).unwrap();
+    }
+    tags
+}
+
+#[test]
+fn a_peer_of_the_previous_protocol_is_sent_members_and_no_view_digest() {
+    const ENTRY_MEMBER: u8 = 1;
+    const ENTRY_VIEW: u8 = 11;
+    let mut c = Cluster::new();
+    let addrs: Vec<_> = (0..4).map(|i| c.add(i, 1)).collect();
+    let old = addrs[3];
+    c.speaking(old, ProtocolRange::new(2, 2).unwrap());
+    for at in &addrs[1..] {
+        c.join(*at, addrs[0]);
+    }
+    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    c.run_for(config().push_pull_interval * 2);
+    c.wire.clear();
+    c.run_for(config().push_pull_interval * 3);
+    let (mut to_old, mut between_new) = (Vec::new(), Vec::new());
+    for (to, message) in &c.wire {
+        let envelope = Envelope::decode(message, &c.interner).unwrap();
+        if envelope.kind != KIND_SYNC_REQUEST && envelope.kind != KIND_SYNC_RESPONSE {
+            continue;
+        }
+        let tags = sync_entry_tags(envelope.body, &c.interner);
+        if *to == old {
+            to_old.push(tags);
+        } else if envelope.sender.socket_addr() != old {
+            between_new.push(tags);
+        }
+    }
+    // Syncs went to the old peer, each with members (more than the sender itself) and
+    // none with a view digest, which protocol 2 would refuse with the whole chunk.
+    assert!(!to_old.is_empty());
+    for tags in &to_old {
+        assert!(!tags.contains(&ENTRY_VIEW), "{tags:?}");
+        let members = tags.iter().filter(|t| **t == ENTRY_MEMBER).count();
+        assert!(members >= 2, "{tags:?}");
+    }
+    // Between nodes of this protocol the digest goes, and agreeing views carry no members
+    // but the sender.
+    assert!(between_new.iter().any(|tags| tags.contains(&ENTRY_VIEW)));
+    assert!(between_new.iter().any(|tags| {
+        tags.contains(&ENTRY_VIEW) && tags.iter().filter(|t| **t == ENTRY_MEMBER).count() == 1
+    }));
+    assert_eq!(c.nodes[&old].stats().bad_messages, 0);
     assert!(c.all_see_all());
 }
