@@ -108,12 +108,18 @@ fn write_asked(form: &SyncForm, chunks: &mut ChunkWriter, entry: &mut Vec<u8>) {
 /// over several syncs), so items always have room.
 pub(super) const MAX_MEMBER_CHUNKS: usize = MAX_SYNC_CHUNKS / 2;
 impl Driver {
+    /// Whether the peer at `peer` speaks protocol `since` or later (unknown until its
+    /// `HELLO` was heard: then it is sent only what every version reads).
+    pub(super) fn peer_speaks(&self, peer: SocketAddr, since: u8) -> bool {
+        self.session
+            .version_at(peer)
+            .is_some_and(|version| version >= since)
+    }
+
     /// Whether the peer at `peer` answers a sync request bounded before a name (it speaks
     /// [`BOUNDED_WALK_SINCE`]).
     pub(super) fn bounds_walks(&self, peer: SocketAddr) -> bool {
-        self.session
-            .version_at(peer)
-            .is_some_and(|version| version >= BOUNDED_WALK_SINCE)
+        self.peer_speaks(peer, BOUNDED_WALK_SINCE)
     }
 
     /// Sends this node's view, chunked: its digest (to a peer that reads one), itself,
@@ -254,9 +260,7 @@ impl Driver {
         // Earlier certificates only to peers that keep a site's newest certificate as
         // its current one whatever the order they arrive in (protocol 3): an older
         // peer would take the earlier one as current.
-        let earlier_ok = session
-            .version_at(peer)
-            .is_some_and(|version| version >= EARLIER_CERTIFICATES_SINCE);
+        let earlier_ok = self.peer_speaks(peer, EARLIER_CERTIFICATES_SINCE);
         let versions = matches!(items, Items::Walk(asked) if asked.form == ExportForm::Versions);
         let mut chain_entry = Vec::new();
         let mut last_origin: Option<Arc<str>> = None;

@@ -44,7 +44,7 @@ pub(super) const ENTRY_VERSION: u8 = 9;
 /// walk; protocol 3 on).
 pub(super) const ENTRY_WANT: u8 = 10;
 /// In the first chunk of a request or of its answer (not of a request for named items):
-/// `digest u64`, the sender's view of the members at neither end of the sync (see
+/// `digest u64`, the digest of the sender's view of the members, itself included (see
 /// `super::view`); the answer leaves its members out if the request's digest is its own
 /// (protocol 3 on).
 pub(super) const ENTRY_VIEW: u8 = 11;

@@ -60,11 +60,7 @@ impl Driver {
         let Some(peer) = peer else {
             return;
         };
-        let speaks = self
-            .session
-            .version_at(peer.socket_addr())
-            .is_some_and(|version| version >= HEADS_WALK_SINCE);
-        if !speaks {
+        if !self.peer_speaks(peer.socket_addr(), HEADS_WALK_SINCE) {
             return;
         }
         self.heads = Some(HeadsWalk {

@@ -32,8 +32,8 @@
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
 //! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
 //! (push/pull syncs and taking their chunks), `carry` (what a sync carries and to whom),
-//! `view` (the view digest that lets
-//! a sync leave out members the peer sees alike), `answer` (reading a walk's answer as its chunks arrive), `walk` (the walk through
+//! `view` (the view digest that lets a sync leave out members the peer sees alike),
+//! `answer` (reading a walk's answer as its chunks arrive), `walk` (the walk through
 //! peers' stores and catching up), `heads`, `stretches` and `holes` (the walks beside it
 //! while catching up, and the lost chunks of its answers asked for apart), `repair` (digests and repair answers), `chunks` (the chunk format syncs
 //! and repairs share) and `renewal` (pins, the node's certificate renewed in place, its own
@@ -197,9 +197,9 @@ pub struct Driver {
     pull_answer: Option<PullAnswer>,
     /// Where this node's own items resume in the next sync it starts.
     push_resume: Option<ItemName>,
-    /// This node's whole view digest when a peer's view digest last agreed with its own
-    /// (None: the last one compared differed): while the view has not moved since, its
-    /// sync requests leave their members out (see `view`).
+    /// This node's view digest when a peer's last agreed with it (None: the last one
+    /// compared differed): while its digest has not moved since, its sync requests leave
+    /// their members out (see `view`).
     view_agreed: Option<u64>,
     catch_up: CatchUp,
     /// The catch-up round under way (1 first) and the item names held when it began.

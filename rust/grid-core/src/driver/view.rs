@@ -41,11 +41,7 @@ impl Driver {
     /// does not read view digests; else the digest, and its members are left out while
     /// the digest has not moved since one last agreed.
     pub(super) fn request_view(&self, peer: SocketAddr) -> Option<ViewSent> {
-        let speaks = self
-            .session
-            .version_at(peer)
-            .is_some_and(|version| version >= VIEW_DIGEST_SINCE);
-        speaks.then(|| {
+        self.peer_speaks(peer, VIEW_DIGEST_SINCE).then(|| {
             let digest = self.view_digest();
             ViewSent {
                 digest,
