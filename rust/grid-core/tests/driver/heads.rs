@@ -21,10 +21,7 @@ fn a_joiner_holds_every_sites_gateway_long_before_the_whole_store() {
     // The sites take each other's items by push/pull walks (each push/pull that brings
     // many names sets off a catch-up).
     c.swim.push_pull_interval = Duration::from_secs(5);
-    let sites: Vec<_> = (0..4).map(|i| c.add(i, 100)).collect();
-    for at in &sites[1..] {
-        c.join(*at, sites[0]);
-    }
+    let sites = c.add_joined(4, 100);
     let payload = [7u8; 900];
     let per_site = 150;
     for at in &sites {

@@ -84,6 +84,8 @@ struct Cluster {
     deaf_to: Option<(SocketAddr, Vec<u8>)>,
     /// Messages of any kind to this node holding these bytes are lost.
     blocked: Option<(SocketAddr, Vec<u8>)>,
+    /// Sync requests to this node are lost: it syncs only by the requests it starts.
+    requests_lost_to: Option<SocketAddr>,
     /// The next this many messages of this kind (either form), to anyone, are lost.
     lose_kind: Option<(u8, usize)>,
     /// Messages of this kind are held back here until a test delivers them.
@@ -110,6 +112,7 @@ impl Cluster {
             sent_to_lossy: 0,
             deaf_to: None,
             blocked: None,
+            requests_lost_to: None,
             lose_kind: None,
             held: None,
             first_lost: None,
@@ -118,6 +121,15 @@ impl Cluster {
 
     fn add(&mut self, i: usize, generation: u64) -> SocketAddr {
         self.add_as(&format!("site-{i}"), i, generation)
+    }
+
+    /// Adds nodes `0..n` of `generation`; every one but the first joins through the first.
+    fn add_joined(&mut self, n: usize, generation: u64) -> Vec<SocketAddr> {
+        let addrs: Vec<_> = (0..n).map(|i| self.add(i, generation)).collect();
+        for at in &addrs[1..] {
+            self.join(*at, addrs[0]);
+        }
+        addrs
     }
 
     /// Makes the node at `at` speak only `range` (a release before or after this one).
@@ -269,6 +281,11 @@ impl Cluster {
                         continue;
                     }
                 }
+                if self.requests_lost_to == Some(to)
+                    && message[0] & !SESSION_FORM == KIND_SYNC_REQUEST
+                {
+                    continue;
+                }
                 if let Some((blocked, bytes)) = &self.blocked {
                     if to == *blocked && message.windows(bytes.len()).any(|w| w == bytes) {
                         continue;
@@ -386,14 +403,25 @@ impl Cluster {
 
 fn five_node_cluster() -> (Cluster, Vec<SocketAddr>) {
     let mut c = Cluster::new();
-    let addrs: Vec<_> = (0..5).map(|i| c.add(i, 100)).collect();
-    for at in &addrs[1..] {
-        c.join(*at, addrs[0]);
-    }
+    let addrs = c.add_joined(5, 100);
     let took = c.run_until(Duration::from_secs(5), Cluster::all_see_all);
     // The joiners learn each other from the seed's sync answer, not one probe at a time.
     assert!(took <= config().probe_interval * 3, "converged in {took:?}");
     (c, addrs)
+}
+
+/// Four nodes of generation 1, the last speaking only protocol 2 (the release before),
+/// all seeing all: the nodes and the old one's address.
+fn four_nodes_one_of_protocol_2() -> (Cluster, Vec<SocketAddr>, SocketAddr) {
+    let mut c = Cluster::new();
+    let addrs: Vec<_> = (0..4).map(|i| c.add(i, 1)).collect();
+    let old = addrs[3];
+    c.speaking(old, ProtocolRange::new(2, 2).unwrap());
+    for at in &addrs[1..] {
+        c.join(*at, addrs[0]);
+    }
+    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    (c, addrs, old)
 }
 
 fn total(c: &Cluster, stat: impl Fn(&DriverStats) -> u64) -> u64 {

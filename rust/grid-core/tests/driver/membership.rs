@@ -193,10 +193,7 @@ fn a_flood_on_one_lane_does_not_hold_back_another() {
 #[test]
 fn a_burst_waits_in_the_relay_queue_and_reaches_everyone() {
     let mut c = Cluster::new();
-    let addrs: Vec<_> = (0..5).map(|i| c.add(i, 100)).collect();
-    for at in &addrs[1..] {
-        c.join(*at, addrs[0]);
-    }
+    let addrs = c.add_joined(5, 100);
     c.run_until(Duration::from_secs(5), Cluster::all_see_all);
     let count = 600;
     c.publish_providers(addrs[0], count, &[7u8; 600]);
@@ -442,16 +439,14 @@ fn a_node_whose_view_differs_is_sent_the_members_by_its_peers_syncs() {
     let mut c = Cluster::new();
     // Suspicions last long enough that a node cannot find out alone what a sync tells it.
     c.swim.suspicion_timeout = Duration::from_secs(5);
-    let addrs: Vec<_> = (0..5).map(|i| c.add(i, 100)).collect();
-    for at in &addrs[1..] {
-        c.join(*at, addrs[0]);
-    }
+    let addrs = c.add_joined(5, 100);
     c.run_until(Duration::from_secs(5), Cluster::all_see_all);
     let agreed = |c: &Cluster| total(c, |s| s.sync_members_left_out);
     let before = agreed(&c);
     c.run_until(config().push_pull_interval * 4, |c| agreed(c) > before + 5);
     // One node hears nothing about a node that leaves, until every other holds it as left
-    // and no gossip of it is left to send: then only a sync can tell it. Its own view has
+    // and no gossip of it is left to send: then only a sync can tell it, and only the
+    // answers to its own requests (the others' requests to it are lost). Its own view has
     // not moved since it last agreed, so its requests carry no members; its peers' answers
     // must.
     let (behind, leaver) = (addrs[1], addrs[2]);
@@ -470,11 +465,12 @@ fn a_node_whose_view_differs_is_sent_the_members_by_its_peers_syncs() {
         Some(MemberState::Alive)
     );
     c.blocked = None;
+    c.requests_lost_to = Some(behind);
     c.run_until(config().push_pull_interval * 3, |c| {
-        c.state_of(behind, leaver)
-            .is_some_and(|s| s.0 != MemberState::Alive)
-            && c.state_of(behind, leaver)
-                .is_some_and(|s| s.0 != MemberState::Suspect)
+        matches!(
+            c.state_of(behind, leaver),
+            Some((MemberState::Left | MemberState::Down, _))
+        )
     });
     // Left, as its peers hold it: not down, as its own probes would have found.
     assert_eq!(

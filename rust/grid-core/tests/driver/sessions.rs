@@ -191,10 +191,7 @@ fn a_restarted_peer_agrees_new_sessions_at_once() {
 fn lost_handshake_messages_cost_a_retry_not_a_suspicion() {
     let mut c = Cluster::new();
     c.lose_kind = Some((KIND_HANDSHAKE_RESPONSE, 3));
-    let addrs: Vec<_> = (0..4).map(|i| c.add(i, 1)).collect();
-    for at in &addrs[1..] {
-        c.join(*at, addrs[0]);
-    }
+    c.add_joined(4, 1);
     c.run_until(Duration::from_secs(5), Cluster::all_see_all);
     c.run_for(HANDSHAKE_RETRY * 3);
     c.lose_kind = Some((KIND_HANDSHAKE_CONFIRM, 3));
@@ -230,14 +227,7 @@ fn sessions_rotate_without_a_lost_message() {
 
 #[test]
 fn a_peer_of_the_release_before_sessions_is_signed_to_and_the_rest_use_sessions() {
-    let mut c = Cluster::new();
-    let addrs: Vec<_> = (0..4).map(|i| c.add(i, 1)).collect();
-    let old = addrs[3];
-    c.speaking(old, ProtocolRange::new(2, 2).unwrap());
-    for at in &addrs[1..] {
-        c.join(*at, addrs[0]);
-    }
-    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    let (mut c, addrs, old) = four_nodes_one_of_protocol_2();
     c.run_for(Duration::from_secs(2));
     c.wire.clear();
     c.run_for(Duration::from_secs(2));

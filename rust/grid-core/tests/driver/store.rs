@@ -335,10 +335,7 @@ fn the_item_store_is_bounded_and_refuses_past_it_keeping_what_it_holds() {
 fn five_nodes_without_syncs() -> (Cluster, Vec<SocketAddr>) {
     let mut c = Cluster::new();
     c.swim.push_pull_interval = Duration::from_secs(600);
-    let addrs: Vec<_> = (0..5).map(|i| c.add(i, 100)).collect();
-    for at in &addrs[1..] {
-        c.join(*at, addrs[0]);
-    }
+    let addrs = c.add_joined(5, 100);
     c.run_until(Duration::from_secs(5), Cluster::all_see_all);
     // Past the joiners' catch-up syncs.
     c.run_for(Duration::from_secs(3));

@@ -17,10 +17,7 @@ fn six_sites(c: &mut Cluster, per_site: usize) -> (Vec<SocketAddr>, usize) {
     // The sites take each other's items by push/pull walks (each push/pull that brings
     // many names sets off a catch-up); the joiner added later walks only.
     c.swim.push_pull_interval = Duration::from_secs(1);
-    let sites: Vec<_> = (0..6).map(|i| c.add(i, 100)).collect();
-    for at in &sites[1..] {
-        c.join(*at, sites[0]);
-    }
+    let sites = c.add_joined(6, 100);
     let payload = [7u8; 900];
     for at in &sites {
         c.publish_providers(*at, per_site, &payload);

@@ -128,14 +128,7 @@ fn sync_entry_tags(body: &[u8], interner: &Interner) -> Vec<u8> {
 fn a_peer_of_the_previous_protocol_is_sent_members_and_no_view_digest() {
     const ENTRY_MEMBER: u8 = 1;
     const ENTRY_VIEW: u8 = 11;
-    let mut c = Cluster::new();
-    let addrs: Vec<_> = (0..4).map(|i| c.add(i, 1)).collect();
-    let old = addrs[3];
-    c.speaking(old, ProtocolRange::new(2, 2).unwrap());
-    for at in &addrs[1..] {
-        c.join(*at, addrs[0]);
-    }
-    c.run_until(Duration::from_secs(5), Cluster::all_see_all);
+    let (mut c, _, old) = four_nodes_one_of_protocol_2();
     c.run_for(config().push_pull_interval * 2);
     c.wire.clear();
     c.run_for(config().push_pull_interval * 3);
