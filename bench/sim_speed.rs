@@ -9,15 +9,19 @@
 //! the CPU time of all threads), which other load on the machine hardly moves, and the
 //! syncs completed in the span beside the requests and answers sent without members (the
 //! views agreed). It prints one line per size, plus the trace fingerprint
-//! so that two builds can be checked for identical results.
+//! so that two builds can be checked for identical results. With `--loss P` every message
+//! is lost with probability P from the end of forming on: the steady state of the accuracy
+//! runs of `grid bench convergence`, where suspicions and refutations keep foca's update
+//! backlog full and views rarely agree.
 //!
 //! Run: `cargo run --release -p grid-core --example sim_speed -- --sizes 1000,10000`
-//! (options: `--threads T` (default 2), `--span S`, `--runs R` (default 5), `--seed N`).
+//! (options: `--threads T` (default 2), `--span S`, `--runs R` (default 5), `--seed N`,
+//! `--loss P` (default 0)).
 
 use std::time::{Duration, Instant};
 
 use grid_core::driver::config::SwimConfig;
-use grid_core::sim::{SimSettings, Simulation};
+use grid_core::sim::{NetModel, SimSettings, Simulation};
 
 const WARM_UP: Duration = Duration::from_secs(10);
 
@@ -27,6 +31,7 @@ struct Options {
     span: Option<f64>,
     runs: u32,
     seed: u64,
+    loss: f64,
 }
 
 fn parse() -> Options {
@@ -36,6 +41,7 @@ fn parse() -> Options {
         span: None,
         runs: 5,
         seed: 1,
+        loss: 0.0,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -53,6 +59,7 @@ fn parse() -> Options {
             "--span" => options.span = Some(value.parse().expect("seconds")),
             "--runs" => options.runs = value.parse().expect("a run count"),
             "--seed" => options.seed = value.parse().expect("a seed"),
+            "--loss" => options.loss = value.parse().expect("a probability"),
             _ => panic!("unknown option {flag}"),
         }
     }
@@ -112,7 +119,15 @@ fn main() {
         };
         let formed = Instant::now();
         let form_cpu_before = cpu_seconds();
+        let net = settings.net.clone();
         let mut sim = Simulation::new(size, options.seed, settings).expect("valid settings");
+        if options.loss > 0.0 {
+            sim.set_net(NetModel {
+                loss: options.loss,
+                ..net
+            })
+            .expect("a valid loss");
+        }
         let start = sim.now();
         let form = formed.elapsed().as_secs_f64();
         let form_cpu = cpu_seconds() - form_cpu_before;
@@ -137,9 +152,10 @@ fn main() {
         let syncs = after.drivers.syncs_completed - before.drivers.syncs_completed;
         let left_out = after.drivers.sync_members_left_out - before.drivers.sync_members_left_out;
         println!(
-            "size={size} form_s={form:.2} form_cpu_s={form_cpu:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
+            "size={size} loss={} form_s={form:.2} form_cpu_s={form_cpu:.2} span_s={:.0} wall_s={wall:.2} speed={:.2} \
              median_part_speed={:.2} cpu_s={cpu:.2} cpu_speed={:.2} events_per_s={:.0} \
              syncs={syncs} members_left_out={left_out} peak_gib={:.2} trace={:016x}",
+            options.loss,
             span.as_secs_f64(),
             span.as_secs_f64() / wall,
             median(speeds),

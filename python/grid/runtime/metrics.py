@@ -251,7 +251,8 @@ FAMILIES: dict[str, Family] = {
         ),
         _counter(
             "grid_swim_gossip_entries_known_total",
-            "Member entries of gossip not handed to foca because the node already held them.",
+            "Member entries of gossip not handed to foca because they would change nothing"
+            " (the node held them already, or newer news of the same member).",
         ),
         _counter("grid_swim_leave_notices_total", "Leave notices received."),
         _counter(

@@ -83,6 +83,7 @@ mod carry;
 mod chunks;
 mod heads;
 mod holes;
+mod known;
 mod membership;
 mod positions;
 mod renewal;

@@ -173,7 +173,8 @@ pub struct DriverStats {
     /// Syncs (requests and answers) sent without this node's members because its view
     /// digest agreed with the peer's (see `view`).
     pub sync_members_left_out: u64,
-    /// Member entries of gossip taken out before foca because it already held them.
+    /// Member entries of gossip taken out before foca because they would change nothing
+    /// (foca held them already, or newer news of the same member).
     pub gossip_entries_known: u64,
     /// Direct notices sent to members this node suspects, so they can refute at once.
     pub suspicion_notices: u64,

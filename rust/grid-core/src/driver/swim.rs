@@ -17,13 +17,14 @@ use foca::{
 use rand::Rng;
 
 use crate::driver::timers::{TimerEvent, TimerHeap};
-use crate::identity::{validate_site, NodeId, RawId};
+use crate::identity::{validate_site, NodeId};
 use crate::lanes::keys::Role;
 use crate::lanes::lock;
 use crate::lanes::relay::{WINDOW_BYTES, WINDOW_ITEMS};
 use crate::wire::session::{hello_wants_reply, Session, Transmit, MAX_SITES};
-use crate::wire::{state_of, Reader, WireError, KIND_FOCA};
+use crate::wire::{Reader, WireError, KIND_FOCA};
 
+use super::known::GossipEntry;
 use super::report::foca_error_index;
 use super::{Driver, GridFoca, MAX_LOCAL_HEALTH};
 
@@ -183,19 +184,24 @@ impl Driver {
             let total = r.u16()?;
             let mut entries = r.rest();
             self.positions.refresh(self.foca.iter_membership_state());
-            for _ in 0..total {
+            let read = self.gossip_entries(entries, total, unsigned);
+            for at in 0..usize::from(total) {
                 let before = entries;
-                if let Some(len) = self.update_held(entries, unsigned) {
-                    // foca would scan its list to find it changes nothing.
-                    entries = &entries[len..];
-                    self.stats.gossip_entries_known += 1;
-                    rewrite = true;
-                    continue;
-                }
-                if unsigned {
-                    let _ = self.codec.decode_member(&mut entries)?;
-                    kept.push(Cow::Borrowed(&before[..before.len() - entries.len()]));
-                    continue;
+                match read.get(at) {
+                    Some(&GossipEntry::Known(len)) => {
+                        // foca would scan its list to find it changes nothing.
+                        entries = &entries[len..];
+                        self.stats.gossip_entries_known += 1;
+                        rewrite = true;
+                        continue;
+                    }
+                    Some(&GossipEntry::News(len)) if unsigned => {
+                        // Nothing to screen, and foca decodes it itself.
+                        kept.push(Cow::Borrowed(&entries[..len]));
+                        entries = &entries[len..];
+                        continue;
+                    }
+                    _ => {}
                 }
                 let member = self.codec.decode_member(&mut entries)?;
                 let bytes = &before[..before.len() - entries.len()];
@@ -230,35 +236,6 @@ impl Driver {
         }
         packet.extend_from_slice(rest);
         Ok(Some(packet))
-    }
-
-    /// The length of the member entry `entries` starts with if it says what foca holds
-    /// exactly: applying it would change nothing in foca, which finds that out by a scan of
-    /// its whole list (under loss every message carries dozens of suspicions and
-    /// refutations most members have heard already). Unless every identity counts as
-    /// verified (`unsigned`), only an alive entry of its site's holder, which screening
-    /// would pass untouched. None: the entry takes the full path.
-    fn update_held(&mut self, entries: &[u8], unsigned: bool) -> Option<usize> {
-        let mut r = Reader::new(entries);
-        let raw = RawId::decode(&mut r).ok()?;
-        let incarnation = r.u16().ok()?;
-        let state = state_of(r.u8().ok()?).ok()?;
-        let site_addr = raw.site_addr();
-        if site_addr == self.foca.identity().site_addr() || !(unsigned || state == State::Alive) {
-            return None; // about this node's own address: foca's own rules apply
-        }
-        let Driver {
-            foca,
-            positions,
-            holders,
-            ..
-        } = self;
-        let known = positions.held(foca.iter_membership_state(), &site_addr)?;
-        let held = known.state() == state
-            && known.incarnation() == incarnation
-            && known.id().is_raw(&raw)
-            && (unsigned || holders.holds(known.id()));
-        held.then(|| entries.len() - r.unread().len())
     }
 
     /// What becomes of a member entry gossiped by someone else: applied as it is, applied

@@ -296,6 +296,73 @@ fn gossip_foca_holds_already_is_not_handed_to_it() {
     c.assert_driver_healthy();
 }
 
+/// A foca `Gossip` packet from `from` to `to`, signed as `from`'s site with message number
+/// `number`, carrying one entry: `subject` in `state` at `incarnation`.
+fn gossip_one(
+    c: &mut Cluster,
+    number: u64,
+    from: SocketAddr,
+    to: SocketAddr,
+    subject: &NodeId,
+    incarnation: u16,
+    state: State,
+) -> Vec<u8> {
+    let sender = c.nodes[&from].identity().clone();
+    let mut codec = WireCodec::new(c.interner.clone());
+    let header = Header {
+        src: sender.clone(),
+        src_incarnation: 0,
+        dst: c.nodes[&to].identity().clone(),
+        message: Message::Gossip,
+    };
+    let mut body = Vec::new();
+    codec.encode_header(&header, &mut body).unwrap();
+    body.extend_from_slice(&1u16.to_be_bytes());
+    codec
+        .encode_member(&Member::new(subject.clone(), incarnation, state), &mut body)
+        .unwrap();
+    let authority = c.authority(sender.site());
+    forge(&authority, KIND_FOCA, &body, number, c.wall_ms(), to)
+}
+
+fn held(c: &Cluster, at: SocketAddr, subject: SocketAddr) -> Option<(MemberState, u16)> {
+    c.nodes[&at]
+        .members()
+        .into_iter()
+        .find(|m| m.id.socket_addr() == subject)
+        .map(|m| (m.state, m.incarnation))
+}
+
+#[test]
+fn a_suspicion_heard_again_after_its_refutation_is_passed_over() {
+    let (mut c, addrs) = five_node_cluster();
+    let subject = c.nodes[&addrs[2]].identity().clone();
+    let suspicion = |c: &mut Cluster, number| {
+        gossip_one(c, number, addrs[1], addrs[0], &subject, 0, State::Suspect)
+    };
+    // News the first time: the node holds the member suspect, the member hears of it and
+    // refutes, and the node takes the refutation.
+    let first = suspicion(&mut c, 1 << 50);
+    c.deliver_one(addrs[0], &first);
+    assert_eq!(
+        held(&c, addrs[0], addrs[2]),
+        Some((MemberState::Suspect, 0))
+    );
+    c.run_until(Duration::from_secs(5), |c| {
+        held(c, addrs[0], addrs[2]) == Some((MemberState::Alive, 1))
+    });
+    // The same suspicion again is older than what the node holds: it is taken out before
+    // foca, and changes nothing.
+    let before = c.nodes[&addrs[0]].stats().gossip_entries_known;
+    let again = suspicion(&mut c, (1 << 50) + 1);
+    c.deliver_one(addrs[0], &again);
+    assert_eq!(c.nodes[&addrs[0]].stats().gossip_entries_known, before + 1);
+    assert_eq!(held(&c, addrs[0], addrs[2]), Some((MemberState::Alive, 1)));
+    c.run_for(config().probe_interval * 2);
+    assert!(c.all_see_all());
+    c.assert_driver_healthy();
+}
+
 #[test]
 fn syncs_between_converged_nodes_apply_nothing_new() {
     let (mut c, addrs) = five_node_cluster();
