@@ -8,7 +8,7 @@
 
 use bytes::BufMut;
 
-use crate::identity::{validate_site, Interner, NodeId, MAX_SITE_LEN};
+use crate::identity::{validate_site, Interner, NodeId, RawId, MAX_SITE_LEN};
 use crate::lanes::{ExportEnd, ItemName, MAX_KEY_LEN};
 use crate::wire::{Reader, WireError, MAX_MESSAGE_LEN, MAX_UNSEALED_LEN};
 
@@ -67,13 +67,11 @@ pub(super) struct ChunkHeader {
     pub(super) count: u16,
 }
 
-/// Reads a chunk's sender identity, id, index and count (what [`ChunkWriter`] writes); an
-/// index past the count makes the chunk malformed.
-pub(super) fn read_chunk_header(
-    r: &mut Reader<'_>,
-    interner: &Interner,
-) -> Result<ChunkHeader, WireError> {
-    NodeId::decode(r, interner)?;
+/// Reads a chunk's sender identity (known from the envelope: read, not interned), id,
+/// index and count (what [`ChunkWriter`] writes); an index past the count makes the chunk
+/// malformed.
+pub(super) fn read_chunk_header(r: &mut Reader<'_>) -> Result<ChunkHeader, WireError> {
+    RawId::decode(r)?;
     let header = ChunkHeader {
         id: r.u32()?,
         index: r.u16()?,

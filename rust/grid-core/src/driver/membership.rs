@@ -15,7 +15,7 @@ use rand::Rng;
 
 use crate::driver::config::max_transmissions;
 use crate::driver::timers::TimerEvent;
-use crate::identity::{NodeId, PackedId};
+use crate::identity::{NodeId, PackedId, RawId};
 use crate::lanes::lock;
 use crate::lanes::repair::REPAIR_INTERVAL;
 use crate::wire::session::Transmit;
@@ -56,13 +56,12 @@ impl Holders {
 
     fn find(&self, id: &NodeId) -> Option<&PackedId> {
         self.table
-            .find(self.hash(id.site_addr().site_key), |holder| {
-                holder.same_site(id)
-            })
+            .find(self.hash(id.site_key()), |holder| holder.same_site(id))
     }
 
     /// The live identity holding `id`'s site (perhaps `id` itself).
-    pub(super) fn holder_of(&self, id: &NodeId) -> Option<NodeId> {
+    #[cfg(test)]
+    fn holder_of(&self, id: &NodeId) -> Option<NodeId> {
         self.find(id).map(PackedId::unpack)
     }
 
@@ -75,7 +74,7 @@ impl Holders {
     pub(super) fn insert(&mut self, id: NodeId) {
         let seed = self.seed;
         let entry = self.table.entry(
-            self.hash(id.site_addr().site_key),
+            self.hash(id.site_key()),
             |holder| holder.same_site(&id),
             |holder| folded_hash(seed, holder.site_key()),
         );
@@ -91,9 +90,7 @@ impl Holders {
     pub(super) fn remove(&mut self, id: &NodeId) {
         if let Ok(held) = self
             .table
-            .find_entry(self.hash(id.site_addr().site_key), |holder| {
-                holder.same_site(id)
-            })
+            .find_entry(self.hash(id.site_key()), |holder| holder.same_site(id))
         {
             held.remove();
         }
@@ -120,8 +117,10 @@ impl Driver {
         sender: &NodeId,
         out: &mut O,
     ) -> bool {
-        let me = self.foca.identity().clone();
-        if sender.site() == me.site() {
+        if sender.site_key() == self.foca.identity().site_key()
+            && sender.site() == self.foca.identity().site()
+        {
+            let me = self.foca.identity().clone();
             if *sender == me {
                 return false;
             }
@@ -163,10 +162,13 @@ impl Driver {
     /// The live identity holding `id`'s site, if it is another one than `id` and `id` is
     /// not its next life at the same address.
     pub(super) fn contested_by(&self, id: &NodeId) -> Option<NodeId> {
-        let holder = self.holders.holder_of(id)?;
+        // Asked for every message a verified sender sends: the holder is compared where it
+        // is held, and taken (a reference count on a place other nodes share) only when
+        // it does contest.
+        let holder = self.holders.find(id)?;
         let successor =
             holder.node_addr() == id.node_addr() && holder.generation() <= id.generation();
-        (!successor).then_some(holder)
+        (!successor).then(|| holder.unpack())
     }
 
     fn report_conflict(&mut self, other: &NodeId, yielded: bool) {
@@ -190,7 +192,7 @@ impl Driver {
         out: &mut O,
     ) -> Result<(), WireError> {
         let mut r = Reader::new(body);
-        NodeId::decode(&mut r, &self.interner)?;
+        RawId::decode(&mut r)?; // the sender, known from the envelope
         let holder = NodeId::decode(&mut r, &self.interner)?;
         if !r.is_empty() {
             return Err(WireError::TrailingBytes);
@@ -381,7 +383,7 @@ impl Driver {
         out: &mut O,
     ) -> Result<(), WireError> {
         let mut r = Reader::new(body);
-        NodeId::decode(&mut r, &self.interner)?;
+        RawId::decode(&mut r)?; // the leaver, known from the envelope
         if !r.is_empty() {
             return Err(WireError::TrailingBytes);
         }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
-use crate::identity::NodeId;
+use crate::identity::{NodeId, RawId};
 use crate::lanes::lock;
 use crate::lanes::repair::{
     Digest, MAX_DIGEST_ENTRIES, MAX_REPAIR_CHUNKS, REPAIR_INTERVAL, REPAIR_SETTLE, REPAIR_WINDOW,
@@ -62,7 +62,7 @@ impl Driver {
         out: &mut O,
     ) -> Result<(), WireError> {
         let mut r = Reader::new(body);
-        NodeId::decode(&mut r, &self.interner)?;
+        RawId::decode(&mut r)?; // the sender, known from the envelope: read, not interned
         let digest = Digest::decode(&mut r)?;
         let from = sender.site_addr();
         if let Some(&at) = self.digests_answered_at.get(&from) {
@@ -103,7 +103,7 @@ impl Driver {
     /// Takes the items of an answer to a digest (any chunk alone: they are independent).
     pub(super) fn handle_repair(&mut self, body: &[u8]) -> Result<(), WireError> {
         let mut r = Reader::new(body);
-        read_chunk_header(&mut r, &self.interner)?;
+        read_chunk_header(&mut r)?;
         let mut items = Vec::new();
         while !r.is_empty() {
             let (tag, body) = read_entry(&mut r)?;

@@ -128,10 +128,17 @@ impl Driver {
     }
 
     pub(super) fn random_member(&mut self) -> Option<SocketAddr> {
-        self.random_member_id().map(|id| id.socket_addr())
+        self.random_member_entry()
+            .map(|member| member.id().socket_addr())
     }
 
     pub(super) fn random_member_id(&mut self) -> Option<NodeId> {
+        self.random_member_entry().map(|member| member.id().clone())
+    }
+
+    /// A random active member of foca's list, borrowed: an address read from it takes no
+    /// reference count on the identity (whose place every node's list shares).
+    fn random_member_entry(&mut self) -> Option<&Member<NodeId>> {
         let count = self.foca.num_members();
         if count == 0 {
             return None;
@@ -147,12 +154,12 @@ impl Driver {
         for _ in 0..tries {
             let pick = self.rng.random_range(0..held);
             let member = self.foca.iter_membership_state().nth(pick);
-            if let Some(member) = member.filter(|m| m.state() != State::Down) {
-                return Some(member.id().clone());
+            if member.is_some_and(|m| m.state() != State::Down) {
+                return member;
             }
         }
         let pick = self.rng.random_range(0..count);
-        self.foca.iter_members().nth(pick).map(|m| m.id().clone())
+        self.foca.iter_members().nth(pick)
     }
 
     pub(super) fn handle_sync<O: Transmit + ?Sized>(
@@ -169,7 +176,7 @@ impl Driver {
             id: sync_id,
             index,
             count,
-        } = read_chunk_header(&mut r, &self.interner)?;
+        } = read_chunk_header(&mut r)?;
         let sender = sender.clone();
         let mut loud = Vec::new();
         let mut quiet = Vec::new();

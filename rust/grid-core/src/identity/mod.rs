@@ -194,6 +194,14 @@ impl PackedId {
         self.place.site_key
     }
 
+    pub fn node_addr(&self) -> NodeAddr {
+        self.place.addr
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Whether this and `id` are of one site (compared by pointer first: identities decoded
     /// through one [`Interner`] share their place).
     pub fn same_site(&self, id: &NodeId) -> bool {

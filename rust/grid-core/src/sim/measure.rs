@@ -4,14 +4,12 @@
 //! [`Simulation`]'s read-outs (records, learning delays, suspicions, refutations, the
 //! message log, declarations, traffic, counters and the trace fingerprint).
 
-use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use super::node::{lock, DriverTotals, Slot};
-use super::queue::{Delivery, Queue};
 use super::record::mix;
 use super::world::World;
 use super::{
@@ -262,20 +260,17 @@ pub(super) struct Journal {
     pub(super) messages_dropped: u64,
 }
 
-/// After a node ran (or acted): routes what it sent, merges what its messages showed
-/// into the journal, feeds the watch and requeues it.
+/// After a node ran (or acted) and was routed ([`super::queue::route`]): merges what its
+/// messages showed into the journal and feeds the watch.
 pub(super) fn collect(
-    queue: &mut Queue,
     world: &World,
     slots: &[Mutex<Slot>],
     journal: &mut Journal,
     node: u32,
-    outbox: &mut Vec<(u32, Delivery)>,
     watch: Option<&mut Watch>,
 ) {
     {
         let mut slot = lock(&slots[node as usize]);
-        std::mem::swap(&mut slot.outbox, outbox);
         if let Some(watch) = watch {
             let start = slot.scanned.min(slot.records.len());
             for record in &slot.records[start..] {
@@ -283,7 +278,6 @@ pub(super) fn collect(
             }
         }
         slot.scanned = slot.records.len();
-        queue.push(slot.next_time(), node);
         let seen = &mut slot.seen;
         for seen in seen.suspects.drain(..) {
             let key = (seen.target, seen.generation, seen.incarnation);
@@ -318,11 +312,6 @@ pub(super) fn collect(
             journal.messages.extend(seen.messages.drain(..kept));
             seen.messages.clear();
         }
-    }
-    for (to, delivery) in outbox.drain(..) {
-        let at = delivery.at;
-        lock(&slots[to as usize]).inbox.push(Reverse(delivery));
-        queue.push(Some(at), to);
     }
 }
 

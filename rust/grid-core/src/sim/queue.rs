@@ -116,10 +116,53 @@ pub(super) fn split(window: &mut [(u32, u64)], bins: &mut [Vec<u32>]) {
     }
 }
 
+/// Event times the queue is to learn: `(at, node)`.
+pub(super) type Due = Vec<(Duration, u32)>;
+
+/// After node `node` ran: hands what it sent to the recipients' inboxes and notes in `due`
+/// the times the queue must learn (each arrival, and the node's own next event). It runs
+/// on the thread that ran the node, beside the other threads' nodes: nothing sent in a
+/// window arrives within it, an inbox orders its deliveries itself, and the queue takes
+/// `due` afterwards, so whichever thread routes first changes nothing. One slot is locked
+/// at a time.
+pub(super) fn route(
+    slots: &[Mutex<Slot>],
+    node: u32,
+    outbox: &mut Vec<(u32, Delivery)>,
+    due: &mut Due,
+) {
+    {
+        let mut slot = lock(&slots[node as usize]);
+        std::mem::swap(&mut slot.outbox, outbox);
+        if let Some(at) = slot.next_time() {
+            due.push((at, node));
+        }
+    }
+    for (to, delivery) in outbox.drain(..) {
+        due.push((delivery.at, to));
+        lock(&slots[to as usize]).inbox.push(Reverse(delivery));
+    }
+}
+
+/// Runs `nodes` up to `end`, each routed as soon as it ran.
+pub(super) fn run_nodes(
+    nodes: &[u32],
+    world: &World,
+    slots: &[Mutex<Slot>],
+    end: Duration,
+    outbox: &mut Vec<(u32, Delivery)>,
+    due: &mut Due,
+) {
+    for &node in nodes {
+        advance(&mut lock(&slots[node as usize]), node, world, end);
+        route(slots, node, outbox, due);
+    }
+}
+
 /// A thread that runs its share of each large window.
 pub(super) struct Helper {
-    pub(super) work: mpsc::Sender<(Vec<u32>, Duration)>,
-    pub(super) done: mpsc::Receiver<Vec<u32>>,
+    pub(super) work: mpsc::Sender<(Vec<u32>, Duration, Due)>,
+    pub(super) done: mpsc::Receiver<(Vec<u32>, Due)>,
 }
 
 impl Helper {
@@ -128,14 +171,13 @@ impl Helper {
         world: &'env World,
         slots: &'env [Mutex<Slot>],
     ) -> Helper {
-        let (work, inbox) = mpsc::channel::<(Vec<u32>, Duration)>();
+        let (work, inbox) = mpsc::channel::<(Vec<u32>, Duration, Due)>();
         let (finished, done) = mpsc::channel();
         scope.spawn(move || {
-            for (nodes, end) in inbox {
-                for &node in &nodes {
-                    advance(&mut lock(&slots[node as usize]), node, world, end);
-                }
-                if finished.send(nodes).is_err() {
+            let mut outbox = Vec::new();
+            for (nodes, end, mut due) in inbox {
+                run_nodes(&nodes, world, slots, end, &mut outbox, &mut due);
+                if finished.send((nodes, due)).is_err() {
                     break;
                 }
             }
@@ -143,15 +185,15 @@ impl Helper {
         Helper { work, done }
     }
 
-    /// Starts `nodes` on the helper.
-    pub(super) fn run(&self, nodes: Vec<u32>, end: Duration) {
+    /// Starts `nodes` on the helper, its due times to go into `due`.
+    pub(super) fn run(&self, nodes: Vec<u32>, end: Duration, due: Due) {
         self.work
-            .send((nodes, end))
+            .send((nodes, end, due))
             .expect("the helper lives as long as the scope");
     }
 
-    /// Waits for the batch to finish and hands its list back for reuse.
-    pub(super) fn wait(&self) -> Vec<u32> {
+    /// Waits for the batch to finish and hands its lists back.
+    pub(super) fn wait(&self) -> (Vec<u32>, Due) {
         self.done
             .recv()
             .expect("the helper answers every batch it was given")

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::measure::{collect, converged, Until, Watch};
-use super::node::{advance, lock, Slot};
-use super::queue::{split, Helper};
+use super::node::{lock, Slot};
+use super::queue::{run_nodes, split, Due, Helper};
 use super::world::World;
 use super::{nanos, Change, SimError, Simulation, ONE_NS};
 
@@ -125,6 +125,7 @@ impl Simulation {
                 .map(|_| Helper::spawn(scope, world, slots))
                 .collect();
             let mut bins: Vec<Vec<u32>> = vec![Vec::new(); threads];
+            let mut dues: Vec<Due> = vec![Vec::new(); threads];
             let mut window = Vec::new();
             let mut outbox = Vec::new();
             loop {
@@ -152,18 +153,25 @@ impl Simulation {
                 {
                     *parallel_windows += 1;
                     split(&mut window, &mut bins);
-                    for (helper, bin) in helpers.iter().zip(&mut bins[1..]) {
-                        helper.run(std::mem::take(bin), end);
+                    for ((helper, bin), due) in
+                        helpers.iter().zip(&mut bins[1..]).zip(&mut dues[1..])
+                    {
+                        helper.run(std::mem::take(bin), end, std::mem::take(due));
                     }
-                    for &node in &bins[0] {
-                        advance(&mut lock(&slots[node as usize]), node, world, end);
-                    }
-                    for (helper, bin) in helpers.iter().zip(&mut bins[1..]) {
-                        *bin = helper.wait();
+                    run_nodes(&bins[0], world, slots, end, &mut outbox, &mut dues[0]);
+                    for ((helper, bin), due) in
+                        helpers.iter().zip(&mut bins[1..]).zip(&mut dues[1..])
+                    {
+                        (*bin, *due) = helper.wait();
                     }
                 } else {
-                    for &(node, _) in &window {
-                        advance(&mut lock(&slots[node as usize]), node, world, end);
+                    bins[0].clear();
+                    bins[0].extend(window.iter().map(|&(node, _)| node));
+                    run_nodes(&bins[0], world, slots, end, &mut outbox, &mut dues[0]);
+                }
+                for due in &mut dues {
+                    for (at, node) in due.drain(..) {
+                        queue.push(Some(at), node);
                     }
                 }
                 let watch = match until {
@@ -172,15 +180,7 @@ impl Simulation {
                 };
                 let mut watch = watch;
                 for &(node, _) in &window {
-                    collect(
-                        queue,
-                        world,
-                        slots,
-                        journal,
-                        node,
-                        &mut outbox,
-                        watch.as_deref_mut(),
-                    );
+                    collect(world, slots, journal, node, watch.as_deref_mut());
                 }
                 queue.now = queue.now.max(end - ONE_NS);
                 if let Some(watch) = watch {

@@ -9,6 +9,7 @@ use crate::driver::Driver;
 use super::measure::collect;
 use super::net::{self, check_probability, node_addr, SimError, MAX_NODES};
 use super::node::{lock, note, Slot};
+use super::queue::route;
 use super::record::mix;
 use super::world::Wire;
 use super::{nanos, NetModel, NodeStatus, Simulation, TAG_CRASH, TAG_RESTART};
@@ -66,15 +67,12 @@ impl Simulation {
                 note(event, now, false, &self.world, trace, records, seen);
             }
         }
-        collect(
-            &mut self.queue,
-            &self.world,
-            &self.slots,
-            &mut self.journal,
-            node,
-            &mut Vec::new(),
-            None,
-        );
+        let mut due = Vec::new();
+        route(&self.slots, node, &mut Vec::new(), &mut due);
+        for (at, node) in due {
+            self.queue.push(Some(at), node);
+        }
+        collect(&self.world, &self.slots, &mut self.journal, node, None);
     }
 
     /// The node announces itself to `seeds` and syncs with one of them.
