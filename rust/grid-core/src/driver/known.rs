@@ -18,16 +18,19 @@ use crate::wire::{state_of, Reader};
 
 use super::Driver;
 
-/// A gossiped member entry as read raw from a foca packet.
-struct RawEntry<'a> {
-    id: RawId<'a>,
-    incarnation: u16,
-    state: State,
-    len: usize,
+/// A member entry (foca's encoding, in gossip and in syncs) read raw: its identity is not
+/// interned.
+pub(super) struct RawEntry<'a> {
+    pub(super) id: RawId<'a>,
+    pub(super) incarnation: u16,
+    pub(super) state: State,
+    /// Its length in bytes.
+    pub(super) len: usize,
 }
 
 impl<'a> RawEntry<'a> {
-    fn read(entries: &'a [u8]) -> Option<RawEntry<'a>> {
+    /// The entry `entries` starts with; None if it does not read.
+    pub(super) fn read(entries: &'a [u8]) -> Option<RawEntry<'a>> {
         let mut r = Reader::new(entries);
         let id = RawId::decode(&mut r).ok()?;
         let incarnation = r.u16().ok()?;
@@ -91,10 +94,9 @@ impl Driver {
             raws.push(raw);
         }
         let own = self.foca.identity().site_addr();
-        let keys: Vec<_> = raws.iter().map(|raw| raw.id.site_addr()).collect();
-        let hints: Vec<_> = keys
+        let keys: Vec<_> = raws
             .iter()
-            .map(|key| (*key != own).then(|| self.positions.hint(key)).flatten())
+            .map(|raw| Some(raw.id.site_addr()).filter(|key| *key != own))
             .collect();
         let Driver {
             foca,
@@ -102,15 +104,12 @@ impl Driver {
             holders,
             ..
         } = self;
+        let held = positions.held_all(|| foca.iter_membership_state(), &keys);
         let known: Vec<_> = raws
             .iter()
-            .zip(&keys)
-            .zip(hints)
-            .map(|((raw, key), hint)| {
-                if *key == own {
-                    return None;
-                }
-                let known = positions.at_hint(foca.iter_membership_state(), key, hint)?;
+            .zip(held)
+            .map(|(raw, known)| {
+                let known = known?;
                 let screened_untouched = unsigned
                     || match raw.state {
                         State::Alive => true,

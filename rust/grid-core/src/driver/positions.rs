@@ -88,6 +88,28 @@ impl Positions {
         }
     }
 
+    /// [`Positions::held`] for each of `keys` (None for a key that is None), in two passes
+    /// over them (every position looked up, then foca's list read at each) rather than key
+    /// by key, so that the reads of one key, which mostly miss every cache in a large
+    /// cluster, need not wait for the previous key's. `members` gives foca's list.
+    pub(super) fn held_all<'a, I>(
+        &mut self,
+        members: impl Fn() -> I,
+        keys: &[Option<SiteAddr>],
+    ) -> Vec<Option<&'a Member<NodeId>>>
+    where
+        I: ExactSizeIterator<Item = &'a Member<NodeId>>,
+    {
+        let hints: Vec<_> = keys
+            .iter()
+            .map(|key| key.as_ref().and_then(|key| self.hint(key)))
+            .collect();
+        keys.iter()
+            .zip(hints)
+            .map(|(key, hint)| self.at_hint(members(), key.as_ref()?, hint))
+            .collect()
+    }
+
     /// Where `site_addr` was last found in foca's list: a hint, for [`Positions::at_hint`].
     pub(super) fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {
         self.at.get(&key(site_addr)).map(|&at| at as usize)

@@ -11,14 +11,12 @@ use foca::{Member, State};
 use rand::Rng;
 
 use crate::driver::timers::TimerEvent;
-use crate::identity::{NodeId, RawId};
+use crate::identity::NodeId;
 use crate::lanes::keys::Role;
 use crate::lanes::{lock, ExportForm, WalkLanes};
 use crate::wire::session::Transmit;
 use crate::wire::sites::Learned;
-use crate::wire::{
-    decode_member, Reader, WireError, KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE, STATE_ALIVE,
-};
+use crate::wire::{decode_member, Reader, WireError, KIND_SYNC_REQUEST, KIND_SYNC_RESPONSE};
 
 use super::carry::{SyncForm, WalkSpan};
 use super::chunks::{
@@ -27,6 +25,7 @@ use super::chunks::{
     ENTRY_ITEM, ENTRY_MEMBER, ENTRY_RESUME, ENTRY_UNTIL, ENTRY_VERSION, ENTRY_VERSIONS, ENTRY_VIEW,
     ENTRY_WALK_END, ENTRY_WANT,
 };
+use super::known::RawEntry;
 use super::positions::Positions;
 use super::swim::Screened;
 use super::{Driver, GridFoca};
@@ -35,13 +34,10 @@ use super::{Driver, GridFoca};
 /// through the active ones (see [`Driver::random_member_id`]).
 const PICK_TRIES: usize = 8;
 
-/// A member entry's identity and incarnation if it says the member is alive (and is
-/// nothing more than that).
-fn alive_entry(entry: &[u8]) -> Option<(RawId<'_>, u16)> {
-    let mut r = Reader::new(entry);
-    let id = RawId::decode(&mut r).ok()?;
-    let incarnation = r.u16().ok()?;
-    (r.u8().ok()? == STATE_ALIVE && r.is_empty()).then_some((id, incarnation))
+/// A member entry, read raw, if it says the member is alive (and is nothing more than
+/// that).
+fn alive_entry(entry: &[u8]) -> Option<RawEntry<'_>> {
+    RawEntry::read(entry).filter(|raw| raw.state == State::Alive && raw.len == entry.len())
 }
 
 /// Whether foca holds exactly `member` (identity, incarnation and state), found at the
@@ -85,22 +81,17 @@ impl Driver {
         } = self;
         let keys: Vec<_> = raws
             .iter()
-            .map(|raw| raw.as_ref().map(|(id, _)| id.site_addr()))
+            .map(|raw| raw.as_ref().map(|raw| raw.id.site_addr()))
             .collect();
-        let hints: Vec<_> = keys
-            .iter()
-            .map(|key| key.as_ref().and_then(|key| positions.hint(key)))
-            .collect();
+        let held = positions.held_all(|| foca.iter_membership_state(), &keys);
         let known: Vec<_> = raws
             .iter()
-            .zip(&keys)
-            .zip(hints)
-            .map(|((raw, key), hint)| {
-                let ((raw, incarnation), key) = (raw.as_ref()?, key.as_ref()?);
-                let known = positions.at_hint(foca.iter_membership_state(), key, hint)?;
+            .zip(held)
+            .map(|(raw, known)| {
+                let (raw, known) = (raw.as_ref()?, known?);
                 (known.state() == State::Alive
-                    && known.incarnation() == *incarnation
-                    && known.id().is_raw(raw))
+                    && known.incarnation() == raw.incarnation
+                    && known.id().is_raw(&raw.id))
                 .then_some(known)
             })
             .collect();

@@ -62,6 +62,13 @@ impl Queue {
         }
     }
 
+    /// Learns the event times routing noted ([`route`]), and empties `due`.
+    pub(super) fn learn(&mut self, due: &mut Due) {
+        for (at, node) in due.drain(..) {
+            self.push(Some(at), node);
+        }
+    }
+
     /// The earliest pending event anywhere, dropping stale entries on the way.
     pub(super) fn next_time(&mut self, slots: &[Mutex<Slot>]) -> Option<Duration> {
         while let Some(&Reverse((at, node))) = self.heap.peek() {

@@ -169,11 +169,7 @@ impl Simulation {
                     bins[0].extend(window.iter().map(|&(node, _)| node));
                     run_nodes(&bins[0], world, slots, end, &mut outbox, &mut dues[0]);
                 }
-                for due in &mut dues {
-                    for (at, node) in due.drain(..) {
-                        queue.push(Some(at), node);
-                    }
-                }
+                dues.iter_mut().for_each(|due| queue.learn(due));
                 let watch = match until {
                     Until::Learned(watch) => Some(watch),
                     _ => None,

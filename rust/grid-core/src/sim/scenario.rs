@@ -69,9 +69,7 @@ impl Simulation {
         }
         let mut due = Vec::new();
         route(&self.slots, node, &mut Vec::new(), &mut due);
-        for (at, node) in due {
-            self.queue.push(Some(at), node);
-        }
+        self.queue.learn(&mut due);
         collect(&self.world, &self.slots, &mut self.journal, node, None);
     }
 
