@@ -7,6 +7,7 @@
 //! the host hears about membership, independently of how messages are exchanged.
 
 use std::hash::{BuildHasher, RandomState};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use foca::{Member, OwnedNotification, State};
@@ -19,7 +20,7 @@ use crate::identity::{NodeId, PackedId, RawId};
 use crate::lanes::lock;
 use crate::lanes::repair::REPAIR_INTERVAL;
 use crate::wire::session::Transmit;
-use crate::wire::{Reader, WireError, KIND_CONFLICT, MAX_MESSAGE_LEN};
+use crate::wire::{Reader, WireError, KIND_CONFLICT, KIND_LEAVE, MAX_MESSAGE_LEN};
 
 use super::report::foca_error_index;
 use super::{Driver, Event, MemberState};
@@ -343,6 +344,28 @@ impl Driver {
         }
     }
 
+    /// Announces to the seeds and asks one of them for its full state. While no member is
+    /// known the announcement is repeated with backoff.
+    pub fn join<O: Transmit + ?Sized>(&mut self, now: Duration, seeds: &[SocketAddr], out: &mut O) {
+        if self.stopped() {
+            return;
+        }
+        let own = self.identity().socket_addr();
+        self.seeds.clear();
+        for seed in seeds {
+            if *seed != own && !self.seeds.contains(seed) {
+                self.seeds.push(*seed);
+            }
+        }
+        self.contact_seeds(now, out);
+        if self.join_retry.is_none() && !self.seeds.is_empty() {
+            self.join_retry = Some(0);
+            self.timers
+                .push(now + self.config.probe_interval, TimerEvent::JoinRetry);
+        }
+        self.settle(now);
+    }
+
     pub(super) fn contact_seeds<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
         if self.seeds.is_empty() {
             return;
@@ -371,6 +394,29 @@ impl Driver {
             now + self.config.probe_interval * (1 << next),
             TimerEvent::JoinRetry,
         );
+    }
+
+    /// Leaves on purpose: tells every active member first (so they record `left`, not
+    /// `down`), then lets foca gossip its own Down. The driver ignores input afterwards.
+    pub fn leave<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
+        if self.stopped() {
+            return;
+        }
+        let peers: Vec<_> = self
+            .foca
+            .iter_members()
+            .map(|member| member.id().socket_addr())
+            .collect();
+        let mut notice = Vec::with_capacity(MAX_MESSAGE_LEN);
+        for peer in peers {
+            notice.clear();
+            notice.push(KIND_LEAVE);
+            self.foca.identity().encode(&mut notice);
+            self.session.send(now, peer, &mut notice, out);
+        }
+        self.foca_call(now, out, |foca, rt| foca.leave_cluster(rt));
+        self.has_left = true;
+        self.settle(now);
     }
 
     /// A leave notice: its body is the sender's own identity, so only a site's key holder

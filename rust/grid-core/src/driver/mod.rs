@@ -30,15 +30,16 @@
 //!
 //! The driver's concerns live in submodules, each adding `impl Driver` blocks and the
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
-//! health), `membership` (site holders and conflicts, leaves, joining, events), `sync`
+//! health), `membership` (site holders and conflicts, joining and leaving, events), `sync`
 //! (push/pull syncs and taking their chunks), `carry` (what a sync carries and to whom),
 //! `view` (the view digest that lets a sync leave out members the peer sees alike),
 //! `answer` (reading a walk's answer as its chunks arrive), `walk` (the walk through
 //! peers' stores and catching up), `heads`, `stretches` and `holes` (the walks beside it
 //! while catching up, and the lost chunks of its answers asked for apart), `repair` (digests and repair answers), `chunks` (the chunk format syncs
-//! and repairs share) and `renewal` (pins, the node's certificate renewed in place, its own
-//! items signed again, earlier certificates forgotten). This file holds the [`Driver`]
-//! itself, its public types and the host loop entry points.
+//! and repairs share), `renewal` (pins, the node's certificate renewed in place, its own
+//! items signed again, earlier certificates forgotten), `publish` (this site's own items)
+//! and `report` (the member view, events and counters handed to the host). This file
+//! holds the [`Driver`] itself, its constants and the host loop entry points.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -51,14 +52,11 @@ use rand::{Rng, SeedableRng};
 
 use crate::driver::config::{ConfigError, SwimConfig};
 use crate::driver::timers::{TimerEvent, TimerHeap};
-use crate::identity::auth::{Authority, ITEM_DOMAIN};
+use crate::identity::auth::Authority;
 use crate::identity::{Interner, NodeId, SiteAddr};
 use crate::lanes::keys::Role;
 use crate::lanes::relay::RelayQueue;
-use crate::lanes::{
-    encode_publish, lock, BroadcastKey, ItemHandler, ItemName, ItemStore, Lane, PublishError,
-    Relays,
-};
+use crate::lanes::{lock, ItemHandler, ItemName, ItemStore, Relays};
 use crate::wire::session::{Session, Verdict};
 use crate::wire::versions::ProtocolRange;
 use crate::wire::{
@@ -86,6 +84,7 @@ mod holes;
 mod known;
 mod membership;
 mod positions;
+mod publish;
 mod renewal;
 mod repair;
 mod report;
@@ -393,77 +392,6 @@ impl Driver {
         self.timers.next_deadline()
     }
 
-    /// Every member foca knows (down and left ones included), this node excluded.
-    pub fn members(&self) -> Vec<MemberView> {
-        self.foca
-            .iter_membership_state()
-            .map(|m| MemberView {
-                id: m.id().clone(),
-                incarnation: m.incarnation(),
-                state: self.view_state(m),
-                protocol: self
-                    .session
-                    .peer_protocols(m.id())
-                    .map(|(_, spoken)| spoken),
-            })
-            .collect()
-    }
-
-    /// Whether membership changed (as far as notifications tell) since the last call.
-    /// Suspicion is silent in foca, so hosts also refresh their member view periodically.
-    pub fn take_membership_changed(&mut self) -> bool {
-        std::mem::take(&mut self.membership_changed)
-    }
-
-    pub fn drain_events(&mut self) -> std::vec::Drain<'_, Event> {
-        self.events.drain(..)
-    }
-
-    pub fn stats(&self) -> DriverStats {
-        let store = lock(&self.store);
-        let relays = lock(&self.relays);
-        DriverStats {
-            item_refusals: store.refusals(),
-            item_renewals: store.renewals(),
-            item_signature_checks: store.signature_checks(),
-            items_stored: store.len(),
-            members: self.foca.num_members(),
-            broadcast_backlog: self.foca.custom_broadcast_backlog() + relays.queue.len(),
-            relay_queue: relays.queue.len(),
-            updates_backlog: self.foca.updates_backlog(),
-            max_transmissions: self.tuned_for,
-            local_health: self.probe.local_health,
-            late_answers: self.probe.late_answers,
-            session: self.session.stats(),
-            earlier_certificates: self.session.sites().earlier_count(),
-            caught_up: self.catch_up == CatchUp::Done && store.waiting_len() == 0,
-            items_waiting: store.waiting_len(),
-            ..self.stats
-        }
-    }
-
-    /// Announces to the seeds and asks one of them for its full state. While no member is
-    /// known the announcement is repeated with backoff.
-    pub fn join<O: Transmit + ?Sized>(&mut self, now: Duration, seeds: &[SocketAddr], out: &mut O) {
-        if self.stopped() {
-            return;
-        }
-        let own = self.identity().socket_addr();
-        self.seeds.clear();
-        for seed in seeds {
-            if *seed != own && !self.seeds.contains(seed) {
-                self.seeds.push(*seed);
-            }
-        }
-        self.contact_seeds(now, out);
-        if self.join_retry.is_none() && !self.seeds.is_empty() {
-            self.join_retry = Some(0);
-            self.timers
-                .push(now + self.config.probe_interval, TimerEvent::JoinRetry);
-        }
-        self.settle(now);
-    }
-
     /// Handles one decrypted message. Anything malformed, stale, replayed, unsigned or
     /// forged is counted and dropped without changing state.
     pub fn handle_datagram<O: Transmit + ?Sized>(
@@ -600,79 +528,6 @@ impl Driver {
         }
     }
 
-    /// Offers a local item. `Ok(false)` when this node already holds that version or a
-    /// newer one of the same (lane, key). Items go out on the next [`Driver::flush`].
-    pub fn publish(
-        &mut self,
-        lane: Lane,
-        key: &str,
-        version: u64,
-        payload: &[u8],
-    ) -> Result<bool, PublishError> {
-        let Some(key) = self.store_own(lane, key, version, payload)? else {
-            return Ok(false);
-        };
-        lock(&self.relays).queue.push(key, self.scratch.clone());
-        self.stats.items_published += 1;
-        self.broadcast_pending = true;
-        Ok(true)
-    }
-
-    /// The simulator's converged start: stores a local item as one published long ago
-    /// (stored, not relayed) and returns its encoding, for the other nodes'
-    /// [`Driver::hold_converged`]. `Ok(None)` as [`Driver::publish`]'s `Ok(false)`.
-    pub(crate) fn publish_converged(
-        &mut self,
-        lane: Lane,
-        key: &str,
-        version: u64,
-        payload: &[u8],
-    ) -> Result<Option<Vec<u8>>, PublishError> {
-        Ok(self
-            .store_own(lane, key, version, payload)?
-            .map(|_| self.scratch.clone()))
-    }
-
-    /// The simulator's converged start: another site's item, as
-    /// [`Driver::publish_converged`] encoded it, stored as if a sync had brought it long
-    /// ago: not relayed and not handed to the host as news.
-    pub(crate) fn hold_converged(&mut self, encoded: &[u8]) {
-        let mut store = lock(&self.store);
-        store.accept(encoded, true);
-        store.take_fresh().for_each(drop);
-    }
-
-    /// Encodes (into `scratch`), signs and stores a local item; its relay key if it is
-    /// news.
-    fn store_own(
-        &mut self,
-        lane: Lane,
-        key: &str,
-        version: u64,
-        payload: &[u8],
-    ) -> Result<Option<BroadcastKey>, PublishError> {
-        let origin = self.foca.identity().site().clone();
-        self.scratch.clear();
-        let authority = self.session.authority();
-        encode_publish(
-            &origin,
-            lane,
-            key,
-            version,
-            payload,
-            &mut self.scratch,
-            |signed| authority.sign(ITEM_DOMAIN, signed),
-        )?;
-        let mut store = lock(&self.store);
-        if !store.is_newer(&origin, lane, key, version) {
-            return Ok(None);
-        }
-        if store.is_full_for(&origin, lane, key) {
-            return Err(PublishError::StoreFull);
-        }
-        Ok(store.accept(&self.scratch, false))
-    }
-
     /// Sends what the last inputs made pending: news goes out at once in `Broadcast`
     /// messages. Up to g rounds, each handing foca the next window of the relay queue if it
     /// holds nothing and sending what it holds to g members (items are handed for g
@@ -688,36 +543,5 @@ impl Driver {
             }
             self.settle(now);
         }
-    }
-
-    /// Leaves on purpose: tells every active member first (so they record `left`, not
-    /// `down`), then lets foca gossip its own Down. The driver ignores input afterwards.
-    pub fn leave<O: Transmit + ?Sized>(&mut self, now: Duration, out: &mut O) {
-        if self.stopped() {
-            return;
-        }
-        let peers: Vec<_> = self
-            .foca
-            .iter_members()
-            .map(|member| member.id().socket_addr())
-            .collect();
-        let mut notice = Vec::with_capacity(MAX_MESSAGE_LEN);
-        for peer in peers {
-            notice.clear();
-            notice.push(KIND_LEAVE);
-            self.foca.identity().encode(&mut notice);
-            self.session.send(now, peer, &mut notice, out);
-        }
-        self.foca_call(now, out, |foca, rt| foca.leave_cluster(rt));
-        self.has_left = true;
-        self.settle(now);
-    }
-
-    /// Forgets these items of `site` (the host decided its records are stale): versions
-    /// are kept, payloads dropped (syncs stop carrying them), and the same versions are
-    /// taken and delivered again once the site is live and they come back. The host owns
-    /// what is forgotten: a site going down forgets nothing here.
-    pub fn forget(&mut self, site: &str, items: &[(Lane, String)]) -> usize {
-        lock(&self.store).forget(site, items)
     }
 }

@@ -2,9 +2,11 @@
 //! (`DriverStats`) of everything it did and refused.
 
 use crate::identity::NodeId;
-use crate::lanes::{Item, Refusals, Renewals};
+use crate::lanes::{lock, Item, Refusals, Renewals};
 use crate::wire::session::SessionStats;
 use crate::wire::versions::ProtocolRange;
+
+use super::walk::CatchUp;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MemberState {
@@ -216,9 +218,58 @@ pub struct DriverStats {
 }
 
 impl super::Driver {
+    /// Every member foca knows (down and left ones included), this node excluded.
+    pub fn members(&self) -> Vec<MemberView> {
+        self.foca
+            .iter_membership_state()
+            .map(|m| MemberView {
+                id: m.id().clone(),
+                incarnation: m.incarnation(),
+                state: self.view_state(m),
+                protocol: self
+                    .session
+                    .peer_protocols(m.id())
+                    .map(|(_, spoken)| spoken),
+            })
+            .collect()
+    }
+
+    /// Whether membership changed (as far as notifications tell) since the last call.
+    /// Suspicion is silent in foca, so hosts also refresh their member view periodically.
+    pub fn take_membership_changed(&mut self) -> bool {
+        std::mem::take(&mut self.membership_changed)
+    }
+
+    pub fn drain_events(&mut self) -> std::vec::Drain<'_, Event> {
+        self.events.drain(..)
+    }
+
+    pub fn stats(&self) -> DriverStats {
+        let store = lock(&self.store);
+        let relays = lock(&self.relays);
+        DriverStats {
+            item_refusals: store.refusals(),
+            item_renewals: store.renewals(),
+            item_signature_checks: store.signature_checks(),
+            items_stored: store.len(),
+            members: self.foca.num_members(),
+            broadcast_backlog: self.foca.custom_broadcast_backlog() + relays.queue.len(),
+            relay_queue: relays.queue.len(),
+            updates_backlog: self.foca.updates_backlog(),
+            max_transmissions: self.tuned_for,
+            local_health: self.probe.local_health,
+            late_answers: self.probe.late_answers,
+            session: self.session.stats(),
+            earlier_certificates: self.session.sites().earlier_count(),
+            caught_up: self.catch_up == CatchUp::Done && store.waiting_len() == 0,
+            items_waiting: store.waiting_len(),
+            ..self.stats
+        }
+    }
+
     /// The version of an item this node holds with its payload (`None` if it holds none):
     /// what a host, or a simulation, checks to tell whether a change reached this node.
     pub fn held_version(&self, origin: &str, lane: crate::lanes::Lane, key: &str) -> Option<u64> {
-        crate::lanes::lock(&self.store).held_version(origin, lane, key)
+        lock(&self.store).held_version(origin, lane, key)
     }
 }
