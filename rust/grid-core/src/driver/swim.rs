@@ -59,6 +59,12 @@ impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
                 self.probe.incarnation = self.probe.incarnation.max(header.src_incarnation);
             }
             Notification::DataReceived(header) => self.probe.note_answer(header),
+            Notification::Rejoin(id) => {
+                // foca starts a renewed identity at incarnation 0 (the gossip it sent
+                // before telling has no higher one): the old identity's must not carry over.
+                self.probe.incarnation = 0;
+                self.notes.push(Notification::Rejoin(id).to_owned());
+            }
             other => self.notes.push(other.to_owned()),
         }
     }
@@ -101,7 +107,8 @@ pub(super) struct ProbeHealth {
     given_up: Option<(NodeId, u8)>,
     /// Answers that came after their probe had failed.
     pub(super) late_answers: u64,
-    /// Our incarnation as our last message carried it; it rises when we refute.
+    /// Our incarnation as our last message carried it; it rises when we refute, and is 0
+    /// again once foca renews our identity (a rejoin under the next generation).
     pub(super) incarnation: u16,
     /// Lifeguard's local health multiplier: up on a refutation or a late answer, down on
     /// a probe round without failure.

@@ -546,3 +546,43 @@ fn a_node_whose_view_differs_is_sent_the_members_by_its_peers_syncs() {
     );
     c.assert_driver_healthy();
 }
+
+#[test]
+fn a_node_that_rejoins_under_a_new_identity_agrees_on_views_again() {
+    let (mut c, addrs) = five_node_cluster();
+    let node = addrs[1];
+    // The node refutes a suspicion of itself: its incarnation rises to 1.
+    let me = c.nodes[&node].identity().clone();
+    let suspicion = gossip_one(&mut c, 1 << 50, addrs[0], node, &me, 0, State::Suspect);
+    c.deliver_one(node, &suspicion);
+    c.run_until(Duration::from_secs(5), |c| {
+        held(c, addrs[0], node) == Some((MemberState::Alive, 1))
+    });
+    assert_eq!(held(&c, addrs[0], node), Some((MemberState::Alive, 1)));
+    // Then it is cut off until declared down, and rejoins under its next generation, whose
+    // incarnation foca starts again at 0.
+    c.crashed.insert(node);
+    c.run_for(config().detection_bound(5));
+    c.crashed.remove(&node);
+    c.run_until(Duration::from_secs(20), |c| {
+        c.all_see_all()
+            && c.live()
+                .iter()
+                .all(|v| *v == node || held(c, *v, node) == Some((MemberState::Alive, 0)))
+    });
+    assert_eq!(c.nodes[&node].identity().generation(), 101);
+    assert!(c.all_see_all());
+    // Its view digest holds it at that incarnation too: its syncs leave members out again.
+    let before = c.nodes[&node].stats();
+    c.run_for(config().push_pull_interval * 4);
+    let after = c.nodes[&node].stats();
+    assert!(
+        after.syncs_completed + after.syncs_served > before.syncs_completed + before.syncs_served,
+        "{after:?}"
+    );
+    assert!(
+        after.sync_members_left_out > before.sync_members_left_out,
+        "{after:?}"
+    );
+    c.assert_driver_healthy();
+}
