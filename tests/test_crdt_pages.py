@@ -113,9 +113,9 @@ def test_page_keys_are_canonical_numbers() -> None:
 def test_a_page_that_would_pass_the_site_limits_is_refused_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import grid.crdt.state
+    import grid.crdt.site_records
 
-    monkeypatch.setattr(grid.crdt.state, "MAX_PROVIDERS_PER_SITE", 2)
+    monkeypatch.setattr(grid.crdt.site_records, "MAX_PROVIDERS_PER_SITE", 2)
     reader = GridState("site-b")
     payload = encode_page(SITE, 0, 10, [register("a", 9), register("b", 8), register("c", 7)])
     with pytest.raises(CrdtLimitError):

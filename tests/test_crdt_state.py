@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import grid.crdt.budget
+import grid.crdt.site_records
 import grid.crdt.state
 from grid.crdt import (
     MAX_ITEM_BYTES,
@@ -267,7 +268,7 @@ def test_garbage_is_refused_and_changes_nothing(payload: bytes) -> None:
 
 
 def test_limits_refuse_clearly_and_change_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grid.crdt.state, "MAX_PROVIDERS_PER_SITE", 2)
+    monkeypatch.setattr(grid.crdt.site_records, "MAX_PROVIDERS_PER_SITE", 2)
     monkeypatch.setattr(grid.crdt.state, "MAX_SITES", 2)
     monkeypatch.setattr(grid.crdt.budget, "MAX_COUNTERS", 1)
     a = GridState("site-a")

@@ -17,7 +17,7 @@ import yaml
 
 from grid.cli import main
 from grid.crdt.records import ProviderMetrics, ProviderSpec
-from grid.crdt.state import ProviderEntry
+from grid.crdt.site_records import ProviderEntry
 from grid.engine.candidates import RemoteSite, SelectorCache, remote_candidates
 from grid.engine.records import provider_record
 from grid.errors import InvalidResourceError, ResourceError, ScoringInputError

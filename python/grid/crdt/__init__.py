@@ -25,6 +25,7 @@ from grid.crdt.records import (
     micro_usd,
 )
 from grid.crdt.signals import SignalsState, SignalThresholds
+from grid.crdt.site_records import MAX_PROVIDERS_PER_SITE, ProviderEntry
 from grid.crdt.snapshot import (
     CERT_LANE,
     GATEWAY_LANE,
@@ -36,7 +37,7 @@ from grid.crdt.snapshot import (
     ProviderState,
     decode_item,
 )
-from grid.crdt.state import MAX_PROVIDERS_PER_SITE, MAX_SITES, GridState, ProviderEntry
+from grid.crdt.state import MAX_SITES, GridState
 
 __all__ = [
     "CERT_LANE",

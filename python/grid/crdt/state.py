@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import MappingProxyType
-from typing import TypeVar
 
 from grid.crdt.budget import BudgetHorizon, BudgetLedger, BudgetStatus, slot_id
 from grid.crdt.clock import RevisionClock, wall_millis
@@ -30,6 +28,20 @@ from grid.crdt.pages import (
 )
 from grid.crdt.records import GatewayRecord, ProviderRecord, SiteMetadata, check_site_id
 from grid.crdt.signals import SignalsState, SignalThresholds, decode_signals
+from grid.crdt.site_records import (
+    ProviderEntry,
+    SiteRecords,
+    assembled_or_none,
+    check_page_room,
+    check_room,
+    merge_cert_chunk,
+    merge_signals,
+    merged_provider,
+    merged_register,
+    provider_changed,
+    provider_entries,
+    provider_entry,
+)
 from grid.crdt.snapshot import (
     CERT_LANE,
     GATEWAY_KEY,
@@ -39,7 +51,6 @@ from grid.crdt.snapshot import (
     SIGNALS_PREFIX,
     STATE_LANE,
     CertChunk,
-    CertChunkUpdate,
     Fragment,
     GatewayUpdate,
     GridStateSnapshot,
@@ -47,7 +58,6 @@ from grid.crdt.snapshot import (
     MetadataUpdate,
     ProviderState,
     SpendSlot,
-    assemble_cert,
     cert_chunks,
     cert_key,
     check_keyed_provider_name,
@@ -62,70 +72,11 @@ from grid.crdt.snapshot import (
 )
 from grid.errors import CrdtDecodeError, CrdtLimitError, CrdtValueError
 
-R = TypeVar("R", LWWRegister[GatewayRecord], LWWRegister[SiteMetadata])
-
 _PLAIN_NOW = 9e12
 """Times (seconds) up to here pass :func:`~grid.crdt.clock.wall_millis`'s checks."""
 
 MAX_SITES = 1024
 """Most sites (this one included) whose records are held."""
-MAX_PROVIDERS_PER_SITE = 4096
-"""Most provider catalogues (tombstones included), and as many signals registers, held per
-site."""
-
-_CHANGES_SLACK = 64
-_STAMPS = itertools.count(1)
-"""Stamps of sites' provider sets, unique in the process: a site dropped and heard from
-again never gets back a stamp a reader may still hold."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderEntry:
-    """One provider in the merged view."""
-
-    site: str
-    record: ProviderRecord
-    updated_at: float
-    """The writer's clock (seconds) at the latest change of the provider's catalogue or
-    signals."""
-    received_at: float
-    """This site's clock (seconds) when that change arrived, or was written here: what
-    staleness is judged by."""
-
-
-@dataclass(slots=True)
-class _SiteRecords:
-    providers: dict[str, ProviderState] = field(default_factory=dict)
-    received_at: dict[str, float] = field(default_factory=dict)
-    signals: dict[str, SignalsState] = field(default_factory=dict)
-    signals_received_at: dict[str, float] = field(default_factory=dict)
-    entries: dict[str, ProviderEntry | None] = field(default_factory=dict)
-    """Providers as last read, dropped on every change of their catalogue or signals."""
-    stamp: int = field(default_factory=lambda: next(_STAMPS))
-    """Renewed on every change of any of the site's providers, never reused."""
-    since: int = 0
-    """The oldest stamp :attr:`changes` answers for: ``stamp`` when created or compacted."""
-    changes: dict[str, int] = field(default_factory=dict)
-    """Provider names in the order of their latest change, with the stamp it got: what a
-    reader holding an older stamp has to read again."""
-    live: set[str] = field(default_factory=set)
-    """Names of the providers :meth:`GridState.providers` reads, as of the last call of
-    :meth:`GridState.provider_names`, but for those in ``unchecked``."""
-    unchecked: set[str] = field(default_factory=set)
-    """Providers whose liveness may have changed since: checked again when next asked."""
-    gateway: LWWRegister[GatewayRecord] | None = None
-    metadata: LWWRegister[SiteMetadata] | None = None
-    cert_chunks: dict[int, LWWRegister[CertChunk]] = field(default_factory=dict)
-    cert_pem: str | None = None
-    """The latest complete certificate: kept while a newer one is still arriving."""
-    pages: dict[int, tuple[int, bytes]] = field(default_factory=dict)
-    """The latest version and payload of each signals page received."""
-    singles: set[str] = field(default_factory=set)
-    """Providers whose signals came as items of their own (the layout before pages)."""
-    last_received_at: float | None = None
-
-    def __post_init__(self) -> None:
-        self.since = self.stamp
 
 
 class GridState:
@@ -146,7 +97,7 @@ class GridState:
     def __init__(self, site: str) -> None:
         self._site = check_site_id(site)
         self._clock = RevisionClock()
-        self._sites: dict[str, _SiteRecords] = {site: _SiteRecords()}
+        self._sites: dict[str, SiteRecords] = {site: SiteRecords()}
         self._provider_names: frozenset[str] | None = None
         """The union of every site's live providers, None until read again."""
         self._ledger = BudgetLedger()
@@ -184,7 +135,7 @@ class GridState:
         return self._site
 
     @property
-    def _own(self) -> _SiteRecords:
+    def _own(self) -> SiteRecords:
         return self._sites[self._site]
 
     # -- writing this site's records ------------------------------------------------------
@@ -235,9 +186,9 @@ class GridState:
         if not write_catalogue and not write_signals:
             return False
         if current is None:
-            _check_room(own.providers, self._site)
+            check_room(own.providers, self._site)
         if published is None:
-            _check_room(own.signals, self._site)
+            check_room(own.signals, self._site)
         stamp, at_ms = self._stamp(now)
         catalogue = None
         if write_catalogue:
@@ -263,7 +214,7 @@ class GridState:
         if current is None or current.removed:
             return False
         if name not in own.signals:
-            _check_room(own.signals, self._site)
+            check_room(own.signals, self._site)
         stamp, at_ms = self._stamp(now)
         state = current.tombstone(stamp, at_ms)
         void = SignalsState.written(self._site, name, stamp.revision, at_ms, None, None)
@@ -288,7 +239,7 @@ class GridState:
             own.signals_received_at[name] = now
             self._pages.written(name)
         self._written_at = now
-        _provider_changed(own, name)
+        provider_changed(own, name)
 
     def own_provider_names(self) -> tuple[str, ...]:
         """This site's live providers, including any recovered from an earlier life, so a
@@ -326,7 +277,7 @@ class GridState:
         Refuses anything containing a private key marker, without quoting it."""
         chunks = cert_chunks(pem)
         own = self._own
-        if _assembled_or_none(own.cert_chunks) == pem:
+        if assembled_or_none(own.cert_chunks) == pem:
             return False
         stamp = self._stamp(now)[0]
         first = chunks[0]
@@ -573,7 +524,7 @@ class GridState:
         if records is None:
             if len(self._sites) >= MAX_SITES:
                 raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
-            records = _SiteRecords()
+            records = SiteRecords()
         if isinstance(fragment, SpendSlot):
             if self._closed(fragment):
                 return False
@@ -617,7 +568,7 @@ class GridState:
             self._clock.observe(version)
             return self._recover(incoming, Item(STATE_LANE, key, version, payload), now)
         records = self._records_of(origin)
-        changed = _merge_signals(records, origin, incoming, now)
+        changed = merge_signals(records, origin, incoming, now)
         records.singles.add(name)
         records.last_received_at = now
         return changed
@@ -644,10 +595,7 @@ class GridState:
         states = page.states
         if records is not None and number not in records.pages and len(records.pages) >= MAX_PAGES:
             raise CrdtLimitError(f"at most {MAX_PAGES} signals pages are held per site")
-        if len(held) + sum(s.name not in held for s in states) > MAX_PROVIDERS_PER_SITE:
-            raise CrdtLimitError(
-                f"site {origin!r} already holds {MAX_PROVIDERS_PER_SITE} provider records"
-            )
+        check_page_room(held, states, origin)
         if origin == self._site:
             self._clock.observe(version)
             return self._recover_page(page, Item(STATE_LANE, key, version, payload), now)
@@ -658,13 +606,13 @@ class GridState:
         records.last_received_at = now
         return changed
 
-    def _records_of(self, origin: str) -> _SiteRecords:
+    def _records_of(self, origin: str) -> SiteRecords:
         """The records held of ``origin``, new ones if none (within :data:`MAX_SITES`)."""
         records = self._sites.get(origin)
         if records is None:
             if len(self._sites) >= MAX_SITES:
                 raise CrdtLimitError(f"records of at most {MAX_SITES} sites are held")
-            records = self._sites[origin] = _SiteRecords()
+            records = self._sites[origin] = SiteRecords()
         return records
 
     def _recovered_register(self, name: str, now: float) -> None:
@@ -679,7 +627,7 @@ class GridState:
         own = self._own
         changed = False
         for state in page.states:
-            if _merge_signals(own, self._site, state, now):
+            if merge_signals(own, self._site, state, now):
                 self._recovered_register(state.name, now)
                 changed = True
         key = (item.lane, item.key)
@@ -695,39 +643,39 @@ class GridState:
         own.pages[page.number] = (item.version, item.payload)
         return changed
 
-    def _merge(self, records: _SiteRecords, origin: str, fragment: Fragment, now: float) -> bool:
+    def _merge(self, records: SiteRecords, origin: str, fragment: Fragment, now: float) -> bool:
         if isinstance(fragment, ProviderState):
-            merged = _merged_provider(records, origin, fragment)
+            merged = merged_provider(records, origin, fragment)
             if merged is None:
                 return False
             records.providers[fragment.name] = merged
             records.received_at[fragment.name] = now
-            _provider_changed(records, fragment.name)
+            provider_changed(records, fragment.name)
             return True
         if isinstance(fragment, SignalsState):
-            return _merge_signals(records, origin, fragment, now)
+            return merge_signals(records, origin, fragment, now)
         if isinstance(fragment, SignalsPage):
             changed = False
             for state in fragment.states:
-                changed = _merge_signals(records, origin, state, now) or changed
+                changed = merge_signals(records, origin, state, now) or changed
             return changed
         if isinstance(fragment, SpendSlot):
             return self._ledger.merge_slot(
                 fragment.tenant, fragment.window, origin, fragment.epoch, fragment.spend
             )
         if isinstance(fragment, GatewayUpdate):
-            gateway = _merged_register(records.gateway, fragment.register)
+            gateway = merged_register(records.gateway, fragment.register)
             if gateway is None:
                 return False
             records.gateway = gateway
             return True
         if isinstance(fragment, MetadataUpdate):
-            metadata = _merged_register(records.metadata, fragment.register)
+            metadata = merged_register(records.metadata, fragment.register)
             if metadata is None:
                 return False
             records.metadata = metadata
             return True
-        return _merge_cert_chunk(records, fragment)
+        return merge_cert_chunk(records, fragment)
 
     def _recover(self, fragment: Fragment, item: Item, now: float) -> bool:
         # An item of this site's own, from an earlier life. Where merging leaves exactly
@@ -736,7 +684,7 @@ class GridState:
         own = self._own
         key = (item.lane, item.key)
         if isinstance(fragment, ProviderState):
-            merged = _merged_provider(own, self._site, fragment)
+            merged = merged_provider(own, self._site, fragment)
             if merged is None:
                 return False
             if merged != fragment:
@@ -746,7 +694,7 @@ class GridState:
                 self._dirty.add(key)
             own.providers[fragment.name] = merged
             own.received_at[fragment.name] = now
-            _provider_changed(own, fragment.name)
+            provider_changed(own, fragment.name)
         elif not self._merge(own, self._site, fragment, now):
             return False
         elif isinstance(fragment, SignalsState):
@@ -772,7 +720,7 @@ class GridState:
         for name in names:
             records = self._sites.get(name)
             if records is not None:
-                entries.extend(_entries(name, records))
+                entries.extend(provider_entries(name, records))
         return tuple(entries)
 
     def provider_names(self) -> frozenset[str]:
@@ -828,7 +776,7 @@ class GridState:
         records = self._sites.get(site)
         if records is None or name not in records.providers:
             return None
-        return _entry(site, name, records)
+        return provider_entry(site, name, records)
 
     def gateway(self, site: str) -> GatewayRecord | None:
         """A site's gateway address, if known."""
@@ -974,7 +922,7 @@ class GridState:
                 records.signals.pop(name, None)
                 records.signals_received_at.pop(name, None)
                 records.singles.discard(name)
-                _provider_changed(records, name)
+                provider_changed(records, name)
                 if site == self._site:
                     self._pages.dropped(name)
                     for key in ((STATE_LANE, provider_key(name)), (STATE_LANE, signals_key(name))):
@@ -993,114 +941,3 @@ class GridState:
         key = (item.lane, item.key)
         self._own_items[key] = item
         self._dirty.add(key)
-
-
-def _check_room(held: dict[str, ProviderState] | dict[str, SignalsState], site: str) -> None:
-    if len(held) >= MAX_PROVIDERS_PER_SITE:
-        raise CrdtLimitError(
-            f"site {site!r} already holds {MAX_PROVIDERS_PER_SITE} provider records"
-        )
-
-
-def _merged_provider(
-    records: _SiteRecords, site: str, incoming: ProviderState
-) -> ProviderState | None:
-    """The merge of ``incoming`` into ``records``, or None if it changes nothing."""
-    current = records.providers.get(incoming.name)
-    if current is None:
-        _check_room(records.providers, site)
-        return incoming
-    merged = current.merge(incoming)
-    return None if merged == current else merged
-
-
-def _merge_signals(records: _SiteRecords, site: str, incoming: SignalsState, now: float) -> bool:
-    """Merge ``incoming`` into ``records``; whether it changed them."""
-    name = incoming.name
-    current = records.signals.get(name)
-    if current is None:
-        _check_room(records.signals, site)
-    elif current.merge(incoming) is current:
-        return False
-    records.signals[name] = incoming
-    records.signals_received_at[name] = now
-    # New values of signals that were readable already leave the provider live or not as
-    # it was: the common case, hundreds a second.
-    still_readable = current is not None and current.readable and incoming.readable
-    _provider_changed(records, name, liveness=not still_readable)
-    return True
-
-
-def _merged_register(current: R | None, incoming: R) -> R | None:
-    """The merge of ``incoming`` into ``current``, or None if it changes nothing."""
-    if current is None:
-        return incoming
-    merged = current.merge(incoming)
-    return None if merged == current else merged
-
-
-def _merge_cert_chunk(records: _SiteRecords, update: CertChunkUpdate) -> bool:
-    index = update.register.value.index
-    current = records.cert_chunks.get(index)
-    merged = update.register if current is None else current.merge(update.register)
-    if merged == current:
-        return False
-    chunks = {**records.cert_chunks, index: merged}
-    try:
-        pem = assemble_cert(chunks)
-    except CrdtValueError as exc:
-        # A marker split across chunks shows only once they are put together.
-        raise CrdtDecodeError(str(exc)) from None
-    records.cert_chunks[index] = merged
-    if pem is not None:
-        records.cert_pem = pem
-    return True
-
-
-def _assembled_or_none(chunks: dict[int, LWWRegister[CertChunk]]) -> str | None:
-    try:
-        return assemble_cert(chunks)
-    except CrdtValueError:
-        return None
-
-
-def _provider_changed(records: _SiteRecords, name: str, *, liveness: bool = True) -> None:
-    """Note that provider ``name`` reads differently; ``liveness``: whether it may have
-    become live or stopped being (see :meth:`GridState.provider_names`)."""
-    records.entries.pop(name, None)
-    if liveness:
-        records.unchecked.add(name)
-    stamp = records.stamp = next(_STAMPS)
-    changes = records.changes
-    changes.pop(name, None)
-    changes[name] = stamp
-    if len(changes) > 2 * len(records.providers) + _CHANGES_SLACK:
-        # Names dropped long ago (pruned tombstones) would pile up: start afresh, and every
-        # reader of an older stamp reads the site whole once.
-        records.changes = {n: stamp for n in records.providers}
-        records.since = stamp
-
-
-def _entry(site: str, name: str, records: _SiteRecords) -> ProviderEntry | None:
-    if name in records.entries:
-        return records.entries[name]
-    state = records.providers[name]
-    signals = records.signals.get(name)
-    record = state.record(signals)
-    entry = None
-    if record is not None and signals is not None:
-        entry = ProviderEntry(
-            site,
-            record,
-            max(state.header.value, signals.at_ms) / 1000,
-            max(records.received_at[name], records.signals_received_at[name]),
-        )
-    records.entries[name] = entry
-    return entry
-
-
-def _entries(site: str, records: _SiteRecords) -> Iterable[ProviderEntry]:
-    for name in sorted(records.providers):
-        entry = _entry(site, name, records)
-        if entry is not None:
-            yield entry

@@ -12,7 +12,8 @@ from decimal import Decimal
 from itertools import chain
 
 from grid.crdt.records import LabelSelector as RecordSelector
-from grid.crdt.state import GridState, ProviderEntry
+from grid.crdt.site_records import ProviderEntry
+from grid.crdt.state import GridState
 from grid.errors import ScoringInputError
 from grid.models.common import BackendKind
 from grid.models.network import GatewayRef, GridNetwork
