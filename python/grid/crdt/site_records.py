@@ -47,6 +47,9 @@ class ProviderEntry:
 
 @dataclass(slots=True)
 class SiteRecords:
+    """Everything held of one site: its catalogues and signals, its gateway, metadata and
+    certificate, and what readers of its providers cache by."""
+
     providers: dict[str, ProviderState] = field(default_factory=dict)
     received_at: dict[str, float] = field(default_factory=dict)
     signals: dict[str, SignalsState] = field(default_factory=dict)
@@ -81,6 +84,7 @@ class SiteRecords:
 
 
 def check_room(held: dict[str, ProviderState] | dict[str, SignalsState], site: str) -> None:
+    """Refuse one more provider record of ``site`` past :data:`MAX_PROVIDERS_PER_SITE`."""
     if len(held) >= MAX_PROVIDERS_PER_SITE:
         raise CrdtLimitError(
             f"site {site!r} already holds {MAX_PROVIDERS_PER_SITE} provider records"
