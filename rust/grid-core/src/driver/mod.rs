@@ -30,7 +30,8 @@
 //!
 //! The driver's concerns live in submodules, each adding `impl Driver` blocks and the
 //! private types it needs: `swim` (driving foca, screening gossiped members, probe
-//! health), `membership` (site holders and conflicts, joining and leaving, events), `sync`
+//! health), `suspicions` (the suspicions held, the Downs they confirm and the notices to
+//! suspects), `membership` (site holders and conflicts, joining and leaving, events), `sync`
 //! (push/pull syncs and taking their chunks), `carry` (what a sync carries and to whom),
 //! `view` (the view digest that lets a sync leave out members the peer sees alike),
 //! `answer` (reading a walk's answer as its chunks arrive), `walk` (the walk through
@@ -89,6 +90,7 @@ mod renewal;
 mod repair;
 mod report;
 mod stretches;
+mod suspicions;
 mod swim;
 mod sync;
 mod view;
