@@ -4,11 +4,13 @@ and every overlay it writes passes ``grid overlay verify``."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from grid.demo import run_demo
+from grid.demo.mesh import free_port
 
 GRID = [sys.executable, "-m", "grid.cli"]
 
@@ -89,3 +91,14 @@ async def test_the_demo_reads_well_in_a_terminal(tmp_path: Path) -> None:
     assert "RANK  MODEL" in text
     assert "overlays accepted     3/3" in text
     assert max(len(line) for line in lines if "RANK" in line or line.startswith("    ")) < 120
+
+
+def test_a_port_handed_out_is_not_handed_out_again() -> None:
+    # Ports are handed out before their owners bind them (a mesh's sites, then a test's own
+    # listener): 2,000 picks among the ~22,000 below the ephemeral range would repeat one
+    # about 90 times if each pick only checked that the port binds now.
+    picked = [free_port(socket.SOCK_STREAM) for _ in range(1_000)]
+    picked += [free_port(socket.SOCK_DGRAM) for _ in range(1_000)]
+    assert len(set(picked)) == len(picked)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", picked[0]))  # still free: nothing bound it

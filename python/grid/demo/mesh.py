@@ -11,6 +11,7 @@ import contextlib
 import logging
 import secrets
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -106,23 +107,41 @@ def _ephemeral_start() -> int:
         return _FALLBACK_EPHEMERAL_START
 
 
+_handed_out: set[int] = set()
+"""Ports :func:`free_port` returned in this process: a port is free only until its owner
+binds it, so one handed out and not bound yet must not be handed out again."""
+_handed_out_lock = threading.Lock()
+
+
 def free_port(kind: socket.SocketKind) -> int:
-    """A loopback port free right now (for TCP or UDP), chosen below the ephemeral range:
-    a port from that range could be taken as the source port of an outgoing connection
-    between now and the moment its owner binds it."""
+    """A loopback port free right now (for TCP or UDP), chosen below the ephemeral range
+    (a port from that range could be taken as the source port of an outgoing connection
+    between now and the moment its owner binds it), and never one this process was handed
+    before (two sites, or a site and a test's listener, chosen before either binds)."""
     top = _ephemeral_start()
     chooser = secrets.SystemRandom()
-    for _ in range(200):
-        port = chooser.randrange(_LOWEST_PORT, max(top, _LOWEST_PORT + 1))
-        with socket.socket(socket.AF_INET, kind) as probe:
-            try:
-                probe.bind((LOOPBACK, port))
-            except OSError:
-                continue
-            return port
+    with _handed_out_lock:
+        for _ in range(200):
+            port = chooser.randrange(_LOWEST_PORT, max(top, _LOWEST_PORT + 1))
+            if port not in _handed_out and _bindable(kind, port):
+                _handed_out.add(port)
+                return port
+        while True:
+            with socket.socket(socket.AF_INET, kind) as probe:
+                probe.bind((LOOPBACK, 0))
+                port = int(probe.getsockname()[1])
+            if port not in _handed_out:
+                _handed_out.add(port)
+                return port
+
+
+def _bindable(kind: socket.SocketKind, port: int) -> bool:
     with socket.socket(socket.AF_INET, kind) as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
+        try:
+            probe.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 class LocalMesh:
