@@ -111,13 +111,13 @@ impl Positions {
     }
 
     /// Where `site_addr` was last found in foca's list: a hint, for [`Positions::at_hint`].
-    pub(super) fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {
+    fn hint(&self, site_addr: &SiteAddr) -> Option<usize> {
         self.at.get(&key(site_addr)).map(|&at| at as usize)
     }
 
     /// The member foca holds for `site_addr` if it is at `hint` in foca's list (as
     /// [`Positions::held`], the hint looked up beforehand).
-    pub(super) fn at_hint<'a>(
+    fn at_hint<'a>(
         &mut self,
         mut members: impl ExactSizeIterator<Item = &'a Member<NodeId>>,
         site_addr: &SiteAddr,

@@ -58,11 +58,11 @@ impl<O: Transmit + ?Sized> Runtime<NodeId> for Rt<'_, O> {
                 self.probe.incarnation = self.probe.incarnation.max(header.src_incarnation);
             }
             Notification::DataReceived(header) => self.probe.note_answer(header),
-            Notification::Rejoin(id) => {
+            Notification::Rejoin(_) => {
                 // foca starts a renewed identity at incarnation 0 (the gossip it sent
                 // before telling has no higher one): the old identity's must not carry over.
                 self.probe.incarnation = 0;
-                self.notes.push(Notification::Rejoin(id).to_owned());
+                self.notes.push(notification.to_owned());
             }
             other => self.notes.push(other.to_owned()),
         }
