@@ -192,6 +192,10 @@ def test_another_site_joining_during_the_measurement_is_measured_apart() -> None
     # The site's CPU in and out of the catch-ups, from its samples (and the peers' CPU, in
     # clock ticks of 10 ms: catch-ups of a fraction of a second may not reach one).
     assert 0 < run["others_join_cpu_share"] < 2 and 0 < run["others_join_steady_cpu_share"] < 2
+    # The SWIM thread's share of each, from the thread's own clock ticks (10 ms): it may be
+    # 0 over catch-ups of a fraction of a second, not over the rest of the window.
+    assert 0 <= run["others_join_swim_cpu_share"] < 2
+    assert 0 < run["others_join_steady_swim_cpu_share"] <= run["others_join_steady_cpu_share"]
     assert 0 <= run["others_join_peers_cpu_share"] < 4
     assert run["others_join_steady_bytes_out_per_s"] > 0
     assert run["others_join_steady_bytes_in_per_s"] > 0
@@ -325,14 +329,16 @@ def test_changes_and_samples_inside_a_catch_up_are_told_apart() -> None:
         {"event": "probe", "t": t, "queue": queue}
         for t, queue in ((1.0, 0.0), (3.0, 500.0), (5.0, 0.0), (7.0, 500.0))
     ]
-    # Samples a second apart: 1 KB/s out, 2 KB/s in and 5 % CPU, but in the seconds that
-    # overlap a catch-up 50 % CPU, and 5 KB more out in the one after the first join began.
-    samples, cpu, sent = [[0.0, 0.0, 0.0, 0.0]], 0.0, 0.0
+    # Samples a second apart: 1 KB/s out, 2 KB/s in and 5 % CPU (1 % the SWIM thread's),
+    # but in the seconds that overlap a catch-up 50 % CPU (20 % the SWIM thread's), and
+    # 5 KB more out in the one after the first join began.
+    samples, cpu, swim, sent = [[0.0, 0.0, 0.0, 0.0, 0.0]], 0.0, 0.0, 0.0
     for second in range(10):
         joined = second in (2, 3, 6, 7, 8, 9)
         cpu += 0.5 if joined else 0.05
+        swim += 0.2 if joined else 0.01
         sent += 1000 + (5000 if second == 3 else 0)
-        samples.append([second + 1.0, cpu, sent, 2000.0 * (second + 1)])
+        samples.append([second + 1.0, cpu, sent, 2000.0 * (second + 1), swim])
     result = {
         "first": {"t": 0.0},
         "last": {"t": 10.0},
@@ -347,6 +353,8 @@ def test_changes_and_samples_inside_a_catch_up_are_told_apart() -> None:
     assert figures["others_join_probes"] == figures["others_join_steady_probes"] == 2
     assert figures["others_join_cpu_share"] == pytest.approx(0.5)
     assert figures["others_join_steady_cpu_share"] == pytest.approx(0.05)
+    assert figures["others_join_swim_cpu_share"] == pytest.approx(0.2)
+    assert figures["others_join_steady_swim_cpu_share"] == pytest.approx(0.01)
     assert figures["others_join_steady_bytes_out_per_s"] == pytest.approx(1000.0)
     assert figures["others_join_steady_bytes_in_per_s"] == pytest.approx(2000.0)
     assert [life["site_bytes_out"] for life in figures["others_joins"]] == pytest.approx(

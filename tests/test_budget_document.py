@@ -23,6 +23,7 @@ import pytest
 
 from grid.agent.outputs import OutputWriter
 from grid.cli import main
+from grid.demo.mesh import free_port
 from grid.models.budgets import (
     BudgetEnforcement,
     BudgetState,
@@ -196,17 +197,11 @@ def test_the_agent_writes_it_beside_the_overlay_when_its_revision_changes(tmp_pa
 # -- the example gate ------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def gate(tmp_path: Path) -> Iterator[tuple[Path, str, subprocess.Popen[str]]]:
     document = tmp_path / "budgets.json"
     document.write_text(rendered().text)
-    port = free_port()
+    port = free_port(socket.SOCK_STREAM)
     args = ["--network", "prod", "--gateway", "edge", "--namespace", "grid-system"]
     process = subprocess.Popen(
         [sys.executable, str(GATE), str(document), *args, "--port", str(port)],

@@ -36,6 +36,7 @@ from aiohttp import web
 
 from grid.demo import MeshSettings
 from grid.demo.builder import GATEWAY_NAME, GATEWAY_NAMESPACE, NETWORK_FILE, PROVIDERS_FILE
+from grid.demo.mesh import free_port
 from grid.models.resources import load_resources_from_dir
 from grid.render.consumer import consumer_config_yaml
 from grid.render.overlay import RenderedOverlay, render_overlay
@@ -54,12 +55,6 @@ NOW = datetime(2026, 9, 1, tzinfo=UTC)
 NOBODY = 65534
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -75,7 +70,7 @@ class EchoBackend:
     def __init__(self, name: str, tls: ssl.SSLContext | None = None) -> None:
         self.name = name
         self.tls = tls
-        self.port = _free_port()
+        self.port = free_port(socket.SOCK_STREAM)
         self.received: list[dict[str, list[str]]] = []
         """Per request, each header's values by lowercase name, in arrival order."""
         self.arrived: list[float] = []
@@ -214,8 +209,8 @@ class Deployment:
     ) -> None:
         self.root = root
         self.binary = binary
-        self.listener = _free_port()
-        self.admin = _free_port()
+        self.listener = free_port(socket.SOCK_STREAM)
+        self.admin = free_port(socket.SOCK_STREAM)
         now = datetime.now(UTC)
         ca = CertificateAuthority.generate("Gateway Test CA", now=now)
         self.ca_file = root / "ca.pem"
@@ -728,7 +723,7 @@ def _agent_gateway(mesh: AgentMesh, pod: Path, backend: EchoBackend, token_url: 
     """site-a's gateway reads the configuration Grid renders from ``pod``'s volumes, and
     its provider is ``backend``, with tokens minted at ``token_url``; the listener port."""
     resources = mesh.sites["site-a"].resources
-    listener = _free_port()
+    listener = free_port(socket.SOCK_STREAM)
     network_file = resources / NETWORK_FILE
     network = yaml.safe_load(network_file.read_text())
     (gateway,) = network["spec"]["gatewayRefs"]
@@ -739,7 +734,7 @@ def _agent_gateway(mesh: AgentMesh, pod: Path, backend: EchoBackend, token_url: 
         consumerConfig={
             "enabled": True,
             "listenerPort": listener,
-            "adminAddress": f"127.0.0.1:{_free_port()}",
+            "adminAddress": f"127.0.0.1:{free_port(socket.SOCK_STREAM)}",
             "overlayMountPath": str(pod / "overlay"),
             "credentialMountBase": str(pod / "credentials"),
             "tlsMountPath": str(pod / "tls"),

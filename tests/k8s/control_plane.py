@@ -39,6 +39,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from kubernetes import client as k8s
 
+from grid.demo.mesh import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "control-plane"
 PROGRAMS = ("etcd", "kube-apiserver", "kubectl", "helm")
@@ -122,10 +124,9 @@ def gateway_api_crds() -> list[Path]:
     return crds
 
 
-def free_tcp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+free_tcp_port = functools.partial(free_port, socket.SOCK_STREAM)
+"""A loopback TCP port for a listener of the control plane or a test
+(``grid.demo.mesh.free_port``)."""
 
 
 class _Program:

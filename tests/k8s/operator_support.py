@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -21,6 +22,7 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from grid.demo.mesh import free_port
 from grid.operator import Operator, OperatorOptions, build_registry, post_event
 from grid.trust import IssuedCertificate
 from support.pki import Pki
@@ -45,10 +47,8 @@ WATCHED = (GRID_NETWORKS, GRID_SITES, INFERENCE_PROVIDERS)
 JsonObject = dict[str, Any]
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+free_udp_port = functools.partial(free_port, socket.SOCK_DGRAM)
+"""A loopback UDP port for a site's SWIM node (``grid.demo.mesh.free_port``)."""
 
 
 def b64(data: bytes | str) -> str:

@@ -193,9 +193,9 @@ def joins(
     return figures
 
 
-_Span = tuple[float, float, float, float, float]
+_Span = tuple[float, float, float, float, float, float]
 """An interval between two of the site's samples: start, end, CPU seconds, bytes out, bytes
-in."""
+in, the SWIM thread's CPU seconds."""
 
 
 def _p50_p99(values: list[float]) -> tuple[float | None, float | None]:
@@ -211,7 +211,8 @@ def others_joins(
     the joiner's catch-up (from its node's start until its node said ``caught_up``), p50
     and p99; the measured site's change -> overlay latency over the probe changes handed
     while a joiner was catching up and over the rest of the window; the site's CPU over
-    its samples that overlap a catch-up and over the rest; the bytes it sent over each
+    its samples that overlap a catch-up and over the rest (and the SWIM thread's share of
+    each); the bytes it sent over each
     catch-up beyond its rate in the rest of the window, and its gossip rates in the rest of
     the window (those of the whole window include serving the joiners); and the peers' CPU
     (the load's process) while the joiner caught up. A join still catching up at the end of
@@ -240,7 +241,8 @@ def others_joins(
     # The site's samples: each interval between two is in a catch-up if it overlaps one.
     samples = result.get("samples", [])
     spans: list[_Span] = [
-        (a[0], b[0], b[1] - a[1], b[2] - a[2], b[3] - a[3]) for a, b in itertools.pairwise(samples)
+        (a[0], b[0], b[1] - a[1], b[2] - a[2], b[3] - a[3], b[4] - a[4])
+        for a, b in itertools.pairwise(samples)
     ]
 
     def overlapping(start: float, caught: float) -> list[_Span]:
@@ -252,6 +254,10 @@ def others_joins(
     joined = {span for window in windows for span in overlapping(*window)}
     outside = [span for span in spans if span not in joined]
     joined_s, outside_s = seconds(joined), seconds(outside)
+
+    def share(chosen: Iterable[_Span], column: int, over: float) -> float | None:
+        return sum(span[column] for span in chosen) / over if over else None
+
     steady_out = sum(span[3] for span in outside) / outside_s if outside_s else None
     steady_in = sum(span[4] for span in outside) / outside_s if outside_s else None
     sent: list[float] = []
@@ -282,10 +288,12 @@ def others_joins(
         "others_join_steady_probes": len(rest),
         "others_join_steady_probes_seen": len(steady),
         "others_join_steady_probes_missed": steady_missed,
-        "others_join_cpu_share": sum(span[2] for span in joined) / joined_s if joined_s else None,
-        "others_join_steady_cpu_share": sum(span[2] for span in outside) / outside_s
-        if outside_s
-        else None,
+        "others_join_cpu_share": share(joined, 2, joined_s),
+        "others_join_steady_cpu_share": share(outside, 2, outside_s),
+        # Of which the SWIM node's thread: answering the joiner's walks, beside its steady
+        # gossip. The rest is the engine's (the joiner's member, items and departure).
+        "others_join_swim_cpu_share": share(joined, 5, joined_s),
+        "others_join_steady_swim_cpu_share": share(outside, 5, outside_s),
         "others_join_steady_bytes_out_per_s": steady_out,
         "others_join_steady_bytes_in_per_s": steady_in,
         "others_join_peers_cpu_share": peers_cpu_share,

@@ -54,20 +54,34 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def swim_cpu_seconds() -> float:
-    """CPU time of the SWIM node's thread (decrypting, verifying, relaying, syncing)."""
+def swim_cpu_seconds(tasks: list[str] | None = None) -> float:
+    """CPU time of the SWIM node's thread (decrypting, verifying, relaying, syncing).
+    ``tasks``, when given, holds the thread ids found last time: they are read again
+    without listing every thread (a sampler's call, ten a second), and found afresh once
+    one has ended."""
+    if tasks:
+        try:
+            return sum(_task_cpu_ticks(task) for task in tasks) / _CLOCK_TICK
+        except OSError:
+            tasks.clear()  # a node that ended: look for the thread again
     total = 0
     for task in os.listdir("/proc/self/task"):
         try:
             with open(f"/proc/self/task/{task}/comm") as comm:
                 if not comm.read().startswith(_SWIM_THREAD):
                     continue
-            with open(f"/proc/self/task/{task}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            total += _task_cpu_ticks(task)
         except OSError:
             continue  # a thread that ended meanwhile
-        total += int(fields[11]) + int(fields[12])  # utime, stime
+        if tasks is not None:
+            tasks.append(task)
     return total / _CLOCK_TICK
+
+
+def _task_cpu_ticks(task: str) -> int:
+    with open(f"/proc/self/task/{task}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime
 
 
 class Counters:
@@ -232,13 +246,18 @@ def _active_sites(engine: SiteEngine, but: str | None = None) -> int:
 async def sample(
     agent: Agent, network: str, every_s: float, end: float, samples: list[list[float]]
 ) -> None:
-    """(time, CPU time, bytes out, bytes in) of the site every ``every_s`` until ``end``: to
-    tell its CPU and gossip while another site caught up from the rest of the window."""
+    """(time, CPU time, bytes out, bytes in, the SWIM thread's CPU time) of the site every
+    ``every_s`` until ``end``: to tell its CPU and gossip while another site caught up from
+    the rest of the window, and the node's share of that CPU (answering the joiner's walks)
+    from the engine's (taking the joiner in)."""
+    swim_tasks: list[str] = []
     while True:
         node = agent.networks[network].node
         stats = node.stats() if node is not None else {}
         sent, received = stats.get("bytes_out", 0), stats.get("bytes_in", 0)
-        samples.append([time.monotonic(), cpu_seconds(), sent, received])
+        samples.append(
+            [time.monotonic(), cpu_seconds(), sent, received, swim_cpu_seconds(swim_tasks)]
+        )
         if time.monotonic() >= end:
             return
         await asyncio.sleep(min(every_s, max(end - time.monotonic(), 0.0)))

@@ -69,6 +69,16 @@ ROWS: tuple[tuple[str, str, Format], ...] = (
     ("  CPU while it catches up", "others_join_cpu_share", lambda v: f"{v * 100:.1f} %"),
     ("  CPU the rest of the time", "others_join_steady_cpu_share", lambda v: f"{v * 100:.1f} %"),
     (
+        "    of which the SWIM node's thread, while it catches up",
+        "others_join_swim_cpu_share",
+        lambda v: f"{v * 100:.1f} %",
+    ),
+    (
+        "    of which the SWIM node's thread, the rest of the time",
+        "others_join_steady_swim_cpu_share",
+        lambda v: f"{v * 100:.1f} %",
+    ),
+    (
         "  gossip in the rest of the time",
         "others_join_steady_bytes_in_per_s",
         lambda v: f"{v / 1000:.1f} KB/s",
