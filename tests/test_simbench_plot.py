@@ -16,7 +16,8 @@ import pytest
 from grid.cli import main
 from grid.membership import SwimConfig
 from grid.simbench import plot as plot_module
-from grid.simbench.figure import figure, fit_axis
+from grid.simbench.figure import figure
+from grid.simbench.figure_model import fit_axis
 from grid.simbench.plot import PlotError, check_plot_path, render_svg, write_plot
 from grid.simbench.profiles import NetworkModel, epidemic_rounds
 from grid.simbench.runner import SCENARIOS, targets

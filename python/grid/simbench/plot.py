@@ -1,6 +1,6 @@
 """The convergence plot, written by the file's extension: ``.svg`` by the hand-written SVG
 writer here (no extra needed), ``.png`` through matplotlib (the ``plot`` extra,
-:mod:`grid.simbench.plot_png`). Both draw the same :class:`grid.simbench.figure.Figure`:
+:mod:`grid.simbench.plot_png`). Both draw the same :class:`grid.simbench.figure_model.Figure`:
 a panel per scenario that ran, reference lines for the bounds and targets, a caption.
 
 The SVG is laid out from conservative text widths (DejaVu Sans advances with some slack,
@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from grid.simbench.figure import ALERT_COLOUR, Axis, Figure, Mark, Panel, Reference, figure
+from grid.simbench.figure import figure
+from grid.simbench.figure_model import ALERT_COLOUR, Axis, Figure, Mark, Panel, Reference
 
 PLOT_SUFFIXES = (".svg", ".png")
 PLOT_EXTRA = "pip install 'grid-mesh[plot]'"

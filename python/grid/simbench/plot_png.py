@@ -1,5 +1,5 @@
 """The convergence plot as PNG, through matplotlib: the ``plot`` extra
-(``pip install 'grid-mesh[plot]'``). It draws the same :class:`grid.simbench.figure.Figure`
+(``pip install 'grid-mesh[plot]'``). It draws the same :class:`grid.simbench.figure_model.Figure`
 as the SVG writer; matplotlib measures the text, and constrained layout with a tight
 bounding box keeps legends, notes and labels inside the image."""
 
@@ -15,7 +15,8 @@ from matplotlib.figure import Figure as MplFigure
 from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
 
-from grid.simbench.figure import ALERT_COLOUR, Axis, Figure, Panel, Reference, figure
+from grid.simbench.figure import figure
+from grid.simbench.figure_model import ALERT_COLOUR, Axis, Figure, Panel, Reference
 
 WIDTH_IN = 12.0
 DPI = 110
