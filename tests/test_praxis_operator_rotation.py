@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from grid.demo.mesh import free_port
 from grid.oauth.rotation import Settle
 from k8s.cluster import Cluster
 from k8s.emulator import INFERENCE_PROVIDERS
@@ -46,7 +48,6 @@ from test_praxis_gateway import (
     OVERLAY_KEY,
     EchoBackend,
     _asker,
-    _free_port,
     _start_gateway,
     _stop,
     pod_dir,
@@ -161,7 +162,7 @@ async def test_the_operators_rotation_through_the_kubelets_delay(
     await put_secret(
         cluster, "idp-client", {"secret": client_secret.encode()}, namespace=GATEWAY_NAMESPACE
     )
-    listener = _free_port()
+    listener = free_port(socket.SOCK_STREAM)
     for volume in ("config", "overlay", "tls", f"credentials/{TOKEN_SECRET}"):
         (pod_dir / volume).mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
@@ -176,7 +177,7 @@ async def test_the_operators_rotation_through_the_kubelets_delay(
         "consumerConfig": {
             "enabled": True,
             "listenerPort": listener,
-            "adminAddress": f"127.0.0.1:{_free_port()}",
+            "adminAddress": f"127.0.0.1:{free_port(socket.SOCK_STREAM)}",
             "overlayMountPath": str(pod_dir / "overlay"),
             "credentialMountBase": str(pod_dir / "credentials"),
             "tlsMountPath": str(pod_dir / "tls"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import ssl
 import subprocess
 from collections.abc import Callable
@@ -27,6 +28,7 @@ import pytest
 import yaml
 from aiohttp import web
 
+from grid.demo.mesh import free_port
 from grid.models.common import AuthStrategy
 from grid.models.oauth2 import OAuth2Settings, minted_token_secret
 from grid.models.resources import load_resources_from_dir
@@ -60,7 +62,6 @@ from test_praxis_gateway import (
     NOBODY,
     OVERLAY_KEY,
     EchoBackend,
-    _free_port,
     _start_gateway,
     _stop,
     pod_dir,
@@ -138,7 +139,7 @@ class Lab:
 
     def __init__(self, root: Path, token_url: str) -> None:
         self.root = root
-        self.listener = _free_port()
+        self.listener = free_port(socket.SOCK_STREAM)
         now = datetime.now(UTC)
         # The CA the MtlsOnly upstream trusts for clients, and the one its server
         # certificate comes from (the gateway trusts it through SSL_CERT_FILE).
@@ -203,7 +204,7 @@ class Lab:
             "consumerConfig": {
                 "enabled": True,
                 "listenerPort": self.listener,
-                "adminAddress": f"127.0.0.1:{_free_port()}",
+                "adminAddress": f"127.0.0.1:{free_port(socket.SOCK_STREAM)}",
                 "overlayMountPath": str(self.root / "overlay"),
                 "credentialMountBase": str(self.root / "credentials"),
                 "tlsMountPath": str(self.root / "tls"),
