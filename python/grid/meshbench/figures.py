@@ -212,11 +212,11 @@ def others_joins(
     and p99; the measured site's change -> overlay latency over the probe changes handed
     while a joiner was catching up and over the rest of the window; the site's CPU over
     its samples that overlap a catch-up and over the rest (and the SWIM thread's share of
-    each); the bytes it sent over each
-    catch-up beyond its rate in the rest of the window, and its gossip rates in the rest of
-    the window (those of the whole window include serving the joiners); and the peers' CPU
-    (the load's process) while the joiner caught up. A join still catching up at the end of
-    the window counts to the end. Without joins, every figure is None (or an empty list)."""
+    each); the bytes it sent over each catch-up beyond its rate in the rest of the window,
+    and its gossip rates in the rest of the window (those of the whole window include
+    serving the joiners); and the peers' CPU (the load's process) while the joiner caught
+    up. A join still catching up at the end of the window counts to the end. Without joins,
+    every figure is None (or an empty list)."""
     first, last = result["first"], result["last"]
     end = last["t"]
     lives = sorted(
@@ -258,8 +258,8 @@ def others_joins(
     def share(chosen: Iterable[_Span], column: int, over: float) -> float | None:
         return sum(span[column] for span in chosen) / over if over else None
 
-    steady_out = sum(span[3] for span in outside) / outside_s if outside_s else None
-    steady_in = sum(span[4] for span in outside) / outside_s if outside_s else None
+    steady_out = share(outside, 3, outside_s)
+    steady_in = share(outside, 4, outside_s)
     sent: list[float] = []
     for window in windows:
         mine = overlapping(*window)
