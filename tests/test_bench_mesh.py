@@ -192,10 +192,12 @@ def test_another_site_joining_during_the_measurement_is_measured_apart() -> None
     # The site's CPU in and out of the catch-ups, from its samples (and the peers' CPU, in
     # clock ticks of 10 ms: catch-ups of a fraction of a second may not reach one).
     assert 0 < run["others_join_cpu_share"] < 2 and 0 < run["others_join_steady_cpu_share"] < 2
-    # The SWIM thread's share of each, from the thread's own clock ticks (10 ms): it may be
-    # 0 over catch-ups of a fraction of a second, not over the rest of the window.
+    # The SWIM thread's share of each, from the thread's own clock ticks (10 ms): a node
+    # of three sites may not use one tick in a few seconds, so 0 is a reading (as for the
+    # window's swim_cpu_share). Over catch-ups of a fraction of a second a tick crossed can
+    # put it above the process's share; over the rest of the window it stays below.
     assert 0 <= run["others_join_swim_cpu_share"] < 2
-    assert 0 < run["others_join_steady_swim_cpu_share"] <= run["others_join_steady_cpu_share"]
+    assert 0 <= run["others_join_steady_swim_cpu_share"] <= run["others_join_steady_cpu_share"]
     assert 0 <= run["others_join_peers_cpu_share"] < 4
     assert run["others_join_steady_bytes_out_per_s"] > 0
     assert run["others_join_steady_bytes_in_per_s"] > 0
